@@ -1,0 +1,34 @@
+# The two commands a fresh machine needs: `make test` and `make run`.
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= 2
+
+.PHONY: all deps configure build test run bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
+
+# The server arrives with issue 3; until then there is nothing to serve.
+run: build
+	@if [ -x $(BUILD_DIR)/server/qparams-server ]; then \
+	  mkdir -p data && exec $(BUILD_DIR)/server/qparams-server --listen=127.0.0.1:50051 --data_dir=./data; \
+	else \
+	  echo "make run: qparams-server is not part of this build yet (see issue 3)" >&2; exit 1; \
+	fi
+
+bench: build
+	$(BUILD_DIR)/bench/core_bench
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,214 @@
+#include "core/qparams.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace qparams {
+namespace {
+
+// Arithmetic in working precision P: each elementwise op is done in `Real` (float
+// for the 32- and 16-bit formats, PyTorch's opmath type) and rounded back to P, and
+// Python scalars enter as `Real`.
+struct Float32Ops {
+  using Real = float;
+  static float Round(float v) { return v; }
+};
+struct BFloat16Ops {
+  using Real = float;
+  static float Round(float v) { return RoundToBFloat16(v); }
+};
+struct Float16Ops {
+  using Real = float;
+  static float Round(float v) { return RoundToHalf(v); }
+};
+struct Float64Ops {
+  using Real = double;
+  static double Round(double v) { return v; }
+};
+
+template <typename Fn>
+auto DispatchPrecision(DType precision, Fn&& fn) {
+  switch (precision) {
+    case DType::kBFloat16:
+      return fn(BFloat16Ops());
+    case DType::kFloat16:
+      return fn(Float16Ops());
+    case DType::kFloat64:
+      return fn(Float64Ops());
+    case DType::kFloat32:
+      break;
+  }
+  return fn(Float32Ops());
+}
+
+// f32(v), then cast to P, as a fixed bound is filled (float32) and then cast to x's dtype.
+double BoundInPrecision(double bound, DType precision) {
+  const float f = static_cast<float>(bound);
+  return DispatchPrecision(precision, [f](auto ops) -> double {
+    using Ops = decltype(ops);
+    return Ops::Round(static_cast<typename Ops::Real>(f));
+  });
+}
+
+// -0.0 for the symmetric minval of an all-zero block, +0.0 for the asymmetric one
+// (FORMAT rule 6), whatever the signs of the zeros that produced it.
+float SignedZeroMinval(double v, bool symmetric) {
+  if (v == 0) return symmetric ? -0.0f : 0.0f;
+  return static_cast<float>(v);
+}
+
+template <typename Ops>
+QParams QParamsFromRangeIn(const QParamsRecipe& recipe, const WorkingRange& range) {
+  using Real = typename Ops::Real;
+  const size_t n = range.lo.size();
+  QParams q;
+  q.shape = range.shape;
+  q.precision = range.precision;
+  q.scale.resize(n);
+  q.has_zero_point = recipe.has_zero_point;
+  q.has_minval = recipe.has_zero_point;
+  if (q.has_zero_point) q.zero_point.resize(n);
+  if (q.has_minval) q.minval.resize(n);
+  const Real eps = static_cast<Real>(kScaleEps);
+  const Real qmin = static_cast<Real>(recipe.quant_min);
+  const Real qmax = static_cast<Real>(recipe.quant_max);
+
+  for (size_t i = 0; i < n; ++i) {
+    const Real mn = std::min(static_cast<Real>(range.lo[i]), Real(0));
+    const Real mx = std::max(static_cast<Real>(range.hi[i]), Real(0));
+    if (recipe.e8m0_target.has_value()) {
+      // §7: the largest power of two not above max_abs / 2^t, floored at 2^-126.
+      const Real a = std::max(-mn, mx);
+      const int exponent_field = (FloatBits(static_cast<float>(a)) >> 23) & 0xff;
+      const int e = std::clamp(exponent_field - 127 - *recipe.e8m0_target, -127, 128);
+      const float s = FloatFromBits(static_cast<uint32_t>(e + 127) << 23);
+      q.scale[i] = std::max(s, 0x1.0p-126f);
+      if (q.has_zero_point) {
+        q.zero_point[i] = 0;
+        q.minval[i] = SignedZeroMinval(-a, true);
+      }
+    } else if (recipe.symmetric) {
+      const Real a = std::max(-mn, mx);
+      const Real divisor = static_cast<Real>((recipe.quant_max - recipe.quant_min) / 2);
+      const Real scale = std::max(Ops::Round(a / divisor), eps);
+      q.scale[i] = static_cast<float>(scale);
+      if (q.has_zero_point) {
+        q.zero_point[i] =
+            static_cast<int32_t>(std::trunc((recipe.quant_max + recipe.quant_min + 1) / 2));
+        q.minval[i] = SignedZeroMinval(-a, true);
+      }
+    } else {
+      const Real divisor = static_cast<Real>(recipe.quant_max - recipe.quant_min);
+      const Real scale = std::max(Ops::Round(Ops::Round(mx - mn) / divisor), eps);
+      q.scale[i] = static_cast<float>(scale);
+      if (q.has_zero_point) {
+        const Real r = std::nearbyint(Ops::Round(mn / scale));  // round half to even
+        const Real zp = std::clamp(Ops::Round(qmin - r), qmin, qmax);
+        q.zero_point[i] = static_cast<int32_t>(zp);
+        q.minval[i] = SignedZeroMinval(mn, false);
+      }
+    }
+  }
+  return q;
+}
+
+}  // namespace
+
+QParams QParams::Empty(bool has_zero_point, bool has_minval) {
+  QParams q;
+  q.has_zero_point = has_zero_point;
+  q.has_minval = has_minval;
+  return q;
+}
+
+bool operator==(const QParams& a, const QParams& b) {
+  auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() &&
+           (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+  };
+  return a.shape == b.shape && same_bits(a.scale, b.scale) && a.zero_point == b.zero_point &&
+         same_bits(a.minval, b.minval) && a.has_zero_point == b.has_zero_point &&
+         a.has_minval == b.has_minval && a.precision == b.precision;
+}
+
+QParamsRecipe QParamsRecipe::FromSpec(const QuantSpec& spec) {
+  QParamsRecipe recipe;
+  const absl::StatusOr<QuantDType> dtype = ParseQuantDType(spec.dtype);
+  recipe.symmetric = spec.qscheme != QScheme::kAsymmetric;
+  recipe.quant_min = spec.quant_min.value_or(0);
+  recipe.quant_max = spec.quant_max.value_or(0);
+  recipe.has_zero_point = dtype.ok() && !dtype->is_floating_point();
+  if (spec.e8m0_scale() && dtype.ok()) {
+    // The exponent of the largest power of two not above the format's maximum.
+    recipe.e8m0_target = static_cast<int>(std::floor(std::log2(dtype->max_value())));
+  }
+  return recipe;
+}
+
+WorkingRange GetRange(const BlockRange* observed, const Shape& counts, const FloatRange& bounds) {
+  WorkingRange range;
+  range.shape = counts;
+  int64_t n = 1;
+  for (int64_t c : counts) n *= c;
+  if (bounds.frozen()) {
+    range.precision = DType::kFloat32;
+    range.lo.assign(n, std::min(BoundInPrecision(*bounds.min, DType::kFloat32), 0.0));
+    range.hi.assign(n, std::max(BoundInPrecision(*bounds.max, DType::kFloat32), 0.0));
+    return range;
+  }
+  range.precision = observed->min.dtype;
+  const TensorView observed_lo = observed->min.view();
+  const TensorView observed_hi = observed->max.view();
+  range.lo.resize(n);
+  range.hi.resize(n);
+  const std::optional<double> fixed_lo =
+      bounds.min ? std::optional(std::min(BoundInPrecision(*bounds.min, range.precision), 0.0))
+                 : std::nullopt;
+  const std::optional<double> fixed_hi =
+      bounds.max ? std::optional(std::max(BoundInPrecision(*bounds.max, range.precision), 0.0))
+                 : std::nullopt;
+  for (int64_t i = 0; i < n; ++i) {
+    range.lo[i] = fixed_lo ? *fixed_lo : std::min(observed_lo.ValueAt(i), 0.0);
+    range.hi[i] = fixed_hi ? *fixed_hi : std::max(observed_hi.ValueAt(i), 0.0);
+  }
+  return range;
+}
+
+WorkingRange MovingAverageUpdate(double averaging_constant, const WorkingRange& range,
+                                 const WorkingRange& running) {
+  return DispatchPrecision(range.precision, [&](auto ops) {
+    using Ops = decltype(ops);
+    using Real = typename Ops::Real;
+    const Real c = static_cast<Real>(averaging_constant);
+    const Real keep = static_cast<Real>(1.0 - averaging_constant);
+    auto ema = [&](double observed, double run) -> double {
+      const Real t1 = Ops::Round(c * static_cast<Real>(observed));
+      const Real t2 = Ops::Round(keep * static_cast<Real>(run));
+      return Ops::Round(t1 + t2);
+    };
+    WorkingRange next = range;
+    for (size_t i = 0; i < next.lo.size(); ++i) {
+      next.lo[i] = ema(range.lo[i], running.lo[i]);
+      next.hi[i] = ema(range.hi[i], running.hi[i]);
+    }
+    return next;
+  });
+}
+
+WorkingRange GlobalMinMaxUpdate(const WorkingRange& range, const WorkingRange& running) {
+  WorkingRange next = range;
+  for (size_t i = 0; i < next.lo.size(); ++i) {
+    next.lo[i] = std::min(running.lo[i], range.lo[i]);
+    next.hi[i] = std::max(running.hi[i], range.hi[i]);
+  }
+  return next;
+}
+
+QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range) {
+  return DispatchPrecision(range.precision, [&](auto ops) {
+    return QParamsFromRangeIn<decltype(ops)>(recipe, range);
+  });
+}
+
+}  // namespace qparams

@@ -1,0 +1,79 @@
+// The numerics of a forward once the block range is known: float_range handling
+// (semantics.md §2.1), the running-range updates (§1.5), and qparams from a range —
+// torchao's choose_qparams_affine_with_min_max, minval and the e8m0 path (§5–§7) —
+// each elementwise op rounded to the working precision as PyTorch's CPU kernels do.
+
+#ifndef QPARAMS_CORE_QPARAMS_H_
+#define QPARAMS_CORE_QPARAMS_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/quant_spec.h"
+#include "core/range.h"
+#include "core/tensor.h"
+
+namespace qparams {
+
+// Scale, zero point and minval of N blocks: a forward's result or a calculator's
+// buffers. Empty buffers (before the first computing forward) have shape [0].
+struct QParams {
+  Shape shape = {0};
+  std::vector<float> scale;
+  std::vector<int32_t> zero_point;  // empty unless has_zero_point
+  std::vector<float> minval;        // empty unless has_minval
+  bool has_zero_point = false;      // false for floating-point dtypes and e8m0 scales
+  bool has_minval = false;
+  std::optional<DType> precision;   // the working precision P; unset while empty
+
+  // Empty buffers for a calculator whose spec gives has_zero_point/has_minval.
+  static QParams Empty(bool has_zero_point, bool has_minval);
+
+  friend bool operator==(const QParams& a, const QParams& b);
+};
+
+// A range in working precision P, shape N. Every value is exactly representable in
+// P; double holds all four precisions exactly.
+struct WorkingRange {
+  DType precision = DType::kFloat32;
+  Shape shape;
+  std::vector<double> lo;
+  std::vector<double> hi;
+};
+
+// The constants qparams_from_range needs, taken from a resolved spec.
+struct QParamsRecipe {
+  bool symmetric = true;     // SYMMETRIC and SYMMETRIC_WITH_CLIPPING
+  double quant_min = -128;
+  double quant_max = 127;
+  bool has_zero_point = true;  // integer dtypes; false for FP dtypes (their minval too)
+  std::optional<int> e8m0_target;  // the e8m0 path's target exponent t (§7)
+
+  // `resolved_spec` must come from QuantSpec::Resolve().
+  static QParamsRecipe FromSpec(const QuantSpec& resolved_spec);
+};
+
+// float32 machine epsilon, the scale floor coreai_opt passes to torchao.
+inline constexpr double kScaleEps = 1.1920928955078125e-07;
+
+// get_range after the range calculator (§2.1): the observed block range clamped to
+// include 0, with a set float_range bound replacing the observed one. Both bounds set
+// gives float32 fills of shape `counts` and ignores `observed` (which may be null).
+WorkingRange GetRange(const BlockRange* observed, const Shape& counts, const FloatRange& bounds);
+
+// moving_average: running := P(P(c·range) + P((1−c)·running)), elementwise, with
+// c and 1−c (computed in double) entering as float32 (as double for float64).
+WorkingRange MovingAverageUpdate(double averaging_constant, const WorkingRange& range,
+                                 const WorkingRange& running);
+
+// global_minmax: running := (min(running.lo, range.lo), max(running.hi, range.hi)).
+WorkingRange GlobalMinMaxUpdate(const WorkingRange& range, const WorkingRange& running);
+
+// qparams_from_range: scale, zero point and minval of every block (§5–§7).
+QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range);
+
+}  // namespace qparams
+
+#endif  // QPARAMS_CORE_QPARAMS_H_

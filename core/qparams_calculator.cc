@@ -1,0 +1,295 @@
+#include "core/qparams_calculator.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace qparams {
+namespace {
+
+// PyTorch-like repr of a tensor: "tensor([[0.0235], [0.0471]])"; large ones are
+// summarised by their shape.
+template <typename T>
+std::string TensorRepr(const std::vector<T>& values, const Shape& shape,
+                       absl::string_view suffix = "") {
+  constexpr size_t kMaxShown = 8;
+  std::string body;
+  if (values.empty()) {
+    body = "[]";
+  } else if (values.size() > kMaxShown) {
+    body = absl::StrCat("[", absl::StrFormat("%.4g", static_cast<double>(values.front())),
+                        ", ..., ", absl::StrFormat("%.4g", static_cast<double>(values.back())),
+                        "], size=", ShapeString(shape));
+  } else {
+    // Nest brackets by the shape, innermost dim last.
+    std::vector<std::string> items;
+    for (const T& v : values) items.push_back(absl::StrFormat("%.4g", static_cast<double>(v)));
+    for (size_t d = shape.size(); d-- > 0;) {
+      const size_t width = static_cast<size_t>(shape[d]);
+      std::vector<std::string> grouped;
+      for (size_t i = 0; i < items.size(); i += width) {
+        std::vector<std::string> group(items.begin() + i, items.begin() + i + width);
+        grouped.push_back(absl::StrCat("[", absl::StrJoin(group, ", "), "]"));
+      }
+      items = std::move(grouped);
+    }
+    body = items.front();
+  }
+  return absl::StrCat("tensor(", body, suffix, ")");
+}
+
+std::string WorkingRangeRepr(const std::vector<double>& values, const WorkingRange& range) {
+  const absl::string_view suffix =
+      range.precision == DType::kFloat32 ? "" : (range.precision == DType::kFloat16
+                                                     ? ", dtype=torch.float16"
+                                                     : (range.precision == DType::kBFloat16
+                                                            ? ", dtype=torch.bfloat16"
+                                                            : ", dtype=torch.float64"));
+  return TensorRepr(values, range.shape, suffix);
+}
+
+absl::Status ExpectSize(absl::string_view field, size_t size, int64_t expected) {
+  if (static_cast<int64_t>(size) == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("state.", field, " holds ", size, " values; its shape needs ", expected));
+}
+
+}  // namespace
+
+QParamsCalculatorBase::QParamsCalculatorBase(QuantSpec resolved_spec)
+    : spec_(std::move(resolved_spec)), recipe_(QParamsRecipe::FromSpec(spec_)) {}
+
+absl::Status QParamsCalculatorBase::SetGranularity(const Granularity& granularity) {
+  if (initialized_) {
+    return absl::FailedPreconditionError(
+        "Cannot change granularity after observer has been initialized.");
+  }
+  if (absl::Status s = granularity.Validate(); !s.ok()) return s;
+  spec_.granularity = granularity;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shape> QParamsCalculatorBase::BlockShapeFor(const Observation& x) const {
+  absl::StatusOr<Shape> block = spec_.granularity.BlockShape(x.input_shape(), spec_.target);
+  if (!block.ok()) return block.status();
+  for (int64_t d : x.input_shape()) {
+    if (d == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("input shape ", ShapeString(x.input_shape()),
+                                                     " has no elements; dims must be >= 1"));
+    }
+  }
+  return block;
+}
+
+absl::StatusOr<WorkingRange> QParamsCalculatorBase::WorkingRangeFor(const Observation& x,
+                                                                    const Shape& block) const {
+  // Also with both bounds set: the values are checked even when they do not matter.
+  absl::StatusOr<BlockRange> observed = x.Range(block);
+  if (!observed.ok()) return observed.status();
+  return qparams::GetRange(&*observed, observed->min.shape, spec_.float_range);
+}
+
+CalculatorState QParamsCalculatorBase::ExportState() const {
+  CalculatorState state;
+  state.calculator = std::string(key());
+  state.spec = spec_;
+  state.initialized = initialized_;
+  state.compute_dtype_for_export = compute_dtype_for_export_;
+  return state;
+}
+
+absl::Status QParamsCalculatorBase::RestoreState(const CalculatorState& state) {
+  initialized_ = state.initialized;
+  compute_dtype_for_export_ = state.compute_dtype_for_export;
+  return absl::OkStatus();
+}
+
+// ---- Stateful ----
+
+absl::StatusOr<QParams> StatefulQParamsCalculatorBase::Forward(const Observation& x) {
+  if (initialized_ && spec_.float_range.frozen()) return buffers_;  // frozen range
+  if (export_mode_) return buffers_;
+
+  absl::StatusOr<Shape> block = BlockShapeFor(x);
+  if (!block.ok()) return block.status();
+  if (initialized_) {
+    if (x.dtype() != compute_dtype_for_export_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "input dtype ", DTypeName(x.dtype()), " differs from ",
+          DTypeName(compute_dtype_for_export_),
+          ", fixed by the first forward; use a new session (or dynamic) for another dtype"));
+    }
+    const Shape counts = BlockCounts(x.input_shape(), *block);
+    if (counts != buffers_.shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "input shape ", ShapeString(x.input_shape()), " gives scale shape ",
+          ShapeString(counts), " but the buffers have shape ", ShapeString(buffers_.shape),
+          ", fixed by the first forward; shapes must stay stable (use dynamic for varying ones)"));
+    }
+  }
+  absl::StatusOr<WorkingRange> range = WorkingRangeFor(x, *block);
+  if (!range.ok()) return range.status();
+
+  QParams q = ComputeQParams(*range);
+  if (!initialized_) {
+    compute_dtype_for_export_ = x.dtype();
+    initialized_ = true;
+  }
+  buffers_ = q;
+  ++observation_count_;
+  return q;
+}
+
+absl::Status StatefulQParamsCalculatorBase::SetExportMode(bool enabled) {
+  export_mode_ = enabled;
+  return absl::OkStatus();
+}
+
+std::string StatefulQParamsCalculatorBase::Description() const {
+  const QParams& b = buffers_;
+  return absl::StrCat(
+      "scale=", TensorRepr(b.scale, b.shape), ", zero_point=",
+      b.has_zero_point ? TensorRepr(b.zero_point, b.shape, ", dtype=torch.int32") : "None",
+      ", minval=", b.has_minval ? TensorRepr(b.minval, b.shape) : "None",
+      ", export_mode=", export_mode_ ? "True" : "False");
+}
+
+CalculatorState StatefulQParamsCalculatorBase::ExportState() const {
+  CalculatorState state = QParamsCalculatorBase::ExportState();
+  state.export_mode = export_mode_;
+  state.observation_count = observation_count_;
+  state.qparams = buffers_;
+  return state;
+}
+
+absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& state) {
+  const QParams& q = state.qparams;
+  if (q.has_zero_point != recipe_.has_zero_point || q.has_minval != recipe_.has_zero_point) {
+    return absl::InvalidArgumentError(
+        "state.qparams: has_zero_point/has_minval do not match the spec's dtype");
+  }
+  absl::StatusOr<int64_t> n = NumElements(q.shape, "state.qparams.shape");
+  if (!n.ok()) return n.status();
+  if (state.initialized == (q.shape == Shape{0})) {
+    return absl::InvalidArgumentError(
+        "state.qparams.shape: filled buffers and the initialized flag disagree");
+  }
+  if (absl::Status s = ExpectSize("qparams.scale", q.scale.size(), *n); !s.ok()) return s;
+  if (absl::Status s = ExpectSize("qparams.zero_point", q.zero_point.size(),
+                                  q.has_zero_point ? *n : 0);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ExpectSize("qparams.minval", q.minval.size(), q.has_minval ? *n : 0);
+      !s.ok()) {
+    return s;
+  }
+  if (state.observation_count < 0) {
+    return absl::InvalidArgumentError("state.observation_count must be >= 0");
+  }
+  if (absl::Status s = QParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
+  buffers_ = q;
+  export_mode_ = state.export_mode;
+  observation_count_ = state.observation_count;
+  return absl::OkStatus();
+}
+
+QParams StaticQParamsCalculator::ComputeQParams(const WorkingRange& range) {
+  return QParamsFromRange(recipe_, range);
+}
+
+// ---- Running range ----
+
+QParams RunningRangeQParamsCalculator::ComputeQParams(const WorkingRange& range) {
+  running_ = initialized_ ? UpdateRunningRange(range) : range;
+  return QParamsFromRange(recipe_, running_);
+}
+
+std::string RunningRangeQParamsCalculator::Description() const {
+  return absl::StrCat(StatefulQParamsCalculatorBase::Description(),
+                      "\nrunning_min=", WorkingRangeRepr(running_.lo, running_),
+                      ", running_max=", WorkingRangeRepr(running_.hi, running_));
+}
+
+CalculatorState RunningRangeQParamsCalculator::ExportState() const {
+  CalculatorState state = StatefulQParamsCalculatorBase::ExportState();
+  if (initialized_) state.running = running_;
+  return state;
+}
+
+absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& state) {
+  if (state.initialized != state.running.has_value()) {
+    return absl::InvalidArgumentError(
+        "state.running: a running range is present exactly when the calculator is initialized");
+  }
+  if (state.running.has_value()) {
+    const WorkingRange& r = *state.running;
+    if (r.shape != state.qparams.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("state.running.shape ", ShapeString(r.shape),
+                                                     " differs from the buffers' ",
+                                                     ShapeString(state.qparams.shape)));
+    }
+    if (absl::Status s = ExpectSize("running.lo", r.lo.size(), state.qparams.scale.size());
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ExpectSize("running.hi", r.hi.size(), state.qparams.scale.size());
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = StatefulQParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
+  running_ = state.running.value_or(WorkingRange());
+  return absl::OkStatus();
+}
+
+CalculatorState MovingAverageQParamsCalculator::ExportState() const {
+  CalculatorState state = RunningRangeQParamsCalculator::ExportState();
+  state.averaging_constant = averaging_constant_;
+  return state;
+}
+
+WorkingRange MovingAverageQParamsCalculator::UpdateRunningRange(const WorkingRange& range) const {
+  return MovingAverageUpdate(averaging_constant_, range, running_range());
+}
+
+WorkingRange GlobalMinMaxQParamsCalculator::UpdateRunningRange(const WorkingRange& range) const {
+  return GlobalMinMaxUpdate(range, running_range());
+}
+
+// ---- Stateless ----
+
+absl::StatusOr<QParams> StatelessQParamsCalculatorBase::Forward(const Observation& x) {
+  absl::StatusOr<Shape> block = BlockShapeFor(x);
+  if (!block.ok()) return block.status();
+  absl::StatusOr<WorkingRange> range = WorkingRangeFor(x, *block);
+  if (!range.ok()) return range.status();
+  QParams q = ComputeQParams(*range);
+  if (!initialized_) {
+    compute_dtype_for_export_ = x.dtype();
+    initialized_ = true;
+  }
+  last_qparams_ = q;
+  return q;
+}
+
+absl::Status StatelessQParamsCalculatorBase::SetExportMode(bool enabled) {
+  if (enabled) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Stateless quantization (", key(),
+        ") does not support export mode: its qparams depend on each input"));
+  }
+  return absl::OkStatus();
+}
+
+std::string StatelessQParamsCalculatorBase::Description() const {
+  return absl::StrCat("stateless, initialized=", initialized_ ? "True" : "False");
+}
+
+QParams DynamicQParamsCalculator::ComputeQParams(const WorkingRange& range) const {
+  return QParamsFromRange(recipe_, range);
+}
+
+}  // namespace qparams

@@ -1,0 +1,205 @@
+// The qparams calculators of coreai_opt (semantics.md §1): an abstract base, a
+// stateful base whose buffers persist across forwards, a stateless base, and the
+// four registered kinds static, moving_average, global_minmax and dynamic.
+//
+// A forward is *cached* when a stateful calculator is in export mode, or is
+// initialized with both float_range bounds set: it returns the buffers and reads
+// nothing of the input. Every other forward is *computing*. A failed forward changes
+// nothing.
+
+#ifndef QPARAMS_CORE_QPARAMS_CALCULATOR_H_
+#define QPARAMS_CORE_QPARAMS_CALCULATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/calculator_state.h"
+#include "core/observation.h"
+#include "core/qparams.h"
+#include "core/quant_spec.h"
+
+namespace qparams {
+
+class QParamsCalculatorBase {
+ public:
+  virtual ~QParamsCalculatorBase() = default;
+  QParamsCalculatorBase(const QParamsCalculatorBase&) = delete;
+  QParamsCalculatorBase& operator=(const QParamsCalculatorBase&) = delete;
+
+  // The registry key: "static", "moving_average", "global_minmax" or "dynamic".
+  virtual absl::string_view key() const = 0;
+  virtual bool stateful() const = 0;
+
+  // forward(x): the qparams of this observation (see the file comment). Errors:
+  // INVALID_ARGUMENT for a granularity that does not fit the input shape, an input
+  // with no elements or with non-finite values, or a malformed range observation;
+  // FAILED_PRECONDITION (stateful only) for an input dtype or block count N other
+  // than those of the first computing forward.
+  virtual absl::StatusOr<QParams> Forward(const Observation& x) = 0;
+
+  // set_export_mode. Stateful: freezes (true) or unfreezes the buffers. Stateless:
+  // true is FAILED_PRECONDITION, false does nothing.
+  virtual absl::Status SetExportMode(bool enabled) = 0;
+
+  // The granularity setter: FAILED_PRECONDITION once initialized, INVALID_ARGUMENT
+  // for a granularity that cannot be built.
+  absl::Status SetGranularity(const Granularity& granularity);
+
+  // A one- or two-line summary in the style of the module's extra_repr.
+  virtual std::string Description() const = 0;
+
+  // The calculator's full state as a plain value; CreateFromState (registry.h)
+  // rebuilds a calculator that continues bit-identically.
+  virtual CalculatorState ExportState() const;
+
+  // The resolved spec (its granularity follows SetGranularity).
+  const QuantSpec& spec() const { return spec_; }
+  // True after the first successful computing forward.
+  bool initialized() const { return initialized_; }
+  // The dtype of the first computing forward's input (float32 before it).
+  DType compute_dtype_for_export() const { return compute_dtype_for_export_; }
+
+ protected:
+  // `resolved_spec` comes from QuantSpec::Resolve().
+  explicit QParamsCalculatorBase(QuantSpec resolved_spec);
+
+  // The block-size vector of x's input shape for the spec's granularity and target.
+  // INVALID_ARGUMENT if the granularity does not fit or the input has no elements.
+  absl::StatusOr<Shape> BlockShapeFor(const Observation& x) const;
+
+  // get_range (§2): the range pass over x, then float_range handling. INVALID_ARGUMENT
+  // for non-finite values or a malformed range observation.
+  absl::StatusOr<WorkingRange> WorkingRangeFor(const Observation& x, const Shape& block) const;
+
+  // Restores what ExportState wrote of the common fields.
+  virtual absl::Status RestoreState(const CalculatorState& state);
+  friend absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
+      const CalculatorState& state);
+
+  QuantSpec spec_;
+  QParamsRecipe recipe_;
+  bool initialized_ = false;
+  DType compute_dtype_for_export_ = DType::kFloat32;
+};
+
+class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
+ public:
+  bool stateful() const final { return true; }
+  absl::StatusOr<QParams> Forward(const Observation& x) final;
+  absl::Status SetExportMode(bool enabled) final;
+  std::string Description() const override;
+  CalculatorState ExportState() const override;
+
+  // get_qparams: the buffers, empty (shape [0]) before the first computing forward.
+  const QParams& GetQParams() const { return buffers_; }
+  bool export_mode() const { return export_mode_; }
+  // Computing forwards applied so far.
+  int64_t observation_count() const { return observation_count_; }
+
+ protected:
+  using QParamsCalculatorBase::QParamsCalculatorBase;
+
+  // compute_qparams for this kind, from the forward's working range. Called only
+  // once the forward can no longer fail; may update the kind's own state.
+  virtual QParams ComputeQParams(const WorkingRange& range) = 0;
+  absl::Status RestoreState(const CalculatorState& state) override;
+
+ private:
+  QParams buffers_ = QParams::Empty(recipe_.has_zero_point, recipe_.has_zero_point);
+  bool export_mode_ = false;
+  int64_t observation_count_ = 0;
+};
+
+class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
+ public:
+  explicit StaticQParamsCalculator(QuantSpec resolved_spec)
+      : StatefulQParamsCalculatorBase(std::move(resolved_spec)) {}
+  absl::string_view key() const override { return "static"; }
+
+ protected:
+  QParams ComputeQParams(const WorkingRange& range) override;
+};
+
+// The running-range mixin: qparams come from a running range that the first
+// computing forward sets to its range and later ones update.
+class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
+ public:
+  // running_min / running_max in working precision (empty before initialization).
+  const WorkingRange& running_range() const { return running_; }
+  std::string Description() const override;
+  CalculatorState ExportState() const override;
+
+ protected:
+  using StatefulQParamsCalculatorBase::StatefulQParamsCalculatorBase;
+  QParams ComputeQParams(const WorkingRange& range) final;
+  virtual WorkingRange UpdateRunningRange(const WorkingRange& range) const = 0;
+  absl::Status RestoreState(const CalculatorState& state) override;
+
+ private:
+  WorkingRange running_;
+};
+
+class MovingAverageQParamsCalculator final : public RunningRangeQParamsCalculator {
+ public:
+  static constexpr double kDefaultAveragingConstant = 0.01;
+  MovingAverageQParamsCalculator(QuantSpec resolved_spec, double averaging_constant)
+      : RunningRangeQParamsCalculator(std::move(resolved_spec)),
+        averaging_constant_(averaging_constant) {}
+  absl::string_view key() const override { return "moving_average"; }
+  double averaging_constant() const { return averaging_constant_; }
+  CalculatorState ExportState() const override;
+
+ protected:
+  WorkingRange UpdateRunningRange(const WorkingRange& range) const override;
+
+ private:
+  double averaging_constant_;
+};
+
+class GlobalMinMaxQParamsCalculator final : public RunningRangeQParamsCalculator {
+ public:
+  explicit GlobalMinMaxQParamsCalculator(QuantSpec resolved_spec)
+      : RunningRangeQParamsCalculator(std::move(resolved_spec)) {}
+  absl::string_view key() const override { return "global_minmax"; }
+
+ protected:
+  WorkingRange UpdateRunningRange(const WorkingRange& range) const override;
+};
+
+// No buffers: every forward computes from scratch, with any shape and dtype.
+class StatelessQParamsCalculatorBase : public QParamsCalculatorBase {
+ public:
+  bool stateful() const final { return false; }
+  absl::StatusOr<QParams> Forward(const Observation& x) final;
+  absl::Status SetExportMode(bool enabled) final;
+  std::string Description() const override;
+
+  // The latest forward's result, kept for debugging; unset before the first.
+  const std::optional<QParams>& last_qparams() const { return last_qparams_; }
+
+ protected:
+  using QParamsCalculatorBase::QParamsCalculatorBase;
+  virtual QParams ComputeQParams(const WorkingRange& range) const = 0;
+
+ private:
+  std::optional<QParams> last_qparams_;
+};
+
+class DynamicQParamsCalculator final : public StatelessQParamsCalculatorBase {
+ public:
+  explicit DynamicQParamsCalculator(QuantSpec resolved_spec)
+      : StatelessQParamsCalculatorBase(std::move(resolved_spec)) {}
+  absl::string_view key() const override { return "dynamic"; }
+
+ protected:
+  QParams ComputeQParams(const WorkingRange& range) const override;
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_CORE_QPARAMS_CALCULATOR_H_

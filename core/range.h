@@ -1,0 +1,30 @@
+// The `minmax` range calculator: the raw minimum and maximum of every block of a
+// tensor (semantics.md §2.2), computed in one fused pass.
+
+#ifndef QPARAMS_CORE_RANGE_H_
+#define QPARAMS_CORE_RANGE_H_
+
+#include "absl/status/statusor.h"
+#include "core/tensor.h"
+
+namespace qparams {
+
+// Per-block minima and maxima, in the observed tensor's dtype and of shape N (the
+// block counts). Values are the observed ones, with no clamping to include 0.
+struct BlockRange {
+  Tensor min;
+  Tensor max;
+};
+
+// Computes the min and max of every block of `x`, where `block` is the block-size
+// vector of x's granularity (Granularity::BlockShape), in one pass over the data that
+// also looks for non-finite values. Runs on OpenMP threads for large tensors.
+// INVALID_ARGUMENT if x has no elements or holds a NaN, +Inf or -Inf.
+absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block);
+
+// The position of the first NaN or infinite value of `x`, or -1 if all are finite.
+int64_t FindNonFinite(const TensorView& x);
+
+}  // namespace qparams
+
+#endif  // QPARAMS_CORE_RANGE_H_

@@ -1,0 +1,157 @@
+#include "core/registry.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace qparams {
+namespace {
+
+absl::Status RejectAveragingConstant(const CalculatorOptions& options, absl::string_view key) {
+  if (!options.averaging_constant.has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "averaging_constant is for moving_average only; leave it unset for ", key));
+}
+
+template <typename Calculator>
+CalculatorClass::Factory PlainFactory(absl::string_view key) {
+  return [key = std::string(key)](const QuantSpec& spec, const CalculatorOptions& options)
+             -> absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> {
+    if (absl::Status s = RejectAveragingConstant(options, key); !s.ok()) return s;
+    return std::make_unique<Calculator>(spec);
+  };
+}
+
+absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateMovingAverage(
+    const QuantSpec& spec, const CalculatorOptions& options) {
+  const double c = options.averaging_constant.value_or(
+      MovingAverageQParamsCalculator::kDefaultAveragingConstant);
+  if (!std::isfinite(c) || c <= 0 || c > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("averaging_constant is ", c, "; it must be finite with 0 < c <= 1"));
+  }
+  return std::make_unique<MovingAverageQParamsCalculator>(spec, c);
+}
+
+absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateDynamic(
+    const QuantSpec& spec, const CalculatorOptions& options) {
+  if (absl::Status s = RejectAveragingConstant(options, "dynamic"); !s.ok()) return s;
+  if (!spec.float_range.empty()) {
+    return absl::InvalidArgumentError(
+        "spec.float_range: the stateless dynamic calculator requires float_range=[None, None]");
+  }
+  if (spec.qscheme == QScheme::kSymmetricWithClipping) {
+    return absl::InvalidArgumentError(
+        "spec.qscheme: the dynamic calculator does not support SYMMETRIC_WITH_CLIPPING");
+  }
+  return std::make_unique<DynamicQParamsCalculator>(spec);
+}
+
+QParamsCalculatorRegistry MakeBuiltins() {
+  QParamsCalculatorRegistry registry;
+  registry.Register({"static", true, "qparams from the range of the current input only",
+                     PlainFactory<StaticQParamsCalculator>("static")});
+  registry.Register({"moving_average", true,
+                     "qparams from an exponential moving average of the range "
+                     "(averaging_constant, default 0.01)",
+                     CreateMovingAverage});
+  registry.Register({"global_minmax", true,
+                     "qparams from the running min of minima and max of maxima",
+                     PlainFactory<GlobalMinMaxQParamsCalculator>("global_minmax")});
+  registry.Register({"dynamic", false,
+                     "stateless: recomputes qparams from each input; any shape and dtype",
+                     CreateDynamic});
+  registry.Register({"default", true,
+                     "resolved by target: static for weights, moving_average for activations",
+                     nullptr});
+  return registry;
+}
+
+}  // namespace
+
+QParamsCalculatorRegistry& QParamsCalculatorRegistry::Global() {
+  static QParamsCalculatorRegistry* registry = new QParamsCalculatorRegistry(MakeBuiltins());
+  return *registry;
+}
+
+bool QParamsCalculatorRegistry::Register(CalculatorClass cls) {
+  std::string key = cls.key;
+  return classes_.insert_or_assign(std::move(key), std::move(cls)).second;
+}
+
+absl::StatusOr<const CalculatorClass*> QParamsCalculatorRegistry::GetClass(
+    absl::string_view key) const {
+  auto it = classes_.find(key);
+  if (it == classes_.end()) {
+    return absl::NotFoundError(absl::StrCat("no object registered under key \"", key,
+                                            "\" in the QParamsCalculatorBase registry"));
+  }
+  return &it->second;
+}
+
+std::vector<std::string> QParamsCalculatorRegistry::ListRegistryKeys() const {
+  std::vector<std::string> keys;
+  for (const auto& [key, cls] : classes_) keys.push_back(key);
+  return keys;
+}
+
+std::vector<const CalculatorClass*> QParamsCalculatorRegistry::ListRegistryValues() const {
+  std::vector<const CalculatorClass*> values;
+  for (const auto& [key, cls] : classes_) values.push_back(&cls);
+  return values;
+}
+
+absl::StatusOr<const CalculatorClass*> QParamsCalculatorRegistry::Resolve(
+    absl::string_view key) const {
+  auto it = classes_.find(key);
+  if (it == classes_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calculator \"", key,
+                     "\" is not registered in QParamsCalculatorBase; available: ",
+                     absl::StrJoin(ListRegistryKeys(), ", ")));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<std::string> QParamsCalculatorRegistry::ResolveKey(absl::string_view key,
+                                                                 Target target) const {
+  if (key.empty() || key == "default") {
+    return std::string(target == Target::kActivation ? "moving_average" : "static");
+  }
+  absl::StatusOr<const CalculatorClass*> cls = Resolve(key);
+  if (!cls.ok()) return cls.status();
+  return (*cls)->key;
+}
+
+absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> QParamsCalculatorRegistry::Create(
+    absl::string_view key, const QuantSpec& spec, const CalculatorOptions& options) const {
+  absl::StatusOr<std::string> resolved_key = ResolveKey(key, spec.target);
+  if (!resolved_key.ok()) return resolved_key.status();
+  absl::StatusOr<const CalculatorClass*> cls = Resolve(*resolved_key);
+  if (!cls.ok()) return cls.status();
+  if (!(*cls)->create) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calculator \"", *resolved_key, "\" cannot be constructed"));
+  }
+  absl::StatusOr<QuantSpec> resolved_spec = spec.Resolve();
+  if (!resolved_spec.ok()) return resolved_spec.status();
+  return (*cls)->create(*resolved_spec, options);
+}
+
+absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
+    const CalculatorState& state) {
+  if (state.calculator == "default") {
+    return absl::InvalidArgumentError("state.calculator must be a resolved key, not default");
+  }
+  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> calculator =
+      QParamsCalculatorRegistry::Global().Create(
+          state.calculator, state.spec, CalculatorOptions{state.averaging_constant});
+  if (!calculator.ok()) return calculator.status();
+  if (absl::Status s = (*calculator)->RestoreState(state); !s.ok()) return s;
+  return calculator;
+}
+
+}  // namespace qparams

@@ -1,0 +1,246 @@
+#include "tests/conformance_vectors.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace qparams::testing {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+const Value* Field(const Struct& s, const std::string& key) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return nullptr;
+  return &it->second;
+}
+
+std::vector<int64_t> IntList(const Value& v) {
+  std::vector<int64_t> out;
+  for (const Value& e : v.list_value().values()) out.push_back(static_cast<int64_t>(e.number_value()));
+  return out;
+}
+
+absl::StatusOr<absl::StatusCode> ParseCode(const std::string& name) {
+  if (name == "invalid_argument") return absl::StatusCode::kInvalidArgument;
+  if (name == "failed_precondition") return absl::StatusCode::kFailedPrecondition;
+  return absl::InvalidArgumentError(absl::StrCat("unknown error code ", name));
+}
+
+absl::StatusOr<Granularity> ParseGranularity(const Struct& g) {
+  const Value* kind = Field(g, "kind");
+  if (kind == nullptr) return absl::InvalidArgumentError("granularity without kind");
+  const Value* axis = Field(g, "axis");
+  if (kind->string_value() == "per_tensor") return Granularity::PerTensor();
+  if (kind->string_value() == "per_channel") {
+    return Granularity::PerChannel(static_cast<int64_t>(axis->number_value()));
+  }
+  if (kind->string_value() == "per_block") {
+    const Value* sizes = Field(g, "block_size");
+    std::optional<int64_t> a;
+    if (axis != nullptr) a = static_cast<int64_t>(axis->number_value());
+    return Granularity::PerBlock(a, sizes ? IntList(*sizes) : std::vector<int64_t>{});
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown granularity ", kind->string_value()));
+}
+
+absl::StatusOr<QuantSpec> ParseSpec(const Struct& s) {
+  QuantSpec spec;
+  spec.dtype = Field(s, "dtype")->string_value();
+  absl::StatusOr<QScheme> qscheme = ParseQScheme(Field(s, "qscheme")->string_value());
+  if (!qscheme.ok()) return qscheme.status();
+  spec.qscheme = *qscheme;
+  absl::StatusOr<Granularity> g = ParseGranularity(Field(s, "granularity")->struct_value());
+  if (!g.ok()) return g.status();
+  spec.granularity = *g;
+  spec.target = Field(s, "target")->string_value() == "activation" ? Target::kActivation
+                                                                  : Target::kWeight;
+  if (const Value* v = Field(s, "quant_min")) spec.quant_min = v->number_value();
+  if (const Value* v = Field(s, "quant_max")) spec.quant_max = v->number_value();
+  if (const Value* fr = Field(s, "float_range")) {
+    const auto& bounds = fr->list_value().values();
+    if (bounds.size() != 2) return absl::InvalidArgumentError("float_range must have 2 entries");
+    if (bounds[0].kind_case() == Value::kNumberValue) spec.float_range.min = bounds[0].number_value();
+    if (bounds[1].kind_case() == Value::kNumberValue) spec.float_range.max = bounds[1].number_value();
+  }
+  if (const Value* v = Field(s, "scale_dtype")) spec.scale_dtype = v->string_value();
+  return spec;
+}
+
+absl::StatusOr<Tensor> ParseTensor(const Struct& t) {
+  Tensor tensor;
+  absl::StatusOr<DType> dtype = ParseDType(Field(t, "dtype")->string_value());
+  if (!dtype.ok()) return dtype.status();
+  tensor.dtype = *dtype;
+  tensor.shape = IntList(*Field(t, "shape"));
+  if (!absl::Base64Unescape(Field(t, "data")->string_value(), &tensor.data)) {
+    return absl::InvalidArgumentError("input.data is not base64");
+  }
+  return tensor;
+}
+
+ExpectedQParams ParseExpect(const Struct& e) {
+  ExpectedQParams x;
+  x.shape = IntList(*Field(e, "shape"));
+  for (int64_t v : IntList(*Field(e, "scale"))) x.scale.push_back(static_cast<uint32_t>(v));
+  if (const Value* zp = Field(e, "zero_point")) {
+    x.zero_point.emplace();
+    for (int64_t v : IntList(*zp)) x.zero_point->push_back(static_cast<int32_t>(v));
+  }
+  if (const Value* mv = Field(e, "minval")) {
+    x.minval.emplace();
+    for (int64_t v : IntList(*mv)) x.minval->push_back(static_cast<uint32_t>(v));
+  }
+  if (const Value* init = Field(e, "initialized")) x.initialized = init->bool_value();
+  return x;
+}
+
+absl::StatusOr<VectorStep> ParseStep(const Struct& s) {
+  VectorStep step;
+  const std::string op = Field(s, "op")->string_value();
+  if (op == "forward") {
+    step.op = VectorStep::Op::kForward;
+    absl::StatusOr<Tensor> input = ParseTensor(Field(s, "input")->struct_value());
+    if (!input.ok()) return input.status();
+    step.input = std::move(*input);
+  } else if (op == "get_qparams") {
+    step.op = VectorStep::Op::kGetQParams;
+  } else if (op == "set_export_mode") {
+    step.op = VectorStep::Op::kSetExportMode;
+    step.enabled = Field(s, "enabled")->bool_value();
+  } else if (op == "set_granularity") {
+    step.op = VectorStep::Op::kSetGranularity;
+    absl::StatusOr<Granularity> g = ParseGranularity(Field(s, "granularity")->struct_value());
+    if (!g.ok()) return g.status();
+    step.granularity = *g;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown op ", op));
+  }
+  if (const Value* e = Field(s, "expect")) step.expect = ParseExpect(e->struct_value());
+  if (const Value* e = Field(s, "expect_error")) {
+    absl::StatusOr<absl::StatusCode> code = ParseCode(e->string_value());
+    if (!code.ok()) return code.status();
+    step.expect_error = *code;
+  }
+  return step;
+}
+
+absl::StatusOr<VectorCase> ParseCase(const std::string& line) {
+  Struct root;
+  if (auto s = google::protobuf::util::JsonStringToMessage(line, &root); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("not JSON: ", s.ToString()));
+  }
+  VectorCase c;
+  c.id = Field(root, "id")->string_value();
+  c.calculator = Field(root, "calculator")->string_value();
+  if (const Value* ac = Field(root, "averaging_constant")) c.averaging_constant = ac->number_value();
+  absl::StatusOr<QuantSpec> spec = ParseSpec(Field(root, "spec")->struct_value());
+  if (!spec.ok()) return spec.status();
+  c.spec = *spec;
+  if (const Value* e = Field(root, "construct_error")) {
+    absl::StatusOr<absl::StatusCode> code = ParseCode(e->string_value());
+    if (!code.ok()) return code.status();
+    c.construct_error = *code;
+  }
+  for (const Value& s : Field(root, "steps")->list_value().values()) {
+    absl::StatusOr<VectorStep> step = ParseStep(s.struct_value());
+    if (!step.ok()) return step.status();
+    c.steps.push_back(std::move(*step));
+  }
+  return c;
+}
+
+}  // namespace
+
+std::string VectorsPath() {
+  const char* env = std::getenv("QPARAMS_VECTORS");
+  return env != nullptr && *env != '\0' ? env : QPARAMS_DEFAULT_VECTORS;
+}
+
+absl::StatusOr<std::vector<VectorCase>> LoadVectors(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open vectors file ", path));
+  std::vector<VectorCase> cases;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    absl::StatusOr<VectorCase> c = ParseCase(line);
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", number, ": ", c.status().message()));
+    }
+    cases.push_back(std::move(*c));
+  }
+  return cases;
+}
+
+std::string FirstDifference(const ExpectedQParams& expected, const QParams& actual,
+                            std::optional<bool> actual_initialized) {
+  if (expected.initialized.has_value() && actual_initialized != expected.initialized) {
+    return absl::StrCat("initialized: expected ", *expected.initialized, ", got ",
+                        actual_initialized.value_or(false));
+  }
+  if (expected.shape != actual.shape) {
+    return absl::StrCat("shape: expected ", ShapeString(expected.shape), ", got ",
+                        ShapeString(actual.shape));
+  }
+  auto compare_bits = [](absl::string_view field, const std::vector<uint32_t>& want,
+                         const std::vector<float>& got) -> std::string {
+    if (want.size() != got.size()) {
+      return absl::StrCat(field, ": expected ", want.size(), " values, got ", got.size());
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (want[i] != FloatBits(got[i])) {
+        return absl::StrFormat("%s[%d]: expected 0x%08x (%.9g), got 0x%08x (%.9g)", field, i,
+                               want[i], FloatFromBits(want[i]), FloatBits(got[i]), got[i]);
+      }
+    }
+    return "";
+  };
+  if (std::string d = compare_bits("scale", expected.scale, actual.scale); !d.empty()) return d;
+  if (expected.zero_point.has_value() != actual.has_zero_point) {
+    return absl::StrCat("zero_point: expected ", expected.zero_point ? "values" : "null",
+                        ", got ", actual.has_zero_point ? "values" : "null");
+  }
+  if (expected.zero_point.has_value()) {
+    if (expected.zero_point->size() != actual.zero_point.size()) {
+      return absl::StrCat("zero_point: expected ", expected.zero_point->size(), " values, got ",
+                          actual.zero_point.size());
+    }
+    for (size_t i = 0; i < actual.zero_point.size(); ++i) {
+      if ((*expected.zero_point)[i] != actual.zero_point[i]) {
+        return absl::StrCat("zero_point[", i, "]: expected ", (*expected.zero_point)[i],
+                            ", got ", actual.zero_point[i]);
+      }
+    }
+  }
+  if (expected.minval.has_value() != actual.has_minval) {
+    return absl::StrCat("minval: expected ", expected.minval ? "values" : "null", ", got ",
+                        actual.has_minval ? "values" : "null");
+  }
+  if (expected.minval.has_value()) {
+    return compare_bits("minval", *expected.minval, actual.minval);
+  }
+  return "";
+}
+
+std::string CodeName(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return "ok";
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case absl::StatusCode::kFailedPrecondition:
+      return "failed_precondition";
+    default:
+      return absl::StatusCodeToString(code);
+  }
+}
+
+}  // namespace qparams::testing

@@ -1,0 +1,66 @@
+// Reads the conformance vectors (shared/conformance/FORMAT.md) into plain values, and
+// compares qparams with their expectations, so that every test that runs the vectors
+// (through the core, or through the service) reads and judges them the same way.
+
+#ifndef QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
+#define QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/granularity.h"
+#include "core/qparams.h"
+#include "core/quant_spec.h"
+#include "core/tensor.h"
+
+namespace qparams::testing {
+
+struct ExpectedQParams {
+  Shape shape;
+  std::vector<uint32_t> scale;                       // float32 bit patterns
+  std::optional<std::vector<int32_t>> zero_point;    // null: none
+  std::optional<std::vector<uint32_t>> minval;       // null: none
+  std::optional<bool> initialized;                   // get_qparams only
+};
+
+struct VectorStep {
+  enum class Op { kForward, kGetQParams, kSetExportMode, kSetGranularity };
+  Op op = Op::kForward;
+  Tensor input;             // forward
+  bool enabled = false;     // set_export_mode
+  Granularity granularity;  // set_granularity
+  std::optional<ExpectedQParams> expect;
+  std::optional<absl::StatusCode> expect_error;
+};
+
+struct VectorCase {
+  std::string id;
+  std::string calculator;
+  std::optional<double> averaging_constant;
+  QuantSpec spec;
+  std::optional<absl::StatusCode> construct_error;
+  std::vector<VectorStep> steps;
+};
+
+// The path of the vectors file: $QPARAMS_VECTORS if set, else the copy in the repo.
+std::string VectorsPath();
+
+// Parses every line of a vectors file. INVALID_ARGUMENT naming the line for
+// anything that is not a well-formed case.
+absl::StatusOr<std::vector<VectorCase>> LoadVectors(const std::string& path);
+
+// "" if `actual` matches `expected` bit for bit, else the first differing field,
+// e.g. "scale[3]: expected 0x3cc0c0c1, got 0x3cc0c0c2".
+std::string FirstDifference(const ExpectedQParams& expected, const QParams& actual,
+                            std::optional<bool> actual_initialized = std::nullopt);
+
+// "invalid_argument" / "failed_precondition" / ...: the FORMAT name of a status code.
+std::string CodeName(absl::StatusCode code);
+
+}  // namespace qparams::testing
+
+#endif  // QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
