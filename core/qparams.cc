@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace qparams {
 namespace {
@@ -51,6 +52,21 @@ double BoundInPrecision(double bound, DType precision) {
   });
 }
 
+// torch.max / torch.min: NaN in either operand gives NaN (std::max would drop it).
+template <typename Real>
+Real NanMax(Real a, Real b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<Real>::quiet_NaN() : std::max(a, b);
+}
+template <typename Real>
+Real NanMin(Real a, Real b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<Real>::quiet_NaN() : std::min(a, b);
+}
+
+// The float -> int32 cast of a zero point; NaN gives INT32_MIN, as on x86 (§5.5).
+int32_t ZeroPointToInt32(double zp) {
+  return std::isnan(zp) ? std::numeric_limits<int32_t>::min() : static_cast<int32_t>(zp);
+}
+
 // -0.0 for the symmetric minval of an all-zero block, +0.0 for the asymmetric one
 // (FORMAT rule 6), whatever the signs of the zeros that produced it.
 float SignedZeroMinval(double v, bool symmetric) {
@@ -75,37 +91,37 @@ QParams QParamsFromRangeIn(const QParamsRecipe& recipe, const WorkingRange& rang
   const Real qmax = static_cast<Real>(recipe.quant_max);
 
   for (size_t i = 0; i < n; ++i) {
-    const Real mn = std::min(static_cast<Real>(range.lo[i]), Real(0));
-    const Real mx = std::max(static_cast<Real>(range.hi[i]), Real(0));
+    const Real mn = NanMin(static_cast<Real>(range.lo[i]), Real(0));
+    const Real mx = NanMax(static_cast<Real>(range.hi[i]), Real(0));
+    const Real max_abs = NanMax(-mn, mx);
     if (recipe.e8m0_target.has_value()) {
       // §7: the largest power of two not above max_abs / 2^t, floored at 2^-126.
-      const Real a = std::max(-mn, mx);
-      const int exponent_field = (FloatBits(static_cast<float>(a)) >> 23) & 0xff;
+      const int exponent_field = (FloatBits(static_cast<float>(max_abs)) >> 23) & 0xff;
       const int e = std::clamp(exponent_field - 127 - *recipe.e8m0_target, -127, 128);
       const float s = FloatFromBits(static_cast<uint32_t>(e + 127) << 23);
       q.scale[i] = std::max(s, 0x1.0p-126f);
       if (q.has_zero_point) {
         q.zero_point[i] = 0;
-        q.minval[i] = SignedZeroMinval(-a, true);
+        q.minval[i] = SignedZeroMinval(-max_abs, true);
       }
     } else if (recipe.symmetric) {
-      const Real a = std::max(-mn, mx);
       const Real divisor = static_cast<Real>((recipe.quant_max - recipe.quant_min) / 2);
-      const Real scale = std::max(Ops::Round(a / divisor), eps);
+      // clamp(min=eps) keeps NaN, hence NaN first.
+      const Real scale = NanMax(Ops::Round(max_abs / divisor), eps);
       q.scale[i] = static_cast<float>(scale);
       if (q.has_zero_point) {
         q.zero_point[i] =
             static_cast<int32_t>(std::trunc((recipe.quant_max + recipe.quant_min + 1) / 2));
-        q.minval[i] = SignedZeroMinval(-a, true);
+        q.minval[i] = SignedZeroMinval(-max_abs, true);
       }
     } else {
       const Real divisor = static_cast<Real>(recipe.quant_max - recipe.quant_min);
-      const Real scale = std::max(Ops::Round(Ops::Round(mx - mn) / divisor), eps);
+      const Real scale = NanMax(Ops::Round(Ops::Round(mx - mn) / divisor), eps);
       q.scale[i] = static_cast<float>(scale);
       if (q.has_zero_point) {
         const Real r = std::nearbyint(Ops::Round(mn / scale));  // round half to even
-        const Real zp = std::clamp(Ops::Round(qmin - r), qmin, qmax);
-        q.zero_point[i] = static_cast<int32_t>(zp);
+        const Real zp = std::clamp(Ops::Round(qmin - r), qmin, qmax);  // NaN stays NaN
+        q.zero_point[i] = ZeroPointToInt32(zp);
         q.minval[i] = SignedZeroMinval(mn, false);
       }
     }

@@ -1,5 +1,6 @@
 #include "core/qparams_calculator.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,6 +102,10 @@ CalculatorState QParamsCalculatorBase::ExportState() const {
 }
 
 absl::Status QParamsCalculatorBase::RestoreState(const CalculatorState& state) {
+  if (!state.initialized && state.compute_dtype_for_export != DType::kFloat32) {
+    return absl::InvalidArgumentError(
+        "state.compute_dtype_for_export is set by the first forward; it must be float32 before");
+  }
   initialized_ = state.initialized;
   compute_dtype_for_export_ = state.compute_dtype_for_export;
   return absl::OkStatus();
@@ -170,11 +175,18 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
     return absl::InvalidArgumentError(
         "state.qparams: has_zero_point/has_minval do not match the spec's dtype");
   }
+  if (state.running.has_value() && !has_running_range()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state.running: ", key(), " keeps no running range"));
+  }
   absl::StatusOr<int64_t> n = NumElements(q.shape, "state.qparams.shape");
   if (!n.ok()) return n.status();
-  if (state.initialized == (q.shape == Shape{0})) {
+  const bool empty = q.shape == Shape{0};
+  if (state.initialized == empty || state.initialized != q.precision.has_value() ||
+      state.initialized != (state.observation_count > 0)) {
     return absl::InvalidArgumentError(
-        "state.qparams.shape: filled buffers and the initialized flag disagree");
+        "state: the initialized flag, filled buffers, their precision and a positive "
+        "observation_count go together");
   }
   if (absl::Status s = ExpectSize("qparams.scale", q.scale.size(), *n); !s.ok()) return s;
   if (absl::Status s = ExpectSize("qparams.zero_point", q.zero_point.size(),
@@ -186,8 +198,16 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
       !s.ok()) {
     return s;
   }
-  if (state.observation_count < 0) {
-    return absl::InvalidArgumentError("state.observation_count must be >= 0");
+  // Only finite inputs are ever observed, so buffers hold finite values in range.
+  for (int64_t i = 0; i < *n; ++i) {
+    if (!(std::isfinite(q.scale[i]) && q.scale[i] > 0) ||
+        (q.has_minval && !std::isfinite(q.minval[i])) ||
+        (q.has_zero_point && (q.zero_point[i] < recipe_.quant_min ||
+                              q.zero_point[i] > recipe_.quant_max))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state.qparams[", i, "]: scale must be finite and > 0, minval finite and the zero "
+          "point within [quant_min, quant_max]"));
+    }
   }
   if (absl::Status s = QParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
   buffers_ = q;
@@ -226,10 +246,10 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
   }
   if (state.running.has_value()) {
     const WorkingRange& r = *state.running;
-    if (r.shape != state.qparams.shape) {
-      return absl::InvalidArgumentError(absl::StrCat("state.running.shape ", ShapeString(r.shape),
-                                                     " differs from the buffers' ",
-                                                     ShapeString(state.qparams.shape)));
+    if (r.shape != state.qparams.shape || r.precision != state.qparams.precision) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state.running: shape ", ShapeString(r.shape), " and precision ",
+          DTypeName(r.precision), " must be those of the buffers"));
     }
     if (absl::Status s = ExpectSize("running.lo", r.lo.size(), state.qparams.scale.size());
         !s.ok()) {
@@ -238,6 +258,13 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
     if (absl::Status s = ExpectSize("running.hi", r.hi.size(), state.qparams.scale.size());
         !s.ok()) {
       return s;
+    }
+    for (size_t i = 0; i < r.lo.size(); ++i) {
+      if (!(std::isfinite(r.lo[i]) && std::isfinite(r.hi[i]) && r.lo[i] <= 0 && r.hi[i] >= 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "state.running[", i, "]: running_min must be finite and <= 0, running_max finite "
+            "and >= 0"));
+      }
     }
   }
   if (absl::Status s = StatefulQParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
@@ -282,6 +309,16 @@ absl::Status StatelessQParamsCalculatorBase::SetExportMode(bool enabled) {
         ") does not support export mode: its qparams depend on each input"));
   }
   return absl::OkStatus();
+}
+
+absl::Status StatelessQParamsCalculatorBase::RestoreState(const CalculatorState& state) {
+  if (state.export_mode || state.observation_count != 0 || state.qparams.shape != Shape{0} ||
+      state.running.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state: ", key(), " is stateless; export_mode, observation_count, qparams and running "
+        "must be unset"));
+  }
+  return QParamsCalculatorBase::RestoreState(state);
 }
 
 std::string StatelessQParamsCalculatorBase::Description() const {

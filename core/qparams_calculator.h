@@ -107,6 +107,8 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // compute_qparams for this kind, from the forward's working range. Called only
   // once the forward can no longer fail; may update the kind's own state.
   virtual QParams ComputeQParams(const WorkingRange& range) = 0;
+  // Whether the kind keeps running_min/running_max (and so may restore them).
+  virtual bool has_running_range() const { return false; }
   absl::Status RestoreState(const CalculatorState& state) override;
 
  private:
@@ -137,6 +139,7 @@ class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
  protected:
   using StatefulQParamsCalculatorBase::StatefulQParamsCalculatorBase;
   QParams ComputeQParams(const WorkingRange& range) final;
+  bool has_running_range() const final { return true; }
   virtual WorkingRange UpdateRunningRange(const WorkingRange& range) const = 0;
   absl::Status RestoreState(const CalculatorState& state) override;
 
@@ -185,6 +188,7 @@ class StatelessQParamsCalculatorBase : public QParamsCalculatorBase {
  protected:
   using QParamsCalculatorBase::QParamsCalculatorBase;
   virtual QParams ComputeQParams(const WorkingRange& range) const = 0;
+  absl::Status RestoreState(const CalculatorState& state) override;
 
  private:
   std::optional<QParams> last_qparams_;

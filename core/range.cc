@@ -11,80 +11,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/granularity.h"
+#include "core/range_kernels.h"
 
 namespace qparams {
 namespace {
 
+using range_internal::BFloat16Format;
+using range_internal::Float16Format;
+using range_internal::Float32Format;
+using range_internal::Float64Format;
+
 // Below this many elements one thread is faster than waking the OpenMP team.
 constexpr int64_t kParallelMinElements = int64_t{1} << 16;
-
-// An IEEE binary format seen as integers. Min and max are taken on an order-preserving
-// signed key (sign-magnitude folded into two's complement), so the same integer code
-// serves all four dtypes and vectorizes without float compares; the exponent field,
-// all ones exactly for NaN and Inf, flags non-finite values in the same pass.
-template <typename BitsT, typename KeyT, BitsT kExponentMask>
-struct Format {
-  using Bits = BitsT;
-  using Key = KeyT;
-  static constexpr Bits kExponent = kExponentMask;
-  static constexpr int kWidth = 8 * sizeof(Bits);
-
-  static Key ToKey(Bits u) {
-    const Key s = static_cast<Key>(u);
-    return static_cast<Key>(s ^ ((s >> (kWidth - 1)) & std::numeric_limits<Key>::max()));
-  }
-  // The key map is its own inverse.
-  static Bits FromKey(Key k) { return static_cast<Bits>(ToKey(static_cast<Bits>(k))); }
-  static bool NonFinite(Bits u) { return (u & kExponent) == kExponent; }
-};
-
-using Float32Format = Format<uint32_t, int32_t, 0x7f800000u>;
-using Float16Format = Format<uint16_t, int16_t, 0x7c00u>;
-using BFloat16Format = Format<uint16_t, int16_t, 0x7f80u>;
-using Float64Format = Format<uint64_t, int64_t, 0x7ff0000000000000ull>;
-
-template <typename F>
-inline typename F::Bits Load(const uint8_t* p, int64_t i) {
-  typename F::Bits u;
-  std::memcpy(&u, p + i * sizeof u, sizeof u);
-  return u;
-}
-
-// Min and max keys of n contiguous elements; returns whether one was not finite.
-template <typename F>
-bool ReduceSpan(const uint8_t* __restrict p, int64_t n, typename F::Key& lo, typename F::Key& hi) {
-  using Key = typename F::Key;
-  using Bits = typename F::Bits;
-  Key l = lo, h = hi;
-  Bits bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const Bits u = Load<F>(p, i);
-    bad |= static_cast<Bits>(F::NonFinite(u));
-    const Key k = F::ToKey(u);
-    l = k < l ? k : l;
-    h = k > h ? k : h;
-  }
-  lo = l;
-  hi = h;
-  return bad != 0;
-}
-
-// Elementwise: lo[j] = min(lo[j], key(p[j])), hi likewise, for n contiguous elements.
-template <typename F>
-bool CombineSpan(const uint8_t* __restrict p, int64_t n, typename F::Key* __restrict lo,
-                 typename F::Key* __restrict hi) {
-  using Key = typename F::Key;
-  using Bits = typename F::Bits;
-  Bits bad = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const Bits u = Load<F>(p, j);
-    bad |= static_cast<Bits>(F::NonFinite(u));
-    const Key k = F::ToKey(u);
-    lo[j] = k < lo[j] ? k : lo[j];
-    hi[j] = k > hi[j] ? k : hi[j];
-  }
-  return bad != 0;
-}
+// Threads take work in chunks of about this many elements, first come first served,
+// so that a core slowed by other load does not hold the other back.
+constexpr int64_t kChunkElements = int64_t{1} << 18;
 
 // The reduction as a row-major walk. Each dim is kept (block size 1), reduced (one
 // block spans it) or split into a kept count and a reduced block; adjacent dims of
@@ -152,24 +93,17 @@ class RangeKernel {
   using Bits = typename F::Bits;
   using Key = typename F::Key;
 
-  RangeKernel(const Layout& layout, const uint8_t* data) : layout_(layout), data_(data) {}
+  RangeKernel(const Layout& layout, const uint8_t* data)
+      : layout_(layout), data_(data), kernels_(range_internal::BestKernels<F>()) {}
 
   // Rows [r0, r1) when RowIsBlock(): stores each block's bits straight into lo/hi.
+  // Returns whether a block holds a non-finite value.
   bool StoreRows(int64_t r0, int64_t r1, uint8_t* lo, uint8_t* hi) const {
-    bool bad = false;
-    const int64_t n = layout_.inner;
-    for (int64_t r = r0; r < r1; ++r) {
-      Key l = std::numeric_limits<Key>::max(), h = std::numeric_limits<Key>::min();
-      bad |= ReduceSpan<F>(data_ + r * n * sizeof(Bits), n, l, h);
-      const Bits lb = F::FromKey(l), hb = F::FromKey(h);
-      std::memcpy(lo + r * sizeof(Bits), &lb, sizeof lb);
-      std::memcpy(hi + r * sizeof(Bits), &hb, sizeof hb);
-    }
-    return bad;
+    return kernels_.store_rows(data_, layout_.inner, r0, r1, lo, hi);
   }
 
   // Elements [e0, e1), combined into the keys already in lo/hi (any layout).
-  bool Accumulate(int64_t e0, int64_t e1, Key* lo, Key* hi) const {
+  void Accumulate(int64_t e0, int64_t e1, Key* lo, Key* hi) const {
     const int64_t n = layout_.inner;
     const size_t outer = layout_.outer_size.size();
     std::vector<int64_t> index(outer);
@@ -179,39 +113,59 @@ class RangeKernel {
       rest /= layout_.outer_size[d];
       out += index[d] * layout_.outer_stride[d];
     }
-    bool bad = false;
+    // Consecutive whole rows of a reduced dim fold into the same run of blocks.
+    const bool batch_rows =
+        !layout_.inner_reduced && outer > 0 && layout_.outer_stride.back() == 0;
     for (int64_t e = e0, j = e0 % n; e < e1; j = 0) {
-      const int64_t len = std::min(n - j, e1 - e);
       const uint8_t* p = data_ + e * sizeof(Bits);
+      int64_t rows = 1;
       if (layout_.inner_reduced) {
-        Key l = lo[out], h = hi[out];
-        bad |= ReduceSpan<F>(p, len, l, h);
-        lo[out] = l;
-        hi[out] = h;
+        const int64_t len = std::min(n - j, e1 - e);
+        kernels_.reduce_span(p, len, lo[out], hi[out]);
+        e += len;
+      } else if (j == 0 && batch_rows && e1 - e >= n) {
+        rows = std::min(layout_.outer_size.back() - index.back(), (e1 - e) / n);
+        kernels_.combine_rows(p, n, rows, lo + out, hi + out);
+        e += rows * n;
       } else {
-        bad |= CombineSpan<F>(p, len, lo + out + j, hi + out + j);
+        const int64_t len = std::min(n - j, e1 - e);
+        kernels_.combine_rows(p, len, 1, lo + out + j, hi + out + j);
+        e += len;
       }
-      e += len;
-      for (size_t d = outer; d-- > 0;) {  // next row: odometer over the outer dims
-        out += layout_.outer_stride[d];
-        if (++index[d] < layout_.outer_size[d]) break;
-        out -= layout_.outer_stride[d] * layout_.outer_size[d];
-        index[d] = 0;
-      }
+      Advance(rows, index, out);
     }
-    return bad;
   }
 
  private:
+  // Moves the odometer over the outer dims `rows` rows on; `rows` never runs past
+  // the end of the innermost outer dim.
+  void Advance(int64_t rows, std::vector<int64_t>& index, int64_t& out) const {
+    if (index.empty()) return;
+    size_t d = index.size() - 1;
+    index[d] += rows;
+    out += rows * layout_.outer_stride[d];
+    while (index[d] == layout_.outer_size[d]) {
+      out -= layout_.outer_stride[d] * layout_.outer_size[d];
+      index[d] = 0;
+      if (d == 0) return;
+      --d;
+      out += layout_.outer_stride[d];
+      ++index[d];
+    }
+  }
+
   const Layout& layout_;
   const uint8_t* data_;
+  const range_internal::Kernels<F>& kernels_;
 };
 
 // [begin, end) of `count` items for part `part` of `parts`, evenly.
-std::pair<int64_t, int64_t> Partition(int64_t count, int part, int parts) {
+std::pair<int64_t, int64_t> Partition(int64_t count, int64_t part, int64_t parts) {
   return {count * part / parts, count * (part + 1) / parts};
 }
 
+// Fills lo_out/hi_out (`blocks` values of F::Bits each) with the block minima and
+// maxima of x; returns whether a block holds a non-finite value.
 template <typename F>
 bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uint8_t* lo_out,
                   uint8_t* hi_out) {
@@ -219,13 +173,19 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
   const int64_t elements = x.num_elements();
   const int threads = elements >= kParallelMinElements ? omp_get_max_threads() : 1;
   const RangeKernel<F> kernel(layout, x.data());
-  bool bad = false;
+
+  // How many chunks to cut `count` units of work into.
+  auto chunks_of = [&](int64_t count) {
+    return std::max<int64_t>(1, std::min(count, std::max<int64_t>(threads, elements / kChunkElements)));
+  };
 
   if (layout.RowIsBlock() && (threads == 1 || layout.rows >= threads)) {
-#pragma omp parallel num_threads(threads) reduction(|| : bad)
-    {
-      auto [r0, r1] = Partition(layout.rows, omp_get_thread_num(), omp_get_num_threads());
-      bad = kernel.StoreRows(r0, r1, lo_out, hi_out);
+    const int64_t chunks = chunks_of(layout.rows);
+    bool bad = false;
+#pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(|| : bad)
+    for (int64_t c = 0; c < chunks; ++c) {
+      auto [r0, r1] = Partition(layout.rows, c, chunks);
+      bad = kernel.StoreRows(r0, r1, lo_out, hi_out) || bad;
     }
     return bad;
   }
@@ -233,29 +193,34 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
   // Keys are accumulated in place of the output bits (same width), then decoded.
   Key* lo = reinterpret_cast<Key*>(lo_out);
   Key* hi = reinterpret_cast<Key*>(hi_out);
-  std::fill(lo, lo + blocks, std::numeric_limits<Key>::max());
-  std::fill(hi, hi + blocks, std::numeric_limits<Key>::min());
+  std::fill(lo, lo + blocks, F::kMaxKey);
+  std::fill(hi, hi + blocks, F::kMinKey);
   const int64_t slices = layout.KeptOutermostSize();
-  if (threads == 1 || slices >= 4 * threads || (slices >= threads && slices % threads == 0)) {
+  if (threads == 1 || slices >= 2 * threads) {
     // Threads own disjoint slices of the outermost kept dim, hence disjoint blocks.
-    const int64_t slice_elements = slices > 0 ? elements / slices : elements;
-#pragma omp parallel num_threads(threads) reduction(|| : bad)
-    {
-      auto [s0, s1] = Partition(std::max<int64_t>(slices, 1), omp_get_thread_num(),
-                                omp_get_num_threads());
-      bad = kernel.Accumulate(s0 * slice_elements, s1 * slice_elements, lo, hi);
+    const int64_t count = std::max<int64_t>(slices, 1);
+    const int64_t slice_elements = elements / count;
+    const int64_t chunks = chunks_of(count);
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t c = 0; c < chunks; ++c) {
+      auto [s0, s1] = Partition(count, c, chunks);
+      kernel.Accumulate(s0 * slice_elements, s1 * slice_elements, lo, hi);
     }
   } else {
     // Threads share blocks: each reduces an even share of the elements into private
     // keys, merged afterwards (the blocks are few when the outermost dim is reduced).
     std::vector<std::vector<Key>> private_lo(threads), private_hi(threads);
-#pragma omp parallel num_threads(threads) reduction(|| : bad)
+    const int64_t chunks = chunks_of(elements);
+#pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num();
-      private_lo[t].assign(blocks, std::numeric_limits<Key>::max());
-      private_hi[t].assign(blocks, std::numeric_limits<Key>::min());
-      auto [e0, e1] = Partition(elements, t, omp_get_num_threads());
-      bad = kernel.Accumulate(e0, e1, private_lo[t].data(), private_hi[t].data());
+      private_lo[t].assign(blocks, F::kMaxKey);
+      private_hi[t].assign(blocks, F::kMinKey);
+#pragma omp for schedule(dynamic)
+      for (int64_t c = 0; c < chunks; ++c) {
+        auto [e0, e1] = Partition(elements, c, chunks);
+        kernel.Accumulate(e0, e1, private_lo[t].data(), private_hi[t].data());
+      }
     }
     for (int t = 0; t < threads; ++t) {
       if (private_lo[t].empty()) continue;
@@ -265,7 +230,9 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
       }
     }
   }
+  bool bad = false;
   for (int64_t b = 0; b < blocks; ++b) {
+    bad |= F::NonFinite(lo[b], hi[b]);
     lo[b] = static_cast<Key>(F::FromKey(lo[b]));
     hi[b] = static_cast<Key>(F::FromKey(hi[b]));
   }
@@ -275,7 +242,7 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
 template <typename F>
 int64_t FindNonFiniteTyped(const TensorView& x) {
   for (int64_t i = 0; i < x.num_elements(); ++i) {
-    if (F::NonFinite(Load<F>(x.data(), i))) return i;
+    if (F::NonFinite(F::Load(x.data(), i))) return i;
   }
   return -1;
 }
