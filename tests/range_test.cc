@@ -1,0 +1,392 @@
+// The minmax range pass (semantics.md §2.2, vectors §9.4) checked against a naive
+// per-element reference over every layout and dtype, on one thread and on the
+// OpenMP paths; plus the non-finite and zero-size rejections (Policies 1 and 4) and
+// range observations.
+
+#include "core/range.h"
+
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/granularity.h"
+#include "core/observation.h"
+#include "core/range_kernels.h"
+#include "gtest/gtest.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16,
+                                DType::kFloat64};
+
+// Sets the OpenMP thread count for one scope (ObserveRange uses omp_get_max_threads).
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedThreads() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+// Every version of the range pass's inner loops this CPU can run.
+std::vector<range_internal::KernelLevel> KernelLevels() {
+  std::vector<range_internal::KernelLevel> levels;
+  for (int l = 0; l <= static_cast<int>(range_internal::DetectedKernelLevel()); ++l) {
+    levels.push_back(static_cast<range_internal::KernelLevel>(l));
+  }
+  return levels;
+}
+
+// Caps the kernel level for one scope.
+class ScopedKernelLevel {
+ public:
+  explicit ScopedKernelLevel(range_internal::KernelLevel level)
+      : saved_(range_internal::kernel_level_cap.exchange(level)) {}
+  ~ScopedKernelLevel() { range_internal::kernel_level_cap = saved_; }
+
+ private:
+  range_internal::KernelLevel saved_;
+};
+
+uint64_t ExponentMask(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return 0x7f800000u;
+    case DType::kFloat16:
+      return 0x7c00u;
+    case DType::kBFloat16:
+      return 0x7f80u;
+    case DType::kFloat64:
+      return 0x7ff0000000000000ull;
+  }
+  return 0;
+}
+
+int64_t Count(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Random finite raw bit patterns: every sign and magnitude, subnormals and zeros.
+Tensor RandomBits(DType dtype, Shape shape, uint32_t seed) {
+  const int64_t n = Count(shape);
+  const int size = ItemSize(dtype);
+  const uint64_t mask = ExponentMask(dtype);
+  std::mt19937_64 gen(seed);
+  std::string data(n * size, '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t bits;
+    do {
+      bits = gen();
+      if (size < 8) bits &= (uint64_t{1} << (8 * size)) - 1;
+    } while ((bits & mask) == mask);
+    std::memcpy(data.data() + i * size, &bits, size);  // little-endian low bytes
+  }
+  return Tensor{dtype, std::move(shape), std::move(data)};
+}
+
+// Normal data, as a typical activation.
+Tensor RandomNormal(DType dtype, Shape shape, uint32_t seed) {
+  const int64_t n = Count(shape);
+  return MakeTensor(dtype, std::move(shape), RandN(n, seed, 10.0));
+}
+
+// ObserveRange equals the naive reference by value (a block holding both +0.0 and -0.0
+// may report either) and carries the input dtype and the block-count shape.
+void ExpectMatchesNaive(const Tensor& t, const Shape& block, const NaiveRange& ref) {
+  ASSERT_OK_AND_ASSIGN(BlockRange got, ObserveRange(t.view(), block));
+  for (const Tensor* out : {&got.min, &got.max}) {
+    EXPECT_EQ(out->dtype, t.dtype);
+    EXPECT_EQ(out->shape, ref.counts);
+    ASSERT_EQ(out->data.size(), ref.lo.size() * ItemSize(t.dtype));
+  }
+  const std::vector<double> lo = Values(got.min.view()), hi = Values(got.max.view());
+  for (size_t b = 0; b < ref.lo.size(); ++b) {
+    ASSERT_EQ(lo[b], ref.lo[b]) << "min of block " << b;
+    ASSERT_EQ(hi[b], ref.hi[b]) << "max of block " << b;
+  }
+}
+
+struct Layout {
+  Shape shape;
+  Granularity granularity;
+  Target target = Target::kWeight;
+};
+
+std::string Name(const Layout& l) {
+  return absl::StrCat(l.granularity.ToString(), " ", TargetName(l.target), " on ",
+                      ShapeString(l.shape));
+}
+
+// Each layout in every dtype, with raw-bit data and normal data (or, with
+// `one_dataset`, one of the two by turns to keep large cases quick).
+void CheckLayouts(const std::vector<Layout>& layouts, const std::vector<int>& thread_counts,
+                  bool one_dataset = false) {
+  uint32_t seed = 1;
+  int turn = 0;
+  for (const Layout& l : layouts) {
+    ASSERT_OK_AND_ASSIGN(Shape block, l.granularity.BlockShape(l.shape, l.target));
+    ++turn;  // alternate the starting dataset per layout too
+    for (DType dtype : kAllDTypes) {
+      ++turn;
+      for (bool raw_bits : {true, false}) {
+        if (one_dataset && raw_bits != (turn % 2 == 0)) continue;
+        const Tensor t =
+            raw_bits ? RandomBits(dtype, l.shape, seed) : RandomNormal(dtype, l.shape, seed);
+        ++seed;
+        const NaiveRange ref = NaiveBlockRange(t.view(), block);
+        for (int threads : thread_counts) {
+          for (range_internal::KernelLevel level : KernelLevels()) {
+            SCOPED_TRACE(absl::StrCat(Name(l), ", ", DTypeName(dtype),
+                                      raw_bits ? " raw bits" : " normal", ", ", threads,
+                                      " threads, kernel level ", static_cast<int>(level)));
+            ScopedThreads scoped(threads);
+            ScopedKernelLevel scoped_level(level);
+            ExpectMatchesNaive(t, block, ref);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every layout of §2.2 on small tensors (single-threaded path).
+TEST(ObserveRange, SmallLayoutsMatchNaiveReference) {
+  const std::vector<Layout> layouts = {
+      {{6, 10}, Granularity::PerTensor()},
+      {{6, 10}, Granularity::PerChannel(0)},
+      {{6, 10}, Granularity::PerChannel(-1)},  // last axis: strided blocks
+      {{6, 10}, Granularity::PerBlock(1, 5)},
+      {{6, 10}, Granularity::PerBlock(0, 2)},
+      {{4, 6, 10}, Granularity::PerBlock(1, 3), Target::kWeight},      // B = (1, 3, 10)
+      {{4, 6, 10}, Granularity::PerBlock(1, 3), Target::kActivation},  // B = (1, 3, 1)
+      {{4, 6, 10}, Granularity::PerBlock(0, 2), Target::kActivation},  // B = (2, 1, 1)
+      {{4, 6, 10}, Granularity::PerBlock(-1, 5)},
+      {{4, 6, 10}, Granularity::PerBlock(std::vector<int64_t>{2, -1, 5})},
+      {{4, 6, 10}, Granularity::PerBlock(std::vector<int64_t>{-1, 3, -1})},
+      {{4, 6, 10}, Granularity::PerChannel(1)},  // middle axis of rank 3
+      {{1, 18, 4}, Granularity::PerBlock(1, 3)},
+      {{2, 1}, Granularity::PerChannel(0)},  // §9.4: no reduction at all
+      {{2, 1}, Granularity::PerBlock(std::vector<int64_t>{1, 1})},
+      {{5}, Granularity::PerTensor()},
+      {{7}, Granularity::PerChannel(0)},
+      {{3, 1, 5, 1}, Granularity::PerChannel(2)},
+      {{3, 4, 5, 6}, Granularity::PerBlock(std::vector<int64_t>{-1, 2, 1, 3})},
+      // Short rows in batches (the transposing kernels) plus leftover rows.
+      {{20, 32}, Granularity::PerBlock(1, 32)},
+      {{37, 64}, Granularity::PerBlock(1, 16)},
+      {{19, 128}, Granularity::PerBlock(-1, 128)},
+      {{40, 64}, Granularity::PerBlock(1, 8)},
+  };
+  CheckLayouts(layouts, {1, 4});
+}
+
+// Row lengths 1..70 in each dtype: every tail length of a vectorized inner loop, for
+// rows reduced whole (per_channel(0)) and combined elementwise (per_channel(-1)).
+TEST(ObserveRange, EveryShortRowLength) {
+  std::vector<Layout> layouts;
+  for (int64_t n = 1; n <= 70; ++n) {
+    layouts.push_back({{3, n}, Granularity::PerChannel(0)});
+    layouts.push_back({{3, n}, Granularity::PerChannel(-1)});
+  }
+  CheckLayouts(layouts, {1});
+}
+
+// Tensors above the 65536-element threshold, on several thread counts so that each
+// OpenMP strategy (row-per-block, disjoint slices, private partials) is taken.
+TEST(ObserveRange, LargeLayoutsMatchNaiveReferenceOnEveryThreadCount) {
+  const std::vector<Layout> layouts = {
+      {{300, 700}, Granularity::PerTensor()},
+      {{300, 700}, Granularity::PerChannel(0)},
+      {{300, 700}, Granularity::PerChannel(-1)},
+      {{300, 700}, Granularity::PerBlock(1, 70)},
+      {{300, 700}, Granularity::PerBlock(0, 30)},
+      {{6, 100, 350}, Granularity::PerChannel(1)},  // strided middle axis
+      {{6, 100, 350}, Granularity::PerChannel(0)},
+      {{6, 100, 350}, Granularity::PerBlock(1, 10), Target::kWeight},
+      {{6, 100, 350}, Granularity::PerBlock(1, 10), Target::kActivation},
+      {{6, 100, 350}, Granularity::PerBlock(std::vector<int64_t>{2, -1, 50})},
+      {{3, 70000}, Granularity::PerChannel(0)},  // fewer rows than threads
+      {{70000}, Granularity::PerBlock(0, 7)},
+      {{67, 1024}, Granularity::PerBlock(-1, 32)},  // transposing kernels, odd batches
+      {{65, 1088}, Granularity::PerBlock(-1, 64)},
+  };
+  CheckLayouts(layouts, {1, 2, 3, 4}, /*one_dataset=*/true);
+}
+
+// semantics.md §9.4: integer 10x10 inputs containing both ends of [low, high].
+TEST(ObserveRange, OldRangeCalculatorVectors) {
+  const std::pair<int, int> ranges[] = {{0, 10}, {-10, 0}, {-10, 10}, {-20, -10}, {10, 20}};
+  std::mt19937 gen(7);
+  for (auto [low, high] : ranges) {
+    std::vector<double> v(100);
+    for (double& x : v) x = low + static_cast<int>(gen() % (high - low + 1));
+    v[13] = low;
+    v[87] = high;
+    const Tensor t = F32({10, 10}, v);
+    SCOPED_TRACE(absl::StrCat("[", low, ", ", high, "]"));
+
+    // per_tensor: raw values, no clamping to include 0 ((10, 20) gives min 10).
+    ASSERT_OK_AND_ASSIGN(BlockRange whole, ObserveRange(t.view(), {10, 10}));
+    EXPECT_EQ(whole.min.shape, (Shape{1, 1}));
+    EXPECT_EQ(Values(whole.min.view()), std::vector<double>{double(low)});
+    EXPECT_EQ(Values(whole.max.view()), std::vector<double>{double(high)});
+
+    // per_channel(axis=1): column minima over dim 0, shape (1, 10).
+    ASSERT_OK_AND_ASSIGN(BlockRange cols, ObserveRange(t.view(), {10, 1}));
+    EXPECT_EQ(cols.min.shape, (Shape{1, 10}));
+    for (int c = 0; c < 10; ++c) {
+      double mn = 1e9, mx = -1e9;
+      for (int r = 0; r < 10; ++r)
+        mn = std::min(mn, v[r * 10 + c]), mx = std::max(mx, v[r * 10 + c]);
+      EXPECT_EQ(cols.min.view().ValueAt(c), mn);
+      EXPECT_EQ(cols.max.view().ValueAt(c), mx);
+    }
+
+    // per_block(axis=0, b): groups of b consecutive rows per column, shape (10/b, 10).
+    for (int b : {5, 2}) {
+      ASSERT_OK_AND_ASSIGN(BlockRange blocks, ObserveRange(t.view(), {b, 1}));
+      EXPECT_EQ(blocks.min.shape, (Shape{10 / b, 10}));
+      for (int g = 0; g < 10 / b; ++g) {
+        for (int c = 0; c < 10; ++c) {
+          double mn = 1e9;
+          for (int r = g * b; r < (g + 1) * b; ++r) mn = std::min(mn, v[r * 10 + c]);
+          EXPECT_EQ(blocks.min.view().ValueAt(g * 10 + c), mn);
+        }
+      }
+    }
+  }
+}
+
+// §9.4: when nothing is reduced, min and max are the input itself, bit for bit.
+TEST(ObserveRange, NoReductionReturnsTheInputBits) {
+  const Tensor t = F32({2, 1}, {-0.0, 3.5});
+  ASSERT_OK_AND_ASSIGN(BlockRange r, ObserveRange(t.view(), {1, 1}));
+  EXPECT_EQ(r.min.data, t.data);
+  EXPECT_EQ(r.max.data, t.data);
+}
+
+// Policy 1: NaN (any payload or sign), +Inf and -Inf are rejected wherever they sit.
+TEST(ObserveRange, RejectsNonFiniteValuesInEveryDtype) {
+  struct Bad {
+    DType dtype;
+    uint64_t bits;
+  };
+  const Bad bad[] = {
+      {DType::kFloat32, 0x7fc00000u},
+      {DType::kFloat32, 0xffc00001u},
+      {DType::kFloat32, 0x7f800001u},
+      {DType::kFloat32, 0x7f800000u},
+      {DType::kFloat32, 0xff800000u},
+      {DType::kFloat16, 0x7e00u},
+      {DType::kFloat16, 0xfc01u},
+      {DType::kFloat16, 0x7c00u},
+      {DType::kFloat16, 0xfc00u},
+      {DType::kBFloat16, 0x7fc0u},
+      {DType::kBFloat16, 0xff81u},
+      {DType::kBFloat16, 0x7f80u},
+      {DType::kBFloat16, 0xff80u},
+      {DType::kFloat64, 0x7ff8000000000000ull},
+      {DType::kFloat64, 0xfff0000000000001ull},
+      {DType::kFloat64, 0x7ff0000000000000ull},
+      {DType::kFloat64, 0xfff0000000000000ull},
+  };
+  const std::pair<Shape, Shape> layouts[] = {
+      {{6, 10}, {6, 10}},        // per_tensor, small
+      {{6, 10}, {6, 1}},         // per_channel(-1), small
+      {{3, 37}, {1, 37}},        // per_channel(0), odd row length
+      {{300, 700}, {300, 700}},  // large: threads share the blocks
+      {{300, 700}, {1, 700}},    // large: a row per block
+      {{300, 700}, {300, 1}},    // large: strided
+      {{64, 1024}, {1, 32}},     // large: short rows, batched
+  };
+  ScopedThreads threads(4);
+  for (const Bad& b : bad) {
+    for (const auto& [shape, block] : layouts) {
+      for (range_internal::KernelLevel level : KernelLevels()) {
+      ScopedKernelLevel scoped_level(level);
+      const Tensor base = RandomNormal(b.dtype, shape, 99);
+      const int64_t n = Count(shape);
+      for (int64_t pos : {int64_t{0}, n / 2 + 3, n - 1}) {
+        Tensor t = base;
+        std::memcpy(t.data.data() + pos * ItemSize(b.dtype), &b.bits, ItemSize(b.dtype));
+        SCOPED_TRACE(absl::StrCat(DTypeName(b.dtype), " bits ", absl::Hex(b.bits), " at ", pos,
+                                  " of ", ShapeString(shape)));
+        EXPECT_EQ(FindNonFinite(t.view()), pos);
+        EXPECT_CODE(ObserveRange(t.view(), block), kInvalid);
+      }
+      }
+    }
+  }
+}
+
+TEST(ObserveRange, FindNonFiniteReportsTheFirstOrMinusOne) {
+  EXPECT_EQ(FindNonFinite(Vec({1, 2, INFINITY, NAN, 3}).view()), 2);
+  EXPECT_EQ(FindNonFinite(Vec({1, 2, 3}).view()), -1);
+  // The largest finite values are not flagged.
+  EXPECT_EQ(FindNonFinite(Vec({std::numeric_limits<float>::max(), -65504.0}).view()), -1);
+  EXPECT_EQ(FindNonFinite(FromBits16(DType::kFloat16, {2}, {0x7bff, 0xfbff}).view()), -1);
+  EXPECT_EQ(FindNonFinite(FromBits16(DType::kBFloat16, {2}, {0x7f7f, 0xff7f}).view()), -1);
+}
+
+// Policy 4: zero-size tensors are rejected where values are read.
+TEST(ObserveRange, RejectsZeroSize) {
+  for (const Shape& shape : {Shape{0}, Shape{0, 5}, Shape{3, 0}, Shape{2, 0, 4}}) {
+    ASSERT_OK_AND_ASSIGN(TensorView v, TensorView::Create(DType::kFloat32, shape, ""));
+    EXPECT_CODE(ObserveRange(v, shape), kInvalid) << ShapeString(shape);
+    EXPECT_EQ(FindNonFinite(v), -1);
+  }
+}
+
+// ---- Range observations (observation.h) ----
+
+TEST(Observation, RangeOfATensorAndOfItsReductionAreIdentical) {
+  const Tensor t = RandomNormal(DType::kBFloat16, {4, 6, 10}, 5);
+  const Shape block = {1, 3, 1};
+  ASSERT_OK_AND_ASSIGN(BlockRange direct, Obs(t).Range(block));
+  ASSERT_OK_AND_ASSIGN(BlockRange reduced, ObserveRange(t.view(), block));
+  const Observation o = Observation::FromRange(t.shape, reduced.min.view(), reduced.max.view());
+  EXPECT_TRUE(o.is_range());
+  EXPECT_FALSE(Obs(t).is_range());
+  EXPECT_EQ(o.dtype(), DType::kBFloat16);
+  EXPECT_EQ(o.input_shape(), t.shape);
+  ASSERT_OK_AND_ASSIGN(BlockRange via_range, o.Range(block));
+  EXPECT_EQ(via_range.min.data, direct.min.data);
+  EXPECT_EQ(via_range.max.data, direct.max.data);
+  EXPECT_EQ(via_range.min.shape, direct.min.shape);
+}
+
+TEST(Observation, MalformedRangeObservationsAreInvalidArgument) {
+  const Shape input = {4, 6};
+  const Shape block = {1, 6};  // per_channel(0): N = (4, 1)
+  const Tensor lo = F32({4, 1}, {-1, -2, -3, -4});
+  const Tensor hi = F32({4, 1}, {1, 2, 3, 4});
+  EXPECT_OK(Observation::FromRange(input, lo.view(), hi.view()).Range(block).status());
+
+  const Tensor wrong_shape = F32({1, 4}, {1, 2, 3, 4});
+  EXPECT_CODE(Observation::FromRange(input, lo.view(), wrong_shape.view()).Range(block), kInvalid);
+  const Tensor wrong_dtype = MakeTensor(DType::kFloat16, {4, 1}, {1, 2, 3, 4});
+  EXPECT_CODE(Observation::FromRange(input, lo.view(), wrong_dtype.view()).Range(block), kInvalid);
+  const Tensor with_nan = F32({4, 1}, {-1, NAN, -3, -4});
+  EXPECT_CODE(Observation::FromRange(input, with_nan.view(), hi.view()).Range(block), kInvalid);
+  const Tensor with_inf = F32({4, 1}, {1, 2, 3, INFINITY});
+  EXPECT_CODE(Observation::FromRange(input, lo.view(), with_inf.view()).Range(block), kInvalid);
+  const Tensor crossed = F32({4, 1}, {1, 2, -3.5, 4});  // min > max in block 2
+  EXPECT_CODE(Observation::FromRange(input, lo.view(), crossed.view()).Range(block), kInvalid);
+  // An input with no elements.
+  const Tensor empty = F32({0, 1}, {});
+  EXPECT_CODE(Observation::FromRange({0, 6}, empty.view(), empty.view()).Range({0, 6}), kInvalid);
+}
+
+}  // namespace
+}  // namespace qparams::testing
