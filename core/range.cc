@@ -25,7 +25,7 @@ using range_internal::Float64Format;
 constexpr int64_t kParallelMinElements = int64_t{1} << 16;
 // Threads take work in chunks of about this many elements, first come first served,
 // so that a core slowed by other load does not hold the other back.
-constexpr int64_t kChunkElements = int64_t{1} << 18;
+constexpr int64_t kChunkElements = int64_t{1} << 22;
 
 // The reduction as a row-major walk. Each dim is kept (block size 1), reduced (one
 // block spans it) or split into a kept count and a reduced block; adjacent dims of

@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include "core/dtype.h"
 #include "core/range_kernels.h"
 
 #define QPARAMS_AVX2 __attribute__((target("avx2")))
@@ -169,7 +170,7 @@ template <typename F>
 QPARAMS_AVX2 void CombineRowsAvx2(const uint8_t* p, int64_t n, int64_t rows, typename F::Key* lo,
                                   typename F::Key* hi) {
   using L = Lanes<F>;
-  constexpr int64_t kBatch = 8;
+  constexpr int64_t kBatch = 16;
   for (int64_t r0 = 0; r0 < rows; r0 += kBatch) {
     const int64_t batch = rows - r0 < kBatch ? rows - r0 : kBatch;
     const uint8_t* base = p + r0 * n * sizeof(typename F::Bits);
@@ -241,9 +242,182 @@ Kernels<F> Avx2Kernels() {
   return {ReduceSpanAvx2<F>, CombineRowsAvx2<F>, StoreRowsAvx2<F>};
 }
 
+
+// ---- float32: compared as floats ----
+//
+// vminps/vmaxps need no key transform, and x * 0 is NaN exactly for a NaN or an
+// infinite x: or-ed into an accumulator (or added, in independent chains) it flags
+// non-finite values. Accumulators enter
+// and leave as keys; the identity keys decode to NaNs, which vminps(acc, x) and
+// vmaxps(acc, x) replace by x at once (a NaN operand yields the second one).
+
+#define QPARAMS_AVX2_FMA __attribute__((target("avx2,fma")))
+
+using F32 = Float32Format;
+using L32 = Lanes<F32>;
+
+QPARAMS_AVX2_FMA __attribute__((always_inline)) inline __m256 KeysToFloats(__m256i k) {
+  return _mm256_castsi256_ps(L32::Key(k));  // the key map is its own inverse
+}
+
+QPARAMS_AVX2_FMA __attribute__((always_inline)) inline __m256 LoadFloats(const uint8_t* p,
+                                                                        int64_t i) {
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + i);
+}
+
+QPARAMS_AVX2_FMA __attribute__((always_inline)) inline bool AnyNaN(__m256 v) {
+  return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0;
+}
+
+QPARAMS_AVX2_FMA __attribute__((always_inline)) inline float HMinFloat(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_min_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtss_f32(m);
+}
+
+QPARAMS_AVX2_FMA __attribute__((always_inline)) inline float HMaxFloat(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtss_f32(m);
+}
+
+// A non-finite value makes its block's max +Inf, which the final check
+// (Format::NonFinite) reports and which, unlike a NaN, later vmaxps keep.
+inline constexpr int32_t kNonFiniteMaxKey = F32::kPositiveInfinityKey;
+
+QPARAMS_AVX2_FMA __attribute__((always_inline)) inline void ReduceRowFloat32(const uint8_t* p,
+                                                                            int64_t n,
+                                                                            int32_t& lo,
+                                                                            int32_t& hi) {
+  if (n < 8) return ReduceSpanPortable<F32>(p, n, lo, hi);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 mn0 = LoadFloats(p, 0), mx0 = mn0, mn1 = mn0, mx1 = mn0;
+  __m256 bad0 = _mm256_fmadd_ps(mn0, zero, zero), bad1 = zero;
+  int64_t i = 8;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 x0 = LoadFloats(p, i), x1 = LoadFloats(p, i + 8);
+    mn0 = _mm256_min_ps(mn0, x0);
+    mx0 = _mm256_max_ps(mx0, x0);
+    bad0 = _mm256_fmadd_ps(x0, zero, bad0);
+    mn1 = _mm256_min_ps(mn1, x1);
+    mx1 = _mm256_max_ps(mx1, x1);
+    bad1 = _mm256_fmadd_ps(x1, zero, bad1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = LoadFloats(p, i);
+    mn0 = _mm256_min_ps(mn0, x);
+    mx0 = _mm256_max_ps(mx0, x);
+    bad0 = _mm256_fmadd_ps(x, zero, bad0);
+  }
+  int32_t l = F32::ToKey(FloatBits(HMinFloat(_mm256_min_ps(mn0, mn1))));
+  int32_t h = F32::ToKey(FloatBits(HMaxFloat(_mm256_max_ps(mx0, mx1))));
+  if (AnyNaN(_mm256_add_ps(bad0, bad1))) h = kNonFiniteMaxKey;
+  if (i < n) ReduceSpanPortable<F32>(p + i * sizeof(float), n - i, l, h);
+  lo = l < lo ? l : lo;
+  hi = h > hi ? h : hi;
+}
+
+QPARAMS_AVX2_FMA void ReduceSpanFloat32(const uint8_t* p, int64_t n, int32_t& lo, int32_t& hi) {
+  ReduceRowFloat32(p, n, lo, hi);
+}
+
+QPARAMS_AVX2_FMA void CombineRowsFloat32(const uint8_t* p, int64_t n, int64_t rows, int32_t* lo,
+                                         int32_t* hi) {
+  constexpr int64_t kBatch = 16;
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 bad = zero;
+  for (int64_t r0 = 0; r0 < rows; r0 += kBatch) {
+    const int64_t batch = rows - r0 < kBatch ? rows - r0 : kBatch;
+    const uint8_t* base = p + r0 * n * sizeof(float);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      __m256i* lv = reinterpret_cast<__m256i*>(lo + j);
+      __m256i* hv = reinterpret_cast<__m256i*>(hi + j);
+      __m256 l = KeysToFloats(_mm256_loadu_si256(lv)), h = KeysToFloats(_mm256_loadu_si256(hv));
+      for (int64_t r = 0; r < batch; ++r) {
+        const __m256 x = LoadFloats(base, r * n + j);
+        l = _mm256_min_ps(l, x);
+        h = _mm256_max_ps(h, x);
+        bad = _mm256_or_ps(bad, _mm256_mul_ps(x, zero));
+      }
+      _mm256_storeu_si256(lv, L32::Key(_mm256_castps_si256(l)));
+      _mm256_storeu_si256(hv, L32::Key(_mm256_castps_si256(h)));
+    }
+    if (j < n) {
+      for (int64_t r = 0; r < batch; ++r) {
+        CombineRowsPortable<F32>(base + (r * n + j) * sizeof(float), n - j, 1, lo + j, hi + j);
+      }
+    }
+  }
+  if (AnyNaN(bad)) hi[0] = kNonFiniteMaxKey;
+}
+
+// As StoreRowsAvx2: batches of 8 short rows share one transposing reduction.
+QPARAMS_AVX2_FMA bool StoreRowsFloat32(const uint8_t* p, int64_t n, int64_t r0, int64_t r1,
+                                       uint8_t* lo, uint8_t* hi) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 bad = zero;
+  int64_t r = r0;
+  if (n % 8 == 0 && n <= 64) {
+    for (; r + 8 <= r1; r += 8) {
+      __m256 row_min[8], row_max[8];
+      for (int b = 0; b < 8; ++b) {
+        const uint8_t* row = p + (r + b) * n * sizeof(float);
+        __m256 x = LoadFloats(row, 0), mn = x, mx = x;
+        bad = _mm256_or_ps(bad, _mm256_mul_ps(x, zero));
+        for (int64_t i = 8; i < n; i += 8) {
+          x = LoadFloats(row, i);
+          mn = _mm256_min_ps(mn, x);
+          mx = _mm256_max_ps(mx, x);
+          bad = _mm256_or_ps(bad, _mm256_mul_ps(x, zero));
+        }
+        row_min[b] = mn;
+        row_max[b] = mx;
+      }
+      // Lanes::Transpose on the float bits: min/max as floats instead of keys.
+      __m256 a[4], c[2];
+      for (int i = 0; i < 4; ++i) {
+        a[i] = _mm256_min_ps(_mm256_unpacklo_ps(row_min[2 * i], row_min[2 * i + 1]),
+                             _mm256_unpackhi_ps(row_min[2 * i], row_min[2 * i + 1]));
+      }
+      for (int i = 0; i < 2; ++i) {
+        c[i] = _mm256_min_ps(
+            _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))),
+            _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))));
+      }
+      const __m256 block_min = _mm256_min_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
+                                             _mm256_permute2f128_ps(c[0], c[1], 0x31));
+      for (int i = 0; i < 4; ++i) {
+        a[i] = _mm256_max_ps(_mm256_unpacklo_ps(row_max[2 * i], row_max[2 * i + 1]),
+                             _mm256_unpackhi_ps(row_max[2 * i], row_max[2 * i + 1]));
+      }
+      for (int i = 0; i < 2; ++i) {
+        c[i] = _mm256_max_ps(
+            _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))),
+            _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))));
+      }
+      const __m256 block_max = _mm256_max_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
+                                             _mm256_permute2f128_ps(c[0], c[1], 0x31));
+      _mm256_storeu_ps(reinterpret_cast<float*>(lo) + r, block_min);
+      _mm256_storeu_ps(reinterpret_cast<float*>(hi) + r, block_max);
+    }
+  }
+  bool any = AnyNaN(bad);
+  for (; r < r1; ++r) {
+    int32_t l = F32::kMaxKey, h = F32::kMinKey;
+    ReduceRowFloat32(p + r * n * sizeof(float), n, l, h);
+    any |= StoreBlock<F32>(l, h, r, lo, hi);
+  }
+  return any;
+}
+
 }  // namespace
 
-Kernels<Float32Format> Avx2Float32Kernels() { return Avx2Kernels<Float32Format>(); }
+Kernels<Float32Format> Avx2Float32Kernels() {
+  return {ReduceSpanFloat32, CombineRowsFloat32, StoreRowsFloat32};
+}
 Kernels<Float16Format> Avx2Float16Kernels() { return Avx2Kernels<Float16Format>(); }
 Kernels<BFloat16Format> Avx2BFloat16Kernels() { return Avx2Kernels<BFloat16Format>(); }
 
