@@ -173,8 +173,9 @@ int main(int argc, char** argv) {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
     for (const auto& layout : Layouts()) {
-      benchmark::RegisterBenchmark(Name(absl::StrFormat("observe_range/%s", layout.name), dtype).c_str(),
-                                   BM_ObserveRange, dtype, layout.granularity)
+      benchmark::RegisterBenchmark(
+          Name(absl::StrFormat("observe_range/%s", layout.name), dtype).c_str(), BM_ObserveRange,
+          dtype, layout.granularity)
           ->UseManualTime()
           ->MinTime(1.0)
           ->Repetitions(5)
@@ -187,16 +188,15 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
   std::cout << "\nThroughput of the range pass vs. a read-and-sum of the same buffer, timed in\n"
-            << "alternation within each iteration; medians of 5 repetitions ("
-            << kRows << " x " << kCols << ", " << omp_get_max_threads() << " threads)\n\n"
+            << "alternation within each iteration; medians of 5 repetitions (" << kRows << " x "
+            << kCols << ", " << omp_get_max_threads() << " threads)\n\n"
             << "| dtype | layout | GB/s | baseline GB/s | ratio | target |\n"
             << "|---|---|---|---|---|---|\n";
   bool all_met = true;
   for (DType dtype : dtypes) {
     for (const auto& layout : Layouts()) {
       // The median of the repetitions; run names carry the options after the name.
-      const std::string name =
-          Name(absl::StrFormat("observe_range/%s", layout.name), dtype) + "/";
+      const std::string name = Name(absl::StrFormat("observe_range/%s", layout.name), dtype) + "/";
       auto it = reporter.counters.lower_bound(name);
       while (it != reporter.counters.end() && it->first.compare(0, name.size(), name) == 0 &&
              !absl::EndsWith(it->first, "_median")) {

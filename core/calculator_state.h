@@ -19,11 +19,11 @@ struct CalculatorState {
   QuantSpec spec;                            // resolved, with the current granularity
   std::optional<double> averaging_constant;  // moving_average only
   bool initialized = false;
-  bool export_mode = false;                  // stateful kinds
+  bool export_mode = false;  // stateful kinds
   DType compute_dtype_for_export = DType::kFloat32;
-  int64_t observation_count = 0;             // stateful kinds: computing forwards applied
-  QParams qparams;                           // stateful kinds: the buffers
-  std::optional<WorkingRange> running;       // running kinds, once initialized
+  int64_t observation_count = 0;        // stateful kinds: computing forwards applied
+  QParams qparams;                      // stateful kinds: the buffers
+  std::optional<WorkingRange> running;  // running kinds, once initialized
 };
 
 }  // namespace qparams

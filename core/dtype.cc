@@ -130,8 +130,8 @@ absl::StatusOr<QuantDType> ParseQuantDType(absl::string_view name) {
                               std::pair{absl::string_view("int"), QuantDType::Kind::kSignedInt}}) {
     absl::string_view width = name;
     int bits = 0;
-    if (absl::ConsumePrefix(&width, prefix) && width.size() == 1 && absl::SimpleAtoi(width, &bits) &&
-        bits >= 1 && bits <= 8) {
+    if (absl::ConsumePrefix(&width, prefix) && width.size() == 1 &&
+        absl::SimpleAtoi(width, &bits) && bits >= 1 && bits <= 8) {
       return QuantDType{absl::StrCat(prefix, bits), kind, bits};
     }
   }

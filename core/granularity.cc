@@ -90,9 +90,9 @@ absl::StatusOr<Shape> Granularity::BlockShape(const Shape& shape, Target target)
     if (!a.ok()) return a.status();
     const int64_t b = block_size_[0];
     if (shape[*a] % b != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block size mismatch: dim ", *a, " of the input (size ", shape[*a],
-          ") is not divisible by granularity.per_block.block_size ", b));
+      return absl::InvalidArgumentError(
+          absl::StrCat("block size mismatch: dim ", *a, " of the input (size ", shape[*a],
+                       ") is not divisible by granularity.per_block.block_size ", b));
     }
     // Weights block the two leading (channel) axes only; activations every other axis.
     const int64_t leading = target == Target::kActivation ? rank : std::min<int64_t>(2, rank);
@@ -101,10 +101,10 @@ absl::StatusOr<Shape> Granularity::BlockShape(const Shape& shape, Target target)
     return block;
   }
   if (static_cast<int64_t>(block_size_.size()) != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "granularity.per_block.block_size has ", block_size_.size(),
-        " entries but the input has rank ", rank, " (shape ", ShapeString(shape),
-        "); give one size per dim"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("granularity.per_block.block_size has ", block_size_.size(),
+                     " entries but the input has rank ", rank, " (shape ", ShapeString(shape),
+                     "); give one size per dim"));
   }
   for (int64_t d = 0; d < rank; ++d) {
     const int64_t b = block_size_[d];
@@ -129,9 +129,9 @@ std::string Granularity::ToString() const {
       if (axis_.has_value() && block_size_.size() == 1) {
         return absl::StrCat("per_block(axis=", *axis_, ", block_size=", block_size_[0], ")");
       }
-      return absl::StrCat("per_block(", axis_.has_value() ? absl::StrCat("axis=", *axis_, ", ") : "",
-                          "block_size=(", absl::StrJoin(block_size_, ", "),
-                          block_size_.size() == 1 ? ",))" : "))");
+      return absl::StrCat(
+          "per_block(", axis_.has_value() ? absl::StrCat("axis=", *axis_, ", ") : "",
+          "block_size=(", absl::StrJoin(block_size_, ", "), block_size_.size() == 1 ? ",))" : "))");
   }
   return "";
 }

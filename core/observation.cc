@@ -40,21 +40,21 @@ absl::StatusOr<BlockRange> Observation::Range(const Shape& block) const {
           ShapeString(input_shape_), " the block counts ", ShapeString(counts)));
     }
     if (t->dtype() != min_->dtype()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "range.max.dtype is ", DTypeName(t->dtype()), " but range.min.dtype is ",
-          DTypeName(min_->dtype()), "; both carry the input's dtype"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("range.max.dtype is ", DTypeName(t->dtype()), " but range.min.dtype is ",
+                       DTypeName(min_->dtype()), "; both carry the input's dtype"));
     }
     if (int64_t bad = FindNonFinite(*t); bad >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ".data holds a NaN or infinite value (first at flat index ", bad,
-          "); only finite values can be observed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".data holds a NaN or infinite value (first at flat index ", bad,
+                       "); only finite values can be observed"));
     }
   }
   for (int64_t i = 0; i < min_->num_elements(); ++i) {
     if (min_->ValueAt(i) > max_->ValueAt(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "range.min[", i, "] = ", min_->ValueAt(i), " exceeds range.max[", i,
-          "] = ", max_->ValueAt(i), "; a block's min must be <= its max"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("range.min[", i, "] = ", min_->ValueAt(i), " exceeds range.max[", i,
+                       "] = ", max_->ValueAt(i), "; a block's min must be <= its max"));
     }
   }
   return BlockRange{Tensor{min_->dtype(), counts, std::string(min_->bytes())},

@@ -119,7 +119,7 @@ QParams QParamsFromRangeIn(const QParamsRecipe& recipe, const WorkingRange& rang
       const Real scale = NanMax(Ops::Round(Ops::Round(mx - mn) / divisor), eps);
       q.scale[i] = static_cast<float>(scale);
       if (q.has_zero_point) {
-        const Real r = std::nearbyint(Ops::Round(mn / scale));  // round half to even
+        const Real r = std::nearbyint(Ops::Round(mn / scale));         // round half to even
         const Real zp = std::clamp(Ops::Round(qmin - r), qmin, qmax);  // NaN stays NaN
         q.zero_point[i] = ZeroPointToInt32(zp);
         q.minval[i] = SignedZeroMinval(mn, false);
@@ -222,9 +222,8 @@ WorkingRange GlobalMinMaxUpdate(const WorkingRange& range, const WorkingRange& r
 }
 
 QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range) {
-  return DispatchPrecision(range.precision, [&](auto ops) {
-    return QParamsFromRangeIn<decltype(ops)>(recipe, range);
-  });
+  return DispatchPrecision(
+      range.precision, [&](auto ops) { return QParamsFromRangeIn<decltype(ops)>(recipe, range); });
 }
 
 }  // namespace qparams

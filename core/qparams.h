@@ -26,7 +26,7 @@ struct QParams {
   std::vector<float> minval;        // empty unless has_minval
   bool has_zero_point = false;      // false for floating-point dtypes and e8m0 scales
   bool has_minval = false;
-  std::optional<DType> precision;   // the working precision P; unset while empty
+  std::optional<DType> precision;  // the working precision P; unset while empty
 
   // Empty buffers for a calculator whose spec gives has_zero_point/has_minval.
   static QParams Empty(bool has_zero_point, bool has_minval);
@@ -45,10 +45,10 @@ struct WorkingRange {
 
 // The constants qparams_from_range needs, taken from a resolved spec.
 struct QParamsRecipe {
-  bool symmetric = true;     // SYMMETRIC and SYMMETRIC_WITH_CLIPPING
+  bool symmetric = true;  // SYMMETRIC and SYMMETRIC_WITH_CLIPPING
   double quant_min = -128;
   double quant_max = 127;
-  bool has_zero_point = true;  // integer dtypes; false for FP dtypes (their minval too)
+  bool has_zero_point = true;      // integer dtypes; false for FP dtypes (their minval too)
   std::optional<int> e8m0_target;  // the e8m0 path's target exponent t (§7)
 
   // `resolved_spec` must come from QuantSpec::Resolve().

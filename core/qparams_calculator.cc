@@ -43,11 +43,12 @@ std::string TensorRepr(const std::vector<T>& values, const Shape& shape,
 
 std::string WorkingRangeRepr(const std::vector<double>& values, const WorkingRange& range) {
   const absl::string_view suffix =
-      range.precision == DType::kFloat32 ? "" : (range.precision == DType::kFloat16
-                                                     ? ", dtype=torch.float16"
-                                                     : (range.precision == DType::kBFloat16
-                                                            ? ", dtype=torch.bfloat16"
-                                                            : ", dtype=torch.float64"));
+      range.precision == DType::kFloat32
+          ? ""
+          : (range.precision == DType::kFloat16
+                 ? ", dtype=torch.float16"
+                 : (range.precision == DType::kBFloat16 ? ", dtype=torch.bfloat16"
+                                                        : ", dtype=torch.float64"));
   return TensorRepr(values, range.shape, suffix);
 }
 
@@ -129,8 +130,8 @@ absl::StatusOr<QParams> StatefulQParamsCalculatorBase::Forward(const Observation
     const Shape counts = BlockCounts(x.input_shape(), *block);
     if (counts != buffers_.shape) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "input shape ", ShapeString(x.input_shape()), " gives scale shape ",
-          ShapeString(counts), " but the buffers have shape ", ShapeString(buffers_.shape),
+          "input shape ", ShapeString(x.input_shape()), " gives scale shape ", ShapeString(counts),
+          " but the buffers have shape ", ShapeString(buffers_.shape),
           ", fixed by the first forward; shapes must stay stable (use dynamic for varying ones)"));
     }
   }
@@ -189,8 +190,8 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
         "observation_count go together");
   }
   if (absl::Status s = ExpectSize("qparams.scale", q.scale.size(), *n); !s.ok()) return s;
-  if (absl::Status s = ExpectSize("qparams.zero_point", q.zero_point.size(),
-                                  q.has_zero_point ? *n : 0);
+  if (absl::Status s =
+          ExpectSize("qparams.zero_point", q.zero_point.size(), q.has_zero_point ? *n : 0);
       !s.ok()) {
     return s;
   }
@@ -202,11 +203,12 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
   for (int64_t i = 0; i < *n; ++i) {
     if (!(std::isfinite(q.scale[i]) && q.scale[i] > 0) ||
         (q.has_minval && !std::isfinite(q.minval[i])) ||
-        (q.has_zero_point && (q.zero_point[i] < recipe_.quant_min ||
-                              q.zero_point[i] > recipe_.quant_max))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state.qparams[", i, "]: scale must be finite and > 0, minval finite and the zero "
-          "point within [quant_min, quant_max]"));
+        (q.has_zero_point &&
+         (q.zero_point[i] < recipe_.quant_min || q.zero_point[i] > recipe_.quant_max))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state.qparams[", i,
+                       "]: scale must be finite and > 0, minval finite and the zero "
+                       "point within [quant_min, quant_max]"));
     }
   }
   if (absl::Status s = QParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
@@ -247,9 +249,9 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
   if (state.running.has_value()) {
     const WorkingRange& r = *state.running;
     if (r.shape != state.qparams.shape || r.precision != state.qparams.precision) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "state.running: shape ", ShapeString(r.shape), " and precision ",
-          DTypeName(r.precision), " must be those of the buffers"));
+      return absl::InvalidArgumentError(absl::StrCat("state.running: shape ", ShapeString(r.shape),
+                                                     " and precision ", DTypeName(r.precision),
+                                                     " must be those of the buffers"));
     }
     if (absl::Status s = ExpectSize("running.lo", r.lo.size(), state.qparams.scale.size());
         !s.ok()) {
@@ -261,9 +263,10 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
     }
     for (size_t i = 0; i < r.lo.size(); ++i) {
       if (!(std::isfinite(r.lo[i]) && std::isfinite(r.hi[i]) && r.lo[i] <= 0 && r.hi[i] >= 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "state.running[", i, "]: running_min must be finite and <= 0, running_max finite "
-            "and >= 0"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("state.running[", i,
+                         "]: running_min must be finite and <= 0, running_max finite "
+                         "and >= 0"));
       }
     }
   }
@@ -304,9 +307,9 @@ absl::StatusOr<QParams> StatelessQParamsCalculatorBase::Forward(const Observatio
 
 absl::Status StatelessQParamsCalculatorBase::SetExportMode(bool enabled) {
   if (enabled) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Stateless quantization (", key(),
-        ") does not support export mode: its qparams depend on each input"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("Stateless quantization (", key(),
+                     ") does not support export mode: its qparams depend on each input"));
   }
   return absl::OkStatus();
 }
@@ -314,9 +317,10 @@ absl::Status StatelessQParamsCalculatorBase::SetExportMode(bool enabled) {
 absl::Status StatelessQParamsCalculatorBase::RestoreState(const CalculatorState& state) {
   if (state.export_mode || state.observation_count != 0 || state.qparams.shape != Shape{0} ||
       state.running.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "state: ", key(), " is stateless; export_mode, observation_count, qparams and running "
-        "must be unset"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state: ", key(),
+                     " is stateless; export_mode, observation_count, qparams and running "
+                     "must be unset"));
   }
   return QParamsCalculatorBase::RestoreState(state);
 }

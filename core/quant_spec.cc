@@ -21,9 +21,9 @@ std::pair<double, double> DerivedQuantRange(const QuantDType& dtype, QScheme qsc
 absl::Status ValidateQuantRange(const QuantDType& dtype, double qmin, double qmax) {
   if (dtype.is_floating_point()) {
     if (qmin != dtype.min_value() || qmax != dtype.max_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.quant_min/quant_max: ", dtype.name, " only accepts its own range [",
-          dtype.min_value(), ", ", dtype.max_value(), "]; leave both unset"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.quant_min/quant_max: ", dtype.name, " only accepts its own range [",
+                       dtype.min_value(), ", ", dtype.max_value(), "]; leave both unset"));
     }
     return absl::OkStatus();
   }
@@ -57,8 +57,8 @@ absl::Status ValidateFloatRange(const FloatRange& range) {
         absl::StrCat("spec.float_range.max is ", *range.max, "; it must be >= 0"));
   }
   if (range.frozen() && *range.min >= *range.max) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.float_range [", *range.min, ", ",
-                                                   *range.max, "] must have min < max"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.float_range [", *range.min, ", ", *range.max, "] must have min < max"));
   }
   return absl::OkStatus();
 }
@@ -81,9 +81,9 @@ absl::StatusOr<QScheme> ParseQScheme(absl::string_view name) {
   for (QScheme q : {QScheme::kSymmetric, QScheme::kAsymmetric, QScheme::kSymmetricWithClipping}) {
     if (name == QSchemeName(q)) return q;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "spec.qscheme: unknown quantization scheme \"", name,
-      "\"; allowed: symmetric, asymmetric, symmetric_with_clipping"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("spec.qscheme: unknown quantization scheme \"", name,
+                   "\"; allowed: symmetric, asymmetric, symmetric_with_clipping"));
 }
 
 absl::StatusOr<QuantSpec> QuantSpec::Resolve() const {
@@ -93,9 +93,9 @@ absl::StatusOr<QuantSpec> QuantSpec::Resolve() const {
   r.dtype = dt->name;
 
   if (dt->is_floating_point() && qscheme != QScheme::kSymmetric) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.qscheme: FP quantization (dtype ", dt->name,
-        ") requires symmetric quantization scheme, not ", QSchemeName(qscheme)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.qscheme: FP quantization (dtype ", dt->name,
+                     ") requires symmetric quantization scheme, not ", QSchemeName(qscheme)));
   }
 
   if (scale_dtype.empty()) {
@@ -129,9 +129,9 @@ absl::StatusOr<QuantSpec> QuantSpec::Resolve() const {
   if (!quant_min.has_value()) {
     auto [qmin, qmax] = DerivedQuantRange(*dt, qscheme);
     if (qmin >= qmax) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.qscheme: ", QSchemeName(qscheme), " leaves ", dt->name, " the empty range [",
-          qmin, ", ", qmax, "]"));
+      return absl::InvalidArgumentError(absl::StrCat("spec.qscheme: ", QSchemeName(qscheme),
+                                                     " leaves ", dt->name, " the empty range [",
+                                                     qmin, ", ", qmax, "]"));
     }
     r.quant_min = qmin;
     r.quant_max = qmax;

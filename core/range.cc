@@ -114,8 +114,7 @@ class RangeKernel {
       out += index[d] * layout_.outer_stride[d];
     }
     // Consecutive whole rows of a reduced dim fold into the same run of blocks.
-    const bool batch_rows =
-        !layout_.inner_reduced && outer > 0 && layout_.outer_stride.back() == 0;
+    const bool batch_rows = !layout_.inner_reduced && outer > 0 && layout_.outer_stride.back() == 0;
     for (int64_t e = e0, j = e0 % n; e < e1; j = 0) {
       const uint8_t* p = data_ + e * sizeof(Bits);
       int64_t rows = 1;
@@ -176,7 +175,8 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
 
   // How many chunks to cut `count` units of work into.
   auto chunks_of = [&](int64_t count) {
-    return std::max<int64_t>(1, std::min(count, std::max<int64_t>(threads, elements / kChunkElements)));
+    return std::max<int64_t>(
+        1, std::min(count, std::max<int64_t>(threads, elements / kChunkElements)));
   };
 
   if (layout.RowIsBlock() && (threads == 1 || layout.rows >= threads)) {
@@ -266,15 +266,14 @@ auto DispatchFormat(DType dtype, Fn&& fn) {
 }  // namespace
 
 int64_t FindNonFinite(const TensorView& x) {
-  return DispatchFormat(x.dtype(), [&](auto format) {
-    return FindNonFiniteTyped<decltype(format)>(x);
-  });
+  return DispatchFormat(x.dtype(),
+                        [&](auto format) { return FindNonFiniteTyped<decltype(format)>(x); });
 }
 
 absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block) {
   if (x.num_elements() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor.shape ", ShapeString(x.shape()), " has no elements; dims must be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor.shape ", ShapeString(x.shape()),
+                                                   " has no elements; dims must be >= 1"));
   }
   const Shape counts = BlockCounts(x.shape(), block);
   int64_t blocks = 1;
@@ -293,9 +292,9 @@ absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block)
     return ReduceBlocks<decltype(format)>(x, layout, blocks, lo, hi);
   });
   if (bad) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor.data holds a NaN or infinite value (first at flat index ", FindNonFinite(x),
-        "); only finite values can be observed"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor.data holds a NaN or infinite value (first at flat index ",
+                     FindNonFinite(x), "); only finite values can be observed"));
   }
   return range;
 }

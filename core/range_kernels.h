@@ -65,8 +65,7 @@ struct Kernels {
   void (*combine_rows)(const uint8_t* p, int64_t n, int64_t rows, Key* lo, Key* hi);
   // Rows [r0, r1) of n elements, each one block: its min/max bits into lo/hi[r].
   // Returns whether a block holds a non-finite value.
-  bool (*store_rows)(const uint8_t* p, int64_t n, int64_t r0, int64_t r1, uint8_t* lo,
-                     uint8_t* hi);
+  bool (*store_rows)(const uint8_t* p, int64_t n, int64_t r0, int64_t r1, uint8_t* lo, uint8_t* hi);
 };
 
 template <typename F>
@@ -137,7 +136,7 @@ enum class KernelLevel { kPortable = 0, kAvx2 = 1 };
 // The widest level this CPU runs.
 inline KernelLevel DetectedKernelLevel() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? KernelLevel::kAvx2
-                                                                        : KernelLevel::kPortable;
+                                                                         : KernelLevel::kPortable;
 }
 
 // A cap on the level BestKernels picks, so that tests run every version of the loops

@@ -10,6 +10,7 @@
 #include "core/range_kernels.h"
 
 #define QPARAMS_AVX2 __attribute__((target("avx2")))
+#define QPARAMS_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
 
 namespace qparams::range_internal {
 namespace {
@@ -21,15 +22,15 @@ struct Lanes;
 template <uint32_t kExponentMask>
 struct Lanes<Format<uint32_t, int32_t, kExponentMask>> {
   static constexpr int kCount = 8;
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Key(__m256i u) {
-    return _mm256_xor_si256(u, _mm256_and_si256(_mm256_srai_epi32(u, 31),
-                                                _mm256_set1_epi32(0x7fffffff)));
+  QPARAMS_AVX2_INLINE static __m256i Key(__m256i u) {
+    return _mm256_xor_si256(
+        u, _mm256_and_si256(_mm256_srai_epi32(u, 31), _mm256_set1_epi32(0x7fffffff)));
   }
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Min(__m256i a, __m256i b) { return _mm256_min_epi32(a, b); }
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Max(__m256i a, __m256i b) { return _mm256_max_epi32(a, b); }
+  QPARAMS_AVX2_INLINE static __m256i Min(__m256i a, __m256i b) { return _mm256_min_epi32(a, b); }
+  QPARAMS_AVX2_INLINE static __m256i Max(__m256i a, __m256i b) { return _mm256_max_epi32(a, b); }
   // Lane b of the result: the min (or max) over the lanes of v[b], for 8 vectors.
   template <bool kMax>
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Transpose(const __m256i* v) {
+  QPARAMS_AVX2_INLINE static __m256i Transpose(const __m256i* v) {
     __m256i a[4], b[2];
     for (int i = 0; i < 4; ++i) {
       a[i] = Op<kMax>(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
@@ -43,23 +44,22 @@ struct Lanes<Format<uint32_t, int32_t, kExponentMask>> {
                     _mm256_permute2x128_si256(b[0], b[1], 0x31));
   }
   template <bool kMax>
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Op(__m256i a, __m256i b) {
+  QPARAMS_AVX2_INLINE static __m256i Op(__m256i a, __m256i b) {
     return kMax ? Max(a, b) : Min(a, b);
   }
   // Lanes whose min/max keys reveal a NaN or an infinity.
   template <typename F>
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i NonFinite(__m256i lo, __m256i hi) {
-    return _mm256_or_si256(
-        _mm256_cmpgt_epi32(hi, _mm256_set1_epi32(F::kPositiveInfinityKey - 1)),
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(F::kNegativeInfinityKey + 1), lo));
+  QPARAMS_AVX2_INLINE static __m256i NonFinite(__m256i lo, __m256i hi) {
+    return _mm256_or_si256(_mm256_cmpgt_epi32(hi, _mm256_set1_epi32(F::kPositiveInfinityKey - 1)),
+                           _mm256_cmpgt_epi32(_mm256_set1_epi32(F::kNegativeInfinityKey + 1), lo));
   }
-  QPARAMS_AVX2 __attribute__((always_inline)) static int32_t HMin(__m256i v) {
+  QPARAMS_AVX2_INLINE static int32_t HMin(__m256i v) {
     __m128i m = _mm_min_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     m = _mm_min_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
     m = _mm_min_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm_cvtsi128_si32(m);
   }
-  QPARAMS_AVX2 __attribute__((always_inline)) static int32_t HMax(__m256i v) {
+  QPARAMS_AVX2_INLINE static int32_t HMax(__m256i v) {
     __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
     m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -70,15 +70,15 @@ struct Lanes<Format<uint32_t, int32_t, kExponentMask>> {
 template <uint16_t kExponentMask>
 struct Lanes<Format<uint16_t, int16_t, kExponentMask>> {
   static constexpr int kCount = 16;
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Key(__m256i u) {
-    return _mm256_xor_si256(u, _mm256_and_si256(_mm256_srai_epi16(u, 15),
-                                                _mm256_set1_epi16(0x7fff)));
+  QPARAMS_AVX2_INLINE static __m256i Key(__m256i u) {
+    return _mm256_xor_si256(u,
+                            _mm256_and_si256(_mm256_srai_epi16(u, 15), _mm256_set1_epi16(0x7fff)));
   }
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Min(__m256i a, __m256i b) { return _mm256_min_epi16(a, b); }
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Max(__m256i a, __m256i b) { return _mm256_max_epi16(a, b); }
+  QPARAMS_AVX2_INLINE static __m256i Min(__m256i a, __m256i b) { return _mm256_min_epi16(a, b); }
+  QPARAMS_AVX2_INLINE static __m256i Max(__m256i a, __m256i b) { return _mm256_max_epi16(a, b); }
   // Lane b of the result: the min (or max) over the lanes of v[b], for 16 vectors.
   template <bool kMax>
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Transpose(const __m256i* v) {
+  QPARAMS_AVX2_INLINE static __m256i Transpose(const __m256i* v) {
     __m256i a[8], b[4], c[2];
     for (int i = 0; i < 8; ++i) {
       a[i] = Op<kMax>(_mm256_unpacklo_epi16(v[2 * i], v[2 * i + 1]),
@@ -96,24 +96,23 @@ struct Lanes<Format<uint16_t, int16_t, kExponentMask>> {
                     _mm256_permute2x128_si256(c[0], c[1], 0x31));
   }
   template <bool kMax>
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i Op(__m256i a, __m256i b) {
+  QPARAMS_AVX2_INLINE static __m256i Op(__m256i a, __m256i b) {
     return kMax ? Max(a, b) : Min(a, b);
   }
   template <typename F>
-  QPARAMS_AVX2 __attribute__((always_inline)) static __m256i NonFinite(__m256i lo, __m256i hi) {
-    return _mm256_or_si256(
-        _mm256_cmpgt_epi16(hi, _mm256_set1_epi16(F::kPositiveInfinityKey - 1)),
-        _mm256_cmpgt_epi16(_mm256_set1_epi16(F::kNegativeInfinityKey + 1), lo));
+  QPARAMS_AVX2_INLINE static __m256i NonFinite(__m256i lo, __m256i hi) {
+    return _mm256_or_si256(_mm256_cmpgt_epi16(hi, _mm256_set1_epi16(F::kPositiveInfinityKey - 1)),
+                           _mm256_cmpgt_epi16(_mm256_set1_epi16(F::kNegativeInfinityKey + 1), lo));
   }
   // phminposuw finds the unsigned minimum of 8 lanes in one instruction; xor with
   // 0x8000 (0x7fff) maps signed keys onto unsigned ones in (reversed) order.
-  QPARAMS_AVX2 __attribute__((always_inline)) static int16_t HMin(__m256i v) {
+  QPARAMS_AVX2_INLINE static int16_t HMin(__m256i v) {
     const __m128i m = _mm_min_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     const __m128i flip = _mm_set1_epi16(static_cast<int16_t>(0x8000));
     return static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, flip))) ^
                                 0x8000);
   }
-  QPARAMS_AVX2 __attribute__((always_inline)) static int16_t HMax(__m256i v) {
+  QPARAMS_AVX2_INLINE static int16_t HMax(__m256i v) {
     const __m128i m = _mm_max_epi16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     const __m128i flip = _mm_set1_epi16(0x7fff);
     return static_cast<int16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m, flip))) ^
@@ -122,7 +121,7 @@ struct Lanes<Format<uint16_t, int16_t, kExponentMask>> {
 };
 
 template <typename F>
-QPARAMS_AVX2 __attribute__((always_inline)) inline __m256i LoadKeys(const uint8_t* p, int64_t i) {
+QPARAMS_AVX2_INLINE __m256i LoadKeys(const uint8_t* p, int64_t i) {
   return Lanes<F>::Key(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * sizeof(typename F::Bits))));
 }
@@ -131,9 +130,8 @@ QPARAMS_AVX2 __attribute__((always_inline)) inline __m256i LoadKeys(const uint8_
 // accumulators hide the min/max latency on long spans. Inlined into the per-row
 // loop of StoreRowsAvx2, where rows may be as short as a 32-element block.
 template <typename F>
-QPARAMS_AVX2 __attribute__((always_inline)) inline void ReduceRowAvx2(const uint8_t* p, int64_t n,
-                                                                     typename F::Key& lo,
-                                                                     typename F::Key& hi) {
+QPARAMS_AVX2_INLINE void ReduceRowAvx2(const uint8_t* p, int64_t n, typename F::Key& lo,
+                                       typename F::Key& hi) {
   using L = Lanes<F>;
   if (n < L::kCount) return ReduceSpanPortable<F>(p, n, lo, hi);
   __m256i lo0 = LoadKeys<F>(p, 0), hi0 = lo0, lo1 = lo0, hi1 = lo0;
@@ -242,7 +240,6 @@ Kernels<F> Avx2Kernels() {
   return {ReduceSpanAvx2<F>, CombineRowsAvx2<F>, StoreRowsAvx2<F>};
 }
 
-
 // ---- float32: compared as floats ----
 //
 // vminps/vmaxps need no key transform, and x * 0 is NaN exactly for a NaN or an
@@ -252,31 +249,31 @@ Kernels<F> Avx2Kernels() {
 // vmaxps(acc, x) replace by x at once (a NaN operand yields the second one).
 
 #define QPARAMS_AVX2_FMA __attribute__((target("avx2,fma")))
+#define QPARAMS_AVX2_FMA_INLINE __attribute__((target("avx2,fma"), always_inline)) inline
 
 using F32 = Float32Format;
 using L32 = Lanes<F32>;
 
-QPARAMS_AVX2_FMA __attribute__((always_inline)) inline __m256 KeysToFloats(__m256i k) {
+QPARAMS_AVX2_FMA_INLINE __m256 KeysToFloats(__m256i k) {
   return _mm256_castsi256_ps(L32::Key(k));  // the key map is its own inverse
 }
 
-QPARAMS_AVX2_FMA __attribute__((always_inline)) inline __m256 LoadFloats(const uint8_t* p,
-                                                                        int64_t i) {
+QPARAMS_AVX2_FMA_INLINE __m256 LoadFloats(const uint8_t* p, int64_t i) {
   return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + i);
 }
 
-QPARAMS_AVX2_FMA __attribute__((always_inline)) inline bool AnyNaN(__m256 v) {
+QPARAMS_AVX2_FMA_INLINE bool AnyNaN(__m256 v) {
   return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0;
 }
 
-QPARAMS_AVX2_FMA __attribute__((always_inline)) inline float HMinFloat(__m256 v) {
+QPARAMS_AVX2_FMA_INLINE float HMinFloat(__m256 v) {
   __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_min_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
   m = _mm_min_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
   return _mm_cvtss_f32(m);
 }
 
-QPARAMS_AVX2_FMA __attribute__((always_inline)) inline float HMaxFloat(__m256 v) {
+QPARAMS_AVX2_FMA_INLINE float HMaxFloat(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
   m = _mm_max_ps(m, _mm_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -287,10 +284,8 @@ QPARAMS_AVX2_FMA __attribute__((always_inline)) inline float HMaxFloat(__m256 v)
 // (Format::NonFinite) reports and which, unlike a NaN, later vmaxps keep.
 inline constexpr int32_t kNonFiniteMaxKey = F32::kPositiveInfinityKey;
 
-QPARAMS_AVX2_FMA __attribute__((always_inline)) inline void ReduceRowFloat32(const uint8_t* p,
-                                                                            int64_t n,
-                                                                            int32_t& lo,
-                                                                            int32_t& hi) {
+QPARAMS_AVX2_FMA_INLINE void ReduceRowFloat32(const uint8_t* p, int64_t n, int32_t& lo,
+                                              int32_t& hi) {
   if (n < 8) return ReduceSpanPortable<F32>(p, n, lo, hi);
   const __m256 zero = _mm256_setzero_ps();
   __m256 mn0 = LoadFloats(p, 0), mx0 = mn0, mn1 = mn0, mx1 = mn0;
@@ -383,9 +378,10 @@ QPARAMS_AVX2_FMA bool StoreRowsFloat32(const uint8_t* p, int64_t n, int64_t r0, 
                              _mm256_unpackhi_ps(row_min[2 * i], row_min[2 * i + 1]));
       }
       for (int i = 0; i < 2; ++i) {
-        c[i] = _mm256_min_ps(
-            _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))),
-            _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))));
+        c[i] = _mm256_min_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]),
+                                                                 _mm256_castps_pd(a[2 * i + 1]))),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]),
+                                                                 _mm256_castps_pd(a[2 * i + 1]))));
       }
       const __m256 block_min = _mm256_min_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
                                              _mm256_permute2f128_ps(c[0], c[1], 0x31));
@@ -394,9 +390,10 @@ QPARAMS_AVX2_FMA bool StoreRowsFloat32(const uint8_t* p, int64_t n, int64_t r0, 
                              _mm256_unpackhi_ps(row_max[2 * i], row_max[2 * i + 1]));
       }
       for (int i = 0; i < 2; ++i) {
-        c[i] = _mm256_max_ps(
-            _mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))),
-            _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]), _mm256_castps_pd(a[2 * i + 1]))));
+        c[i] = _mm256_max_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(a[2 * i]),
+                                                                 _mm256_castps_pd(a[2 * i + 1]))),
+                             _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(a[2 * i]),
+                                                                 _mm256_castps_pd(a[2 * i + 1]))));
       }
       const __m256 block_max = _mm256_max_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20),
                                              _mm256_permute2f128_ps(c[0], c[1], 0x31));

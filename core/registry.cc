@@ -12,8 +12,8 @@ namespace {
 
 absl::Status RejectAveragingConstant(const CalculatorOptions& options, absl::string_view key) {
   if (!options.averaging_constant.has_value()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "averaging_constant is for moving_average only; leave it unset for ", key));
+  return absl::InvalidArgumentError(
+      absl::StrCat("averaging_constant is for moving_average only; leave it unset for ", key));
 }
 
 template <typename Calculator>
@@ -108,16 +108,15 @@ absl::StatusOr<const CalculatorClass*> QParamsCalculatorRegistry::Resolve(
     absl::string_view key) const {
   auto it = classes_.find(key);
   if (it == classes_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calculator \"", key,
-                     "\" is not registered in QParamsCalculatorBase; available: ",
-                     absl::StrJoin(ListRegistryKeys(), ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calculator \"", key, "\" is not registered in QParamsCalculatorBase; available: ",
+        absl::StrJoin(ListRegistryKeys(), ", ")));
   }
   return &it->second;
 }
 
 absl::StatusOr<std::string> QParamsCalculatorRegistry::ResolveKey(absl::string_view key,
-                                                                 Target target) const {
+                                                                  Target target) const {
   if (key.empty() || key == "default") {
     return std::string(target == Target::kActivation ? "moving_average" : "static");
   }
@@ -147,8 +146,8 @@ absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
     return absl::InvalidArgumentError("state.calculator must be a resolved key, not default");
   }
   absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> calculator =
-      QParamsCalculatorRegistry::Global().Create(
-          state.calculator, state.spec, CalculatorOptions{state.averaging_constant});
+      QParamsCalculatorRegistry::Global().Create(state.calculator, state.spec,
+                                                 CalculatorOptions{state.averaging_constant});
   if (!calculator.ok()) return calculator.status();
   if (absl::Status s = (*calculator)->RestoreState(state); !s.ok()) return s;
   return calculator;

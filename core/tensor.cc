@@ -25,7 +25,9 @@ absl::StatusOr<int64_t> NumElements(const Shape& shape, absl::string_view field)
   return count;
 }
 
-std::string ShapeString(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeString(const Shape& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 absl::StatusOr<TensorView> TensorView::Create(DType dtype, Shape shape, absl::string_view data,
                                               int64_t max_elements, absl::string_view field) {
@@ -42,9 +44,9 @@ absl::StatusOr<TensorView> TensorView::Create(DType dtype, Shape shape, absl::st
   }
   const int64_t expected = *count * ItemSize(dtype);
   if (static_cast<int64_t>(data.size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ".data has ", data.size(), " bytes; shape ", ShapeString(shape), " of ",
-        DTypeName(dtype), " needs ", expected));
+    return absl::InvalidArgumentError(absl::StrCat(field, ".data has ", data.size(),
+                                                   " bytes; shape ", ShapeString(shape), " of ",
+                                                   DTypeName(dtype), " needs ", expected));
   }
   return TensorView(dtype, std::move(shape), *count, data);
 }
@@ -79,4 +81,3 @@ TensorView Tensor::view() const {
 }
 
 }  // namespace qparams
-

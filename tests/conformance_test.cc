@@ -3,7 +3,6 @@
 // case runs twice: with whole tensors, and with block ranges reduced beforehand
 // (ObserveRange, as a client does) wherever the input can be reduced.
 
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,29 +11,10 @@
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "tests/conformance_vectors.h"
+#include "tests/test_util.h"
 
 namespace qparams::testing {
 namespace {
-
-bool SameRange(const std::optional<WorkingRange>& a, const std::optional<WorkingRange>& b) {
-  if (a.has_value() != b.has_value()) return false;
-  if (!a.has_value()) return true;
-  auto same_bits = [](const std::vector<double>& x, const std::vector<double>& y) {
-    return x.size() == y.size() &&
-           (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
-  };
-  return a->precision == b->precision && a->shape == b->shape && same_bits(a->lo, b->lo) &&
-         same_bits(a->hi, b->hi);
-}
-
-bool SameState(const CalculatorState& a, const CalculatorState& b) {
-  return a.calculator == b.calculator && a.spec == b.spec &&
-         a.averaging_constant == b.averaging_constant && a.initialized == b.initialized &&
-         a.export_mode == b.export_mode &&
-         a.compute_dtype_for_export == b.compute_dtype_for_export &&
-         a.observation_count == b.observation_count && a.qparams == b.qparams &&
-         SameRange(a.running, b.running);
-}
 
 enum class Mode { kTensor, kRange };
 
@@ -43,14 +23,16 @@ std::string RunCase(const VectorCase& c, Mode mode) {
   CalculatorOptions options{c.averaging_constant};
   auto calculator = QParamsCalculatorRegistry::Global().Create(c.calculator, c.spec, options);
   if (c.construct_error.has_value()) {
-    if (calculator.ok()) return absl::StrCat("construction: expected ", CodeName(*c.construct_error), ", got ok");
+    if (calculator.ok())
+      return absl::StrCat("construction: expected ", CodeName(*c.construct_error), ", got ok");
     if (calculator.status().code() != *c.construct_error) {
       return absl::StrCat("construction: expected ", CodeName(*c.construct_error), ", got ",
                           calculator.status().ToString());
     }
     return "";
   }
-  if (!calculator.ok()) return absl::StrCat("construction failed: ", calculator.status().ToString());
+  if (!calculator.ok())
+    return absl::StrCat("construction failed: ", calculator.status().ToString());
   QParamsCalculatorBase& calc = **calculator;
 
   for (size_t i = 0; i < c.steps.size(); ++i) {
@@ -86,7 +68,8 @@ std::string RunCase(const VectorCase& c, Mode mode) {
       }
       case VectorStep::Op::kGetQParams: {
         auto* stateful = dynamic_cast<StatefulQParamsCalculatorBase*>(&calc);
-        if (stateful == nullptr) return absl::StrCat(where, "get_qparams on a stateless calculator");
+        if (stateful == nullptr)
+          return absl::StrCat(where, "get_qparams on a stateless calculator");
         result = stateful->GetQParams();
         initialized = stateful->initialized();
         break;

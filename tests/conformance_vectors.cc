@@ -23,7 +23,8 @@ const Value* Field(const Struct& s, const std::string& key) {
 
 std::vector<int64_t> IntList(const Value& v) {
   std::vector<int64_t> out;
-  for (const Value& e : v.list_value().values()) out.push_back(static_cast<int64_t>(e.number_value()));
+  for (const Value& e : v.list_value().values())
+    out.push_back(static_cast<int64_t>(e.number_value()));
   return out;
 }
 
@@ -59,15 +60,17 @@ absl::StatusOr<QuantSpec> ParseSpec(const Struct& s) {
   absl::StatusOr<Granularity> g = ParseGranularity(Field(s, "granularity")->struct_value());
   if (!g.ok()) return g.status();
   spec.granularity = *g;
-  spec.target = Field(s, "target")->string_value() == "activation" ? Target::kActivation
-                                                                  : Target::kWeight;
+  spec.target =
+      Field(s, "target")->string_value() == "activation" ? Target::kActivation : Target::kWeight;
   if (const Value* v = Field(s, "quant_min")) spec.quant_min = v->number_value();
   if (const Value* v = Field(s, "quant_max")) spec.quant_max = v->number_value();
   if (const Value* fr = Field(s, "float_range")) {
     const auto& bounds = fr->list_value().values();
     if (bounds.size() != 2) return absl::InvalidArgumentError("float_range must have 2 entries");
-    if (bounds[0].kind_case() == Value::kNumberValue) spec.float_range.min = bounds[0].number_value();
-    if (bounds[1].kind_case() == Value::kNumberValue) spec.float_range.max = bounds[1].number_value();
+    if (bounds[0].kind_case() == Value::kNumberValue)
+      spec.float_range.min = bounds[0].number_value();
+    if (bounds[1].kind_case() == Value::kNumberValue)
+      spec.float_range.max = bounds[1].number_value();
   }
   if (const Value* v = Field(s, "scale_dtype")) spec.scale_dtype = v->string_value();
   return spec;
@@ -139,7 +142,8 @@ absl::StatusOr<VectorCase> ParseCase(const std::string& line) {
   VectorCase c;
   c.id = Field(root, "id")->string_value();
   c.calculator = Field(root, "calculator")->string_value();
-  if (const Value* ac = Field(root, "averaging_constant")) c.averaging_constant = ac->number_value();
+  if (const Value* ac = Field(root, "averaging_constant"))
+    c.averaging_constant = ac->number_value();
   absl::StatusOr<QuantSpec> spec = ParseSpec(Field(root, "spec")->struct_value());
   if (!spec.ok()) return spec.status();
   c.spec = *spec;
@@ -205,8 +209,8 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
   };
   if (std::string d = compare_bits("scale", expected.scale, actual.scale); !d.empty()) return d;
   if (expected.zero_point.has_value() != actual.has_zero_point) {
-    return absl::StrCat("zero_point: expected ", expected.zero_point ? "values" : "null",
-                        ", got ", actual.has_zero_point ? "values" : "null");
+    return absl::StrCat("zero_point: expected ", expected.zero_point ? "values" : "null", ", got ",
+                        actual.has_zero_point ? "values" : "null");
   }
   if (expected.zero_point.has_value()) {
     if (expected.zero_point->size() != actual.zero_point.size()) {
@@ -215,8 +219,8 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
     }
     for (size_t i = 0; i < actual.zero_point.size(); ++i) {
       if ((*expected.zero_point)[i] != actual.zero_point[i]) {
-        return absl::StrCat("zero_point[", i, "]: expected ", (*expected.zero_point)[i],
-                            ", got ", actual.zero_point[i]);
+        return absl::StrCat("zero_point[", i, "]: expected ", (*expected.zero_point)[i], ", got ",
+                            actual.zero_point[i]);
       }
     }
   }

@@ -21,10 +21,10 @@ namespace qparams::testing {
 
 struct ExpectedQParams {
   Shape shape;
-  std::vector<uint32_t> scale;                       // float32 bit patterns
-  std::optional<std::vector<int32_t>> zero_point;    // null: none
-  std::optional<std::vector<uint32_t>> minval;       // null: none
-  std::optional<bool> initialized;                   // get_qparams only
+  std::vector<uint32_t> scale;                     // float32 bit patterns
+  std::optional<std::vector<int32_t>> zero_point;  // null: none
+  std::optional<std::vector<uint32_t>> minval;     // null: none
+  std::optional<bool> initialized;                 // get_qparams only
 };
 
 struct VectorStep {

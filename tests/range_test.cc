@@ -314,17 +314,17 @@ TEST(ObserveRange, RejectsNonFiniteValuesInEveryDtype) {
   for (const Bad& b : bad) {
     for (const auto& [shape, block] : layouts) {
       for (range_internal::KernelLevel level : KernelLevels()) {
-      ScopedKernelLevel scoped_level(level);
-      const Tensor base = RandomNormal(b.dtype, shape, 99);
-      const int64_t n = Count(shape);
-      for (int64_t pos : {int64_t{0}, n / 2 + 3, n - 1}) {
-        Tensor t = base;
-        std::memcpy(t.data.data() + pos * ItemSize(b.dtype), &b.bits, ItemSize(b.dtype));
-        SCOPED_TRACE(absl::StrCat(DTypeName(b.dtype), " bits ", absl::Hex(b.bits), " at ", pos,
-                                  " of ", ShapeString(shape)));
-        EXPECT_EQ(FindNonFinite(t.view()), pos);
-        EXPECT_CODE(ObserveRange(t.view(), block), kInvalid);
-      }
+        ScopedKernelLevel scoped_level(level);
+        const Tensor base = RandomNormal(b.dtype, shape, 99);
+        const int64_t n = Count(shape);
+        for (int64_t pos : {int64_t{0}, n / 2 + 3, n - 1}) {
+          Tensor t = base;
+          std::memcpy(t.data.data() + pos * ItemSize(b.dtype), &b.bits, ItemSize(b.dtype));
+          SCOPED_TRACE(absl::StrCat(DTypeName(b.dtype), " bits ", absl::Hex(b.bits), " at ", pos,
+                                    " of ", ShapeString(shape)));
+          EXPECT_EQ(FindNonFinite(t.view()), pos);
+          EXPECT_CODE(ObserveRange(t.view(), block), kInvalid);
+        }
       }
     }
   }
