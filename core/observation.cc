@@ -57,8 +57,8 @@ absl::StatusOr<BlockRange> Observation::Range(const Shape& block) const {
                        "] = ", max_->ValueAt(i), "; a block's min must be <= its max"));
     }
   }
-  return BlockRange{Tensor{min_->dtype(), counts, std::string(min_->bytes())},
-                    Tensor{max_->dtype(), counts, std::string(max_->bytes())}};
+  return BlockRange{Tensor{min_->dtype(), counts, Bytes(min_->bytes())},
+                    Tensor{max_->dtype(), counts, Bytes(max_->bytes())}};
 }
 
 }  // namespace qparams

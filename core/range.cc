@@ -283,7 +283,7 @@ absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block)
   for (Tensor* t : {&range.min, &range.max}) {
     t->dtype = x.dtype();
     t->shape = counts;
-    t->data.resize(blocks * ItemSize(x.dtype()));
+    t->data = Bytes::Uninitialized(blocks * ItemSize(x.dtype()));
   }
   const Layout layout = Layout::Make(x.shape(), block);
   uint8_t* lo = reinterpret_cast<uint8_t*>(range.min.data.data());

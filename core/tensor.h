@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/bytes.h"
 #include "core/dtype.h"
 
 namespace qparams {
@@ -61,7 +62,7 @@ class TensorView {
 struct Tensor {
   DType dtype = DType::kFloat32;
   Shape shape;
-  std::string data;
+  Bytes data;
 
   // A view of this tensor; the shape and size are trusted to agree.
   TensorView view() const;

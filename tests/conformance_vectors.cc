@@ -82,9 +82,11 @@ absl::StatusOr<Tensor> ParseTensor(const Struct& t) {
   if (!dtype.ok()) return dtype.status();
   tensor.dtype = *dtype;
   tensor.shape = IntList(*Field(t, "shape"));
-  if (!absl::Base64Unescape(Field(t, "data")->string_value(), &tensor.data)) {
+  std::string data;
+  if (!absl::Base64Unescape(Field(t, "data")->string_value(), &data)) {
     return absl::InvalidArgumentError("input.data is not base64");
   }
+  tensor.data = data;
   return tensor;
 }
 
