@@ -210,6 +210,8 @@ QPARAMS_AVX2_INLINE bool Any(__m256i mask) { return !_mm256_testz_si256(mask, ma
 // bandwidth on one core), and CombineRows' 16 side-by-side row streams (float32
 // per_channel(-1): 69% -> 75%). Long contiguous spans need none.
 inline constexpr int64_t kPrefetchAhead = 1024;
+// Rows longer than this stream on like one span, which the prefetches only slow.
+inline constexpr size_t kPrefetchRowBytes = size_t{64} << 10;
 
 // Min/max keys of n contiguous elements, combined into lo/hi. Two sets of extremes
 // hide the instruction latency on long spans.
@@ -220,6 +222,19 @@ QPARAMS_AVX2_INLINE void ReduceRow(const uint8_t* p, int64_t n, typename F::Key&
   if (n < L::kCount) return ReduceSpanPortable<F>(p, n, lo, hi);
   Extremes e0 = Start<F>(Load<F>(p, 0)), e1 = e0;
   int64_t i = L::kCount;
+  for (; i + 4 * L::kCount <= n; i += 4 * L::kCount) {
+    if constexpr (kPrefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i * sizeof(typename F::Bits)) + kPrefetchAhead,
+                   _MM_HINT_T0);
+      _mm_prefetch(
+          reinterpret_cast<const char*>(p + i * sizeof(typename F::Bits)) + kPrefetchAhead + 64,
+          _MM_HINT_T0);
+    }
+    Add<F>(e0, Load<F>(p, i));
+    Add<F>(e1, Load<F>(p, i + L::kCount));
+    Add<F>(e0, Load<F>(p, i + 2 * L::kCount));
+    Add<F>(e1, Load<F>(p, i + 3 * L::kCount));
+  }
   for (; i + 2 * L::kCount <= n; i += 2 * L::kCount) {
     if constexpr (kPrefetch) {
       _mm_prefetch(reinterpret_cast<const char*>(p + i * sizeof(typename F::Bits)) + kPrefetchAhead,
@@ -326,7 +341,11 @@ QPARAMS_AVX2 bool StoreRowsAvx2(const uint8_t* p, int64_t n, int64_t r0, int64_t
   bool any = Any(bad);
   for (; r < r1; ++r) {
     typename F::Key l = F::kMaxKey, h = F::kMinKey;
-    ReduceRow<F, /*kPrefetch=*/true>(p + r * n * sizeof(Bits), n, l, h);
+    if (n * sizeof(Bits) <= kPrefetchRowBytes) {
+      ReduceRow<F, /*kPrefetch=*/true>(p + r * n * sizeof(Bits), n, l, h);
+    } else {
+      ReduceRow<F>(p + r * n * sizeof(Bits), n, l, h);
+    }
     any |= StoreBlock<F>(l, h, r, lo, hi);
   }
   return any;
