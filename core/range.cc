@@ -3,8 +3,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -207,8 +205,8 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
       kernel.Accumulate(s0 * slice_elements, s1 * slice_elements, lo, hi);
     }
   } else {
-    // Threads share blocks: each reduces an even share of the elements into private
-    // keys, merged afterwards (the blocks are few when the outermost dim is reduced).
+    // Threads share blocks: each reduces the chunks it takes into private keys,
+    // merged afterwards (the blocks are few when the outermost dim is reduced).
     std::vector<std::vector<Key>> private_lo(threads), private_hi(threads);
     const int64_t chunks = chunks_of(elements);
 #pragma omp parallel num_threads(threads)
@@ -247,7 +245,7 @@ int64_t FindNonFiniteTyped(const TensorView& x) {
   return -1;
 }
 
-// Calls fn.template operator()<Format>() for the format of `dtype`.
+// Calls fn(Format()) with the binary format of `dtype`.
 template <typename Fn>
 auto DispatchFormat(DType dtype, Fn&& fn) {
   switch (dtype) {
