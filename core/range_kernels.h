@@ -135,8 +135,7 @@ enum class KernelLevel { kPortable = 0, kAvx2 = 1 };
 
 // The widest level this CPU runs.
 inline KernelLevel DetectedKernelLevel() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? KernelLevel::kAvx2
-                                                                         : KernelLevel::kPortable;
+  return __builtin_cpu_supports("avx2") ? KernelLevel::kAvx2 : KernelLevel::kPortable;
 }
 
 // A cap on the level BestKernels picks, so that tests run every version of the loops
