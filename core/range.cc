@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,9 @@ using range_internal::Float64Format;
 
 // Below this many elements one thread is faster than waking the OpenMP team.
 constexpr int64_t kParallelMinElements = int64_t{1} << 16;
+
+// SetRangeThreads; 0 = omp_get_max_threads().
+std::atomic<int> range_threads{0};
 // Threads take work in chunks of about this many elements, first come first served,
 // so that a core slowed by other load does not hold the other back.
 constexpr int64_t kChunkElements = int64_t{1} << 22;
@@ -168,7 +172,10 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
                   uint8_t* hi_out) {
   using Key = typename F::Key;
   const int64_t elements = x.num_elements();
-  const int threads = elements >= kParallelMinElements ? omp_get_max_threads() : 1;
+  const int configured = range_threads.load(std::memory_order_relaxed);
+  const int threads = elements < kParallelMinElements ? 1
+                      : configured > 0                 ? configured
+                                                       : omp_get_max_threads();
   const RangeKernel<F> kernel(layout, x.data());
 
   // How many chunks to cut `count` units of work into.
@@ -262,6 +269,10 @@ auto DispatchFormat(DType dtype, Fn&& fn) {
 }
 
 }  // namespace
+
+void SetRangeThreads(int threads) {
+  range_threads.store(std::max(threads, 0), std::memory_order_relaxed);
+}
 
 int64_t FindNonFinite(const TensorView& x) {
   return DispatchFormat(x.dtype(),

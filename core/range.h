@@ -22,6 +22,11 @@ struct BlockRange {
 // INVALID_ARGUMENT if x has no elements or holds a NaN, +Inf or -Inf.
 absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block);
 
+// How many OpenMP threads a large range pass uses: `threads` >= 1, or 0 for OpenMP's
+// default. Process-wide, because a server runs passes on threads OpenMP did not
+// create, which would not see an omp_set_num_threads of the main thread.
+void SetRangeThreads(int threads);
+
 // The position of the first NaN or infinite value of `x`, or -1 if all are finite.
 int64_t FindNonFinite(const TensorView& x);
 

@@ -1,0 +1,254 @@
+#include "proto/convert.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace qparams::wire {
+
+absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field) {
+  switch (dtype) {
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::FLOAT64:
+      return DType::kFloat64;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is ", dtype == v1::DTYPE_UNSPECIFIED ? "unset" : "unknown (",
+                       dtype == v1::DTYPE_UNSPECIFIED ? "" : absl::StrCat(dtype, ")"),
+                       "; use FLOAT32, FLOAT16, BFLOAT16 or FLOAT64"));
+  }
+}
+
+v1::DType DTypeToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::FLOAT32;
+    case DType::kFloat16:
+      return v1::FLOAT16;
+    case DType::kBFloat16:
+      return v1::BFLOAT16;
+    case DType::kFloat64:
+      return v1::FLOAT64;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+absl::StatusOr<TensorView> TensorFromProto(const v1::Tensor& tensor, int64_t max_elements,
+                                           absl::string_view field) {
+  absl::StatusOr<DType> dtype = DTypeFromProto(tensor.dtype(), absl::StrCat(field, ".dtype"));
+  if (!dtype.ok()) return dtype.status();
+  return TensorView::Create(*dtype, Shape(tensor.shape().begin(), tensor.shape().end()),
+                            tensor.data(), max_elements, field);
+}
+
+v1::Tensor TensorToProto(const TensorView& tensor) {
+  v1::Tensor out;
+  out.set_dtype(DTypeToProto(tensor.dtype()));
+  out.mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+  out.set_data(std::string(tensor.bytes()));
+  return out;
+}
+
+absl::StatusOr<Granularity> GranularityFromProto(const v1::Granularity& granularity,
+                                                 absl::string_view field) {
+  switch (granularity.kind_case()) {
+    case v1::Granularity::KIND_NOT_SET:
+    case v1::Granularity::kPerTensor:
+      return Granularity::PerTensor();
+    case v1::Granularity::kPerChannel:
+      return Granularity::PerChannel(granularity.per_channel().axis());
+    case v1::Granularity::kPerBlock: {
+      const v1::PerBlock& b = granularity.per_block();
+      std::optional<int64_t> axis;
+      if (b.has_axis()) axis = b.axis();
+      return Granularity::PerBlock(axis, {b.block_size().begin(), b.block_size().end()});
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, " has an unknown kind"));
+}
+
+v1::Granularity GranularityToProto(const Granularity& granularity) {
+  v1::Granularity out;
+  switch (granularity.kind()) {
+    case Granularity::Kind::kPerTensor:
+      out.mutable_per_tensor();
+      break;
+    case Granularity::Kind::kPerChannel:
+      out.mutable_per_channel()->set_axis(static_cast<int32_t>(*granularity.axis()));
+      break;
+    case Granularity::Kind::kPerBlock: {
+      v1::PerBlock* b = out.mutable_per_block();
+      if (granularity.axis()) b->set_axis(static_cast<int32_t>(*granularity.axis()));
+      b->mutable_block_size()->Assign(granularity.block_size().begin(),
+                                      granularity.block_size().end());
+      break;
+    }
+  }
+  return out;
+}
+
+Target TargetFromProto(v1::Target target) {
+  return target == v1::ACTIVATION ? Target::kActivation : Target::kWeight;
+}
+
+v1::Target TargetToProto(Target target) {
+  return target == Target::kActivation ? v1::ACTIVATION : v1::WEIGHT;
+}
+
+absl::StatusOr<QuantSpec> SpecFromProto(const v1::QuantSpec& spec) {
+  QuantSpec out;
+  if (!spec.dtype().empty()) out.dtype = spec.dtype();
+  switch (spec.qscheme()) {
+    case v1::QSCHEME_UNSPECIFIED:
+    case v1::SYMMETRIC:
+      out.qscheme = QScheme::kSymmetric;
+      break;
+    case v1::ASYMMETRIC:
+      out.qscheme = QScheme::kAsymmetric;
+      break;
+    case v1::SYMMETRIC_WITH_CLIPPING:
+      out.qscheme = QScheme::kSymmetricWithClipping;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.qscheme is unknown (", spec.qscheme(),
+                       "); use SYMMETRIC, ASYMMETRIC or SYMMETRIC_WITH_CLIPPING"));
+  }
+  switch (spec.target()) {
+    case v1::TARGET_UNSPECIFIED:
+    case v1::WEIGHT:
+    case v1::ACTIVATION:
+      out.target = TargetFromProto(spec.target());
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.target is unknown (", spec.target(), "); use WEIGHT or ACTIVATION"));
+  }
+  absl::StatusOr<Granularity> granularity =
+      GranularityFromProto(spec.granularity(), "spec.granularity");
+  if (!granularity.ok()) return granularity.status();
+  out.granularity = *std::move(granularity);
+  if (spec.has_quant_min()) out.quant_min = spec.quant_min();
+  if (spec.has_quant_max()) out.quant_max = spec.quant_max();
+  if (spec.float_range().has_min()) out.float_range.min = spec.float_range().min();
+  if (spec.float_range().has_max()) out.float_range.max = spec.float_range().max();
+  out.scale_dtype = spec.scale_dtype();
+  out.range_calculator = spec.range_calculator();
+  return out;
+}
+
+v1::QuantSpec SpecToProto(const QuantSpec& spec) {
+  v1::QuantSpec out;
+  out.set_dtype(spec.dtype);
+  switch (spec.qscheme) {
+    case QScheme::kSymmetric:
+      out.set_qscheme(v1::SYMMETRIC);
+      break;
+    case QScheme::kAsymmetric:
+      out.set_qscheme(v1::ASYMMETRIC);
+      break;
+    case QScheme::kSymmetricWithClipping:
+      out.set_qscheme(v1::SYMMETRIC_WITH_CLIPPING);
+      break;
+  }
+  *out.mutable_granularity() = GranularityToProto(spec.granularity);
+  out.set_target(TargetToProto(spec.target));
+  if (spec.quant_min) out.set_quant_min(*spec.quant_min);
+  if (spec.quant_max) out.set_quant_max(*spec.quant_max);
+  // Always present (possibly empty), so a resolved spec reads the same either way.
+  v1::FloatRange* range = out.mutable_float_range();
+  if (spec.float_range.min) range->set_min(*spec.float_range.min);
+  if (spec.float_range.max) range->set_max(*spec.float_range.max);
+  out.set_scale_dtype(spec.scale_dtype);
+  out.set_range_calculator(spec.range_calculator);
+  return out;
+}
+
+v1::QParams QParamsToProto(const QParams& qparams) {
+  v1::QParams out;
+  out.mutable_shape()->Assign(qparams.shape.begin(), qparams.shape.end());
+  out.mutable_scale()->Assign(qparams.scale.begin(), qparams.scale.end());
+  out.mutable_zero_point()->Assign(qparams.zero_point.begin(), qparams.zero_point.end());
+  out.mutable_minval()->Assign(qparams.minval.begin(), qparams.minval.end());
+  out.set_has_zero_point(qparams.has_zero_point);
+  out.set_has_minval(qparams.has_minval);
+  if (qparams.precision) out.set_precision(DTypeToProto(*qparams.precision));
+  return out;
+}
+
+QParams QParamsFromProto(const v1::QParams& qparams) {
+  QParams out;
+  out.shape.assign(qparams.shape().begin(), qparams.shape().end());
+  out.scale.assign(qparams.scale().begin(), qparams.scale().end());
+  out.zero_point.assign(qparams.zero_point().begin(), qparams.zero_point().end());
+  out.minval.assign(qparams.minval().begin(), qparams.minval().end());
+  out.has_zero_point = qparams.has_zero_point();
+  out.has_minval = qparams.has_minval();
+  absl::StatusOr<DType> precision = DTypeFromProto(qparams.precision(), "precision");
+  if (precision.ok()) out.precision = *precision;
+  return out;
+}
+
+absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
+                                                 int64_t max_elements) {
+  switch (request.observation_case()) {
+    case v1::ObserveRequest::kTensor: {
+      absl::StatusOr<TensorView> tensor =
+          TensorFromProto(request.tensor(), max_elements, "tensor");
+      if (!tensor.ok()) return tensor.status();
+      return Observation::FromTensor(*std::move(tensor));
+    }
+    case v1::ObserveRequest::kRange: {
+      const v1::RangeObservation& range = request.range();
+      Shape input_shape(range.input_shape().begin(), range.input_shape().end());
+      if (input_shape.empty()) {
+        return absl::InvalidArgumentError(
+            "range.input_shape is empty; the observed tensor must have rank >= 1");
+      }
+      absl::StatusOr<int64_t> elements = NumElements(input_shape, "range.input_shape");
+      if (!elements.ok()) return elements.status();
+      if (*elements > max_elements) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "range.input_shape ", ShapeString(input_shape), " has ", *elements,
+            " elements; the limit is ", max_elements));
+      }
+      absl::StatusOr<TensorView> min = TensorFromProto(range.min(), max_elements, "range.min");
+      if (!min.ok()) return min.status();
+      absl::StatusOr<TensorView> max = TensorFromProto(range.max(), max_elements, "range.max");
+      if (!max.ok()) return max.status();
+      return Observation::FromRange(std::move(input_shape), *std::move(min), *std::move(max));
+    }
+    case v1::ObserveRequest::OBSERVATION_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "observation is unset; send a tensor or a range (block minima and maxima)");
+}
+
+google::protobuf::Timestamp TimeToProto(absl::Time time) {
+  google::protobuf::Timestamp out;
+  const int64_t nanos = absl::ToUnixNanos(time);
+  int64_t seconds = nanos / 1000000000;
+  int64_t rest = nanos % 1000000000;
+  if (rest < 0) {
+    rest += 1000000000;
+    --seconds;
+  }
+  out.set_seconds(seconds);
+  out.set_nanos(static_cast<int32_t>(rest));
+  return out;
+}
+
+absl::Time TimeFromProto(const google::protobuf::Timestamp& timestamp) {
+  return absl::FromUnixSeconds(timestamp.seconds()) + absl::Nanoseconds(timestamp.nanos());
+}
+
+}  // namespace qparams::wire

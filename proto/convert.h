@@ -1,0 +1,66 @@
+// Conversions between the wire messages of qparams.v1 and the core's values, shared
+// by the server (requests in, results out) and the client (tensors out, local
+// reductions). Parsing checks only what the wire form adds (enum values, oneofs);
+// the core checks the rest. Errors are INVALID_ARGUMENT naming the field.
+
+#ifndef QPARAMS_PROTO_CONVERT_H_
+#define QPARAMS_PROTO_CONVERT_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/dtype.h"
+#include "core/granularity.h"
+#include "core/observation.h"
+#include "core/qparams.h"
+#include "core/quant_spec.h"
+#include "core/tensor.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "qparams/v1/qparams.pb.h"
+
+namespace qparams::wire {
+
+// DType <-> qparams.v1.DType. DTYPE_UNSPECIFIED and unknown values are
+// INVALID_ARGUMENT naming `field`.
+absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);
+v1::DType DTypeToProto(DType dtype);
+
+// A view of a wire tensor's bytes (no copy): `tensor` must outlive it. Malformed
+// tensors are INVALID_ARGUMENT, more than `max_elements` is RESOURCE_EXHAUSTED.
+absl::StatusOr<TensorView> TensorFromProto(const v1::Tensor& tensor, int64_t max_elements,
+                                           absl::string_view field);
+// The wire form of a tensor (copies its bytes once).
+v1::Tensor TensorToProto(const TensorView& tensor);
+
+// The granularity of a spec; an unset oneof is per_tensor.
+absl::StatusOr<Granularity> GranularityFromProto(const v1::Granularity& granularity,
+                                                 absl::string_view field);
+v1::Granularity GranularityToProto(const Granularity& granularity);
+
+Target TargetFromProto(v1::Target target);  // TARGET_UNSPECIFIED = WEIGHT
+v1::Target TargetToProto(Target target);
+
+// The spec as sent (defaults not yet filled in: QuantSpec::Resolve does that). An
+// unknown qscheme or target enum value is INVALID_ARGUMENT.
+absl::StatusOr<QuantSpec> SpecFromProto(const v1::QuantSpec& spec);
+// A resolved spec's wire form, every default explicit.
+v1::QuantSpec SpecToProto(const QuantSpec& spec);
+
+// qparams (buffers or a forward's result) on the wire, and back.
+v1::QParams QParamsToProto(const QParams& qparams);
+QParams QParamsFromProto(const v1::QParams& qparams);
+
+// The observation of a request: its tensor, or its range (min/max views and the
+// input shape). Views point into `request`, which must outlive the result. Neither
+// set is INVALID_ARGUMENT.
+absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
+                                                 int64_t max_elements);
+
+google::protobuf::Timestamp TimeToProto(absl::Time time);
+absl::Time TimeFromProto(const google::protobuf::Timestamp& timestamp);
+
+}  // namespace qparams::wire
+
+#endif  // QPARAMS_PROTO_CONVERT_H_

@@ -1,0 +1,139 @@
+#include "server/engine.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/page_token.h"
+
+namespace qparams {
+namespace {
+
+const QParamsCalculatorRegistry& Registry() { return QParamsCalculatorRegistry::Global(); }
+
+}  // namespace
+
+Engine::Engine(EngineOptions options) : store_(options.max_sessions) {}
+
+std::vector<const CalculatorClass*> Engine::ListCalculators() const {
+  return Registry().ListRegistryValues();
+}
+
+absl::StatusOr<QParams> Engine::Compute(absl::string_view calculator, const QuantSpec& spec,
+                                        const Observation& x) const {
+  const absl::string_view key = calculator.empty() ? "dynamic" : calculator;
+  if (key != "dynamic" && key != "static") {
+    absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(key);
+    if (!cls.ok()) return cls.status();
+    return absl::InvalidArgumentError(
+        absl::StrCat("calculator \"", key, "\" keeps state across observations; Compute takes "
+                     "\"dynamic\" or \"static\", use CreateSession for a stateful calculator"));
+  }
+  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> c = Registry().Create(key, spec);
+  if (!c.ok()) return c.status();
+  return (*c)->Forward(x);
+}
+
+absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view name,
+                                                  absl::string_view calculator,
+                                                  const QuantSpec& spec,
+                                                  std::optional<double> averaging_constant) {
+  if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
+  absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
+  if (!key.ok()) return key.status();
+  absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(*key);
+  if (!cls.ok()) return cls.status();
+  if (!(*cls)->stateful) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calculator \"", *key, "\" is stateless, so a session of it would hold nothing; use "
+        "Compute for it, or a stateful calculator (static, moving_average, global_minmax)"));
+  }
+  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> c =
+      Registry().Create(*key, spec, CalculatorOptions{averaging_constant});
+  if (!c.ok()) return c.status();
+  // Every stateful class derives from the stateful base (registry.h).
+  std::unique_ptr<StatefulQParamsCalculatorBase> stateful(
+      static_cast<StatefulQParamsCalculatorBase*>(c->release()));
+  absl::StatusOr<std::shared_ptr<Session>> session =
+      store_.Insert(std::make_unique<Session>(std::string(name), std::move(stateful)));
+  if (!session.ok()) return session.status();
+  return (*session)->Info();
+}
+
+absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view name) const {
+  if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
+  return store_.Find(name);
+}
+
+absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  if (!session.ok()) return session.status();
+  return (*session)->Info();
+}
+
+absl::Status Engine::DeleteSession(absl::string_view name) {
+  if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
+  return store_.Erase(name);
+}
+
+absl::StatusOr<SessionPage> Engine::ListSessions(int page_size, absl::string_view page_token,
+                                                 absl::string_view filter) const {
+  if (page_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
+  }
+  if (!filter.empty()) {
+    if (absl::Status s = ValidateSessionName(filter, "filter"); !s.ok()) return s;
+  }
+  absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
+  if (!after.ok()) return after.status();
+  const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  SessionStore::Page page = store_.List(filter, *after, limit);
+  SessionPage out;
+  out.sessions.reserve(page.sessions.size());
+  for (const std::shared_ptr<Session>& session : page.sessions) {
+    out.sessions.push_back(session->Info());
+  }
+  if (page.more) out.next_page_token = EncodePageToken(filter, page.sessions.back()->name());
+  return out;
+}
+
+absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view name, const Observation& x) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  if (!session.ok()) return session.status();
+  return (*session)->Observe(x);
+}
+
+absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  if (!session.ok()) return session.status();
+  return (*session)->observation_count();
+}
+
+absl::StatusOr<std::pair<QParams, bool>> Engine::GetQParams(absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  if (!session.ok()) return session.status();
+  return (*session)->GetQParams();
+}
+
+absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view name, bool enabled) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  if (!session.ok()) return session.status();
+  if (absl::Status s = (*session)->SetExportMode(enabled); !s.ok()) return s;
+  return (*session)->Info();
+}
+
+absl::StatusOr<SessionInfo> Engine::SetGranularity(
+    absl::string_view name, const std::optional<Granularity>& granularity) {
+  if (!granularity.has_value()) {
+    return absl::InvalidArgumentError(
+        "granularity is unset; set per_tensor, per_channel or per_block");
+  }
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  if (!session.ok()) return session.status();
+  if (absl::Status s = (*session)->SetGranularity(*granularity); !s.ok()) return s;
+  return (*session)->Info();
+}
+
+}  // namespace qparams

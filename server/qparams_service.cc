@@ -1,0 +1,240 @@
+#include "server/qparams_service.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/observation.h"
+#include "proto/convert.h"
+#include "server/log.h"
+
+namespace qparams {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+void SessionToProto(const SessionInfo& info, v1::Session* out) {
+  out->set_name(info.name);
+  out->set_calculator(info.calculator);
+  *out->mutable_spec() = wire::SpecToProto(info.spec);
+  out->set_averaging_constant(info.averaging_constant);
+  out->set_initialized(info.initialized);
+  out->set_export_mode(info.export_mode);
+  out->set_observation_count(info.observation_count);
+  *out->mutable_qparams() = wire::QParamsToProto(info.qparams);
+  out->mutable_running_min()->Assign(info.running_min.begin(), info.running_min.end());
+  out->mutable_running_max()->Assign(info.running_max.begin(), info.running_max.end());
+  if (info.input_dtype) out->set_input_dtype(wire::DTypeToProto(*info.input_dtype));
+  *out->mutable_create_time() = wire::TimeToProto(info.create_time);
+  *out->mutable_update_time() = wire::TimeToProto(info.update_time);
+  out->set_description(info.description);
+}
+
+}  // namespace
+
+QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
+    : engine_(engine), options_(options) {}
+
+void QParamsServiceImpl::LogFailure(grpc::CallbackServerContext* context,
+                                    absl::string_view method, const absl::Status& status) const {
+  if (!options_.log_failed_rpcs || status.ok()) return;
+  LogInfo(absl::StrCat(method, " from ", context->peer(), " failed: ",
+                       absl::StatusCodeToString(status.code()), ": ", status.message()));
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext* context,
+                                                     absl::string_view method,
+                                                     const absl::Status& status) {
+  LogFailure(context, method, status);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::ListCalculators(
+    grpc::CallbackServerContext* context, const v1::ListCalculatorsRequest* /*request*/,
+    v1::ListCalculatorsResponse* response) {
+  for (const CalculatorClass* cls : engine_->ListCalculators()) {
+    v1::CalculatorInfo* info = response->add_calculators();
+    info->set_key(cls->key);
+    info->set_stateful(cls->stateful);
+    info->set_description(cls->description);
+  }
+  return Finish(context, "ListCalculators", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::Compute(grpc::CallbackServerContext* context,
+                                                      const v1::ComputeRequest* request,
+                                                      v1::ComputeResponse* response) {
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<TensorView> tensor =
+        wire::TensorFromProto(request->tensor(), options_.max_tensor_elements, "tensor");
+    if (!tensor.ok()) return tensor.status();
+    absl::StatusOr<QParams> qparams = engine_->Compute(
+        request->calculator(), *spec, Observation::FromTensor(*std::move(tensor)));
+    if (!qparams.ok()) return qparams.status();
+    *response->mutable_qparams() = wire::QParamsToProto(*qparams);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "Compute", status);
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::CreateSession(
+    grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
+    v1::Session* response) {
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
+    if (!spec.ok()) return spec.status();
+    std::optional<double> averaging_constant;
+    if (request->has_averaging_constant()) averaging_constant = request->averaging_constant();
+    absl::StatusOr<SessionInfo> session = engine_->CreateSession(
+        request->name(), request->calculator(), *spec, averaging_constant);
+    if (!session.ok()) return session.status();
+    SessionToProto(*session, response);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "CreateSession", status);
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetSession(grpc::CallbackServerContext* context,
+                                                         const v1::GetSessionRequest* request,
+                                                         v1::Session* response) {
+  absl::StatusOr<SessionInfo> session = engine_->GetSession(request->name());
+  if (session.ok()) SessionToProto(*session, response);
+  return Finish(context, "GetSession", session.status());
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::ListSessions(
+    grpc::CallbackServerContext* context, const v1::ListSessionsRequest* request,
+    v1::ListSessionsResponse* response) {
+  absl::StatusOr<SessionPage> page =
+      engine_->ListSessions(request->page_size(), request->page_token(), request->filter());
+  if (page.ok()) {
+    for (const SessionInfo& session : page->sessions) {
+      SessionToProto(session, response->add_sessions());
+    }
+    response->set_next_page_token(page->next_page_token);
+  }
+  return Finish(context, "ListSessions", page.status());
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::DeleteSession(
+    grpc::CallbackServerContext* context, const v1::DeleteSessionRequest* request,
+    v1::DeleteSessionResponse* /*response*/) {
+  return Finish(context, "DeleteSession", engine_->DeleteSession(request->name()));
+}
+
+absl::Status QParamsServiceImpl::ObserveOne(const v1::ObserveRequest& request,
+                                            v1::ObserveResponse* response) {
+  absl::StatusOr<Observation> x =
+      wire::ObservationFromProto(request, options_.max_tensor_elements);
+  absl::StatusOr<ObserveResult> result =
+      x.ok() ? engine_->Observe(request.name(), *x) : x.status();
+  if (result.ok()) {
+    *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
+    response->set_observation_count(result->observation_count);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int64_t> count = engine_->ObservationCount(request.name());
+  response->set_observation_count(count.ok() ? *count : 0);
+  return result.status();
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::Observe(grpc::CallbackServerContext* context,
+                                                      const v1::ObserveRequest* request,
+                                                      v1::ObserveResponse* response) {
+  return Finish(context, "Observe", ObserveOne(*request, response));
+}
+
+// Reads a request, answers it, and only then reads the next: responses leave in
+// request order, and a failed request fails only its own response.
+class QParamsServiceImpl::ObserveStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse> {
+ public:
+  ObserveStreamReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client is done writing (or the call ended)
+      Finish(grpc::Status::OK);
+      return;
+    }
+    response_.Clear();
+    const absl::Status status = service_->ObserveOne(request_, &response_);
+    service_->LogFailure(context_, "ObserveStream", status);
+    response_.mutable_status()->set_code(static_cast<int32_t>(status.code()));
+    response_.mutable_status()->set_message(std::string(status.message()));
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before a response"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  QParamsServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::ObserveRequest request_;
+  v1::ObserveResponse response_;
+};
+
+grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>*
+QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
+  return new ObserveStreamReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerContext* context,
+                                                         const v1::GetQParamsRequest* request,
+                                                         v1::GetQParamsResponse* response) {
+  absl::StatusOr<std::pair<QParams, bool>> qparams = engine_->GetQParams(request->name());
+  if (qparams.ok()) {
+    *response->mutable_qparams() = wire::QParamsToProto(qparams->first);
+    response->set_initialized(qparams->second);
+  }
+  return Finish(context, "GetQParams", qparams.status());
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::SetExportMode(
+    grpc::CallbackServerContext* context, const v1::SetExportModeRequest* request,
+    v1::Session* response) {
+  absl::StatusOr<SessionInfo> session = engine_->SetExportMode(request->name(), request->enabled());
+  if (session.ok()) SessionToProto(*session, response);
+  return Finish(context, "SetExportMode", session.status());
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
+    grpc::CallbackServerContext* context, const v1::SetGranularityRequest* request,
+    v1::Session* response) {
+  absl::Status status = [&]() -> absl::Status {
+    std::optional<Granularity> granularity;
+    if (request->has_granularity() &&
+        request->granularity().kind_case() != v1::Granularity::KIND_NOT_SET) {
+      absl::StatusOr<Granularity> parsed =
+          wire::GranularityFromProto(request->granularity(), "granularity");
+      if (!parsed.ok()) return parsed.status();
+      granularity = *std::move(parsed);
+    }
+    absl::StatusOr<SessionInfo> session = engine_->SetGranularity(request->name(), granularity);
+    if (!session.ok()) return session.status();
+    SessionToProto(*session, response);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "SetGranularity", status);
+}
+
+}  // namespace qparams

@@ -1,0 +1,83 @@
+// qparams.v1.QParamsService on gRPC's callback API. It translates wire messages to
+// Engine calls and results back, and does nothing else: every rule lives in the
+// Engine or the core.
+
+#ifndef QPARAMS_SERVER_QPARAMS_SERVICE_H_
+#define QPARAMS_SERVER_QPARAMS_SERVICE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "core/tensor.h"
+#include "grpcpp/grpcpp.h"
+#include "qparams/v1/qparams.grpc.pb.h"
+#include "server/engine.h"
+
+namespace qparams {
+
+struct ServiceOptions {
+  // Larger well-formed tensors are RESOURCE_EXHAUSTED.
+  int64_t max_tensor_elements = kDefaultMaxTensorElements;
+  // Log every failed call (method, code, message, peer).
+  bool log_failed_rpcs = false;
+};
+
+class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
+ public:
+  // `engine` must outlive the service.
+  QParamsServiceImpl(Engine* engine, ServiceOptions options);
+
+  grpc::ServerUnaryReactor* ListCalculators(grpc::CallbackServerContext* context,
+                                            const v1::ListCalculatorsRequest* request,
+                                            v1::ListCalculatorsResponse* response) override;
+  grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* context,
+                                    const v1::ComputeRequest* request,
+                                    v1::ComputeResponse* response) override;
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
+                                          const v1::CreateSessionRequest* request,
+                                          v1::Session* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const v1::GetSessionRequest* request,
+                                       v1::Session* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const v1::ListSessionsRequest* request,
+                                         v1::ListSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
+                                          const v1::DeleteSessionRequest* request,
+                                          v1::DeleteSessionResponse* response) override;
+  grpc::ServerUnaryReactor* Observe(grpc::CallbackServerContext* context,
+                                    const v1::ObserveRequest* request,
+                                    v1::ObserveResponse* response) override;
+  grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>* ObserveStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetQParams(grpc::CallbackServerContext* context,
+                                       const v1::GetQParamsRequest* request,
+                                       v1::GetQParamsResponse* response) override;
+  grpc::ServerUnaryReactor* SetExportMode(grpc::CallbackServerContext* context,
+                                          const v1::SetExportModeRequest* request,
+                                          v1::Session* response) override;
+  grpc::ServerUnaryReactor* SetGranularity(grpc::CallbackServerContext* context,
+                                           const v1::SetGranularityRequest* request,
+                                           v1::Session* response) override;
+
+ private:
+  class ObserveStreamReactor;
+
+  // The one path of an observation into the Engine, for Observe and ObserveStream:
+  // fills `response` (qparams on success, the session's count either way).
+  absl::Status ObserveOne(const v1::ObserveRequest& request, v1::ObserveResponse* response);
+
+  // Finishes a unary call with `status`, logging failures if asked to.
+  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, absl::string_view method,
+                                   const absl::Status& status);
+  void LogFailure(grpc::CallbackServerContext* context, absl::string_view method,
+                  const absl::Status& status) const;
+
+  Engine* const engine_;
+  const ServiceOptions options_;
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_SERVER_QPARAMS_SERVICE_H_

@@ -1,0 +1,56 @@
+// An in-process qparams server on a free loopback port, with stubs to call it, for
+// the service, conformance-through-the-service, concurrency and CLI tests.
+
+#ifndef QPARAMS_TESTS_SERVICE_TEST_UTIL_H_
+#define QPARAMS_TESTS_SERVICE_TEST_UTIL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/grpcpp.h"
+#include "qparams/v1/qparams.grpc.pb.h"
+#include "server/server.h"
+
+namespace qparams::testing {
+
+class TestServer {
+ public:
+  // Starts a server with `options` on 127.0.0.1 and a port the OS picks.
+  static std::unique_ptr<TestServer> Start(ServerOptions options = {}) {
+    options.listen = "127.0.0.1:0";
+    absl::StatusOr<std::unique_ptr<QParamsServer>> server = QParamsServer::Start(options);
+    if (!server.ok()) return nullptr;
+    return std::unique_ptr<TestServer>(new TestServer(*std::move(server)));
+  }
+
+  const std::string& address() const { return server_->address(); }
+  QParamsServer& server() { return *server_; }
+
+  std::shared_ptr<grpc::Channel> NewChannel() const {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    // A fresh connection per channel, so clients of one test do not share one.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  }
+
+  std::unique_ptr<v1::QParamsService::Stub> NewStub() const {
+    return v1::QParamsService::NewStub(NewChannel());
+  }
+
+ private:
+  explicit TestServer(std::unique_ptr<QParamsServer> server) : server_(std::move(server)) {}
+  std::unique_ptr<QParamsServer> server_;
+};
+
+// absl::Status of a gRPC status, for the EXPECT_CODE family of test_util.h.
+inline absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+}  // namespace qparams::testing
+
+#endif  // QPARAMS_TESTS_SERVICE_TEST_UTIL_H_
