@@ -1,0 +1,600 @@
+#include "client/cli.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "client/client.h"
+#include "client/npy.h"
+#include "core/dtype.h"
+#include "core/granularity.h"
+#include "core/quant_spec.h"
+#include "core/range.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/convert.h"
+
+namespace qparams::cli {
+namespace {
+
+using grpc::health::v1::HealthCheckResponse;
+
+// ---------------------------------------------------------------- output
+
+void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  // Fails only for messages with Any fields, which the contract does not use.
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  out << json;
+  if (!absl::EndsWith(json, "\n")) out << "\n";
+}
+
+// Rows of cells in aligned columns, the first row being the header.
+void PrintColumns(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c]);
+      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+std::string Float(float value) { return absl::StrFormat("%.9g", value); }  // round-trips
+std::string Bool(bool value) { return value ? "true" : "false"; }
+std::string CodeName(int code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+void PrintTable(const v1::QParams& qparams, std::ostream& out) {
+  const Shape shape(qparams.shape().begin(), qparams.shape().end());
+  out << "shape " << ShapeString(shape) << "  precision " << v1::DType_Name(qparams.precision())
+      << "\n";
+  if (qparams.scale().empty()) return;
+  std::vector<std::vector<std::string>> rows = {{"INDEX", "SCALE", "ZERO_POINT", "MINVAL"}};
+  Shape index(shape.size(), 0);
+  for (int i = 0; i < qparams.scale_size(); ++i) {
+    rows.push_back({ShapeString(index), Float(qparams.scale(i)),
+                    i < qparams.zero_point_size() ? absl::StrCat(qparams.zero_point(i)) : "-",
+                    i < qparams.minval_size() ? Float(qparams.minval(i)) : "-"});
+    for (size_t d = index.size(); d-- > 0;) {  // the next row-major index
+      if (++index[d] < shape[d]) break;
+      index[d] = 0;
+    }
+  }
+  PrintColumns(rows, out);
+}
+
+void PrintTable(const v1::ComputeResponse& response, std::ostream& out) {
+  PrintTable(response.qparams(), out);
+}
+
+void PrintTable(const v1::GetQParamsResponse& response, std::ostream& out) {
+  out << "initialized " << Bool(response.initialized()) << "\n";
+  PrintTable(response.qparams(), out);
+}
+
+void PrintTable(const v1::ObserveResponse& response, std::ostream& out) {
+  out << CodeName(response.status().code());
+  if (!response.status().message().empty()) out << ": " << response.status().message();
+  out << " (observation_count " << response.observation_count() << ")\n";
+  if (response.status().code() == 0) PrintTable(response.qparams(), out);
+}
+
+void PrintSessions(const google::protobuf::RepeatedPtrField<v1::Session>& sessions,
+                   std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "CALCULATOR", "INITIALIZED", "EXPORT_MODE", "OBSERVATIONS", "UPDATED"}};
+  for (const v1::Session& s : sessions) {
+    rows.push_back({s.name(), s.calculator(), Bool(s.initialized()), Bool(s.export_mode()),
+                    absl::StrCat(s.observation_count()),
+                    absl::FormatTime(absl::RFC3339_sec, wire::TimeFromProto(s.update_time()),
+                                     absl::UTCTimeZone())});
+  }
+  PrintColumns(rows, out);
+}
+
+void PrintTable(const v1::Session& session, std::ostream& out) {
+  google::protobuf::RepeatedPtrField<v1::Session> one;
+  *one.Add() = session;
+  PrintSessions(one, out);
+}
+
+void PrintTable(const v1::ListSessionsResponse& response, std::ostream& out) {
+  PrintSessions(response.sessions(), out);
+  if (!response.next_page_token().empty()) {
+    out << "more: --page_token=" << response.next_page_token() << "\n";
+  }
+}
+
+void PrintTable(const v1::ListCalculatorsResponse& response, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {{"KEY", "STATEFUL", "DESCRIPTION"}};
+  for (const v1::CalculatorInfo& c : response.calculators()) {
+    rows.push_back({c.key(), Bool(c.stateful()), c.description()});
+  }
+  PrintColumns(rows, out);
+}
+
+void PrintTable(const HealthCheckResponse& response, std::ostream& out) {
+  out << HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
+}
+
+// ---------------------------------------------------------------- commands
+
+// One run of a command: its arguments, the flags, a client, and where output goes.
+class Invocation {
+ public:
+  Invocation(std::vector<std::string> args, const Options& options, std::unique_ptr<Client> client,
+             std::ostream& out, std::ostream& err)
+      : args_(std::move(args)),
+        options_(options),
+        client_(std::move(client)),
+        out_(out),
+        err_(err) {}
+
+  const std::string& arg(size_t i) const { return args_[i]; }
+  size_t arg_count() const { return args_.size(); }
+  const Options& options() const { return options_; }
+  Client& client() { return *client_; }
+  std::ostream& out() { return out_; }
+  std::ostream& err() { return err_; }
+  bool table() const { return options_.format == "table"; }
+  // The dtype .npy files are read as (--dtype).
+  std::optional<DType> dtype() const {
+    if (options_.dtype.empty()) return std::nullopt;
+    return *ParseDType(options_.dtype);  // Run checked it
+  }
+
+  // Reports a failed call or file; returns the exit status.
+  int Fail(const absl::Status& status) {
+    err_ << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+         << "\n";
+    return kExitFailed;
+  }
+
+  template <typename Message>
+  void Print(const Message& message) {
+    if (table()) {
+      PrintTable(message, out_);
+    } else {
+      PrintJson(message, out_);
+    }
+  }
+
+  // Prints `result`'s value, or reports its error; returns the exit status.
+  template <typename Message>
+  int PrintResult(const absl::StatusOr<Message>& result) {
+    if (!result.ok()) return Fail(result.status());
+    Print(*result);
+    return kExitOk;
+  }
+
+ private:
+  const std::vector<std::string> args_;
+  const Options& options_;
+  const std::unique_ptr<Client> client_;
+  std::ostream& out_;
+  std::ostream& err_;
+};
+
+// Reports a command-line mistake; returns the exit status.
+int Usage(std::ostream& err, absl::string_view message) {
+  err << "error: INVALID_ARGUMENT: " << message << "\n";
+  return kExitUsage;
+}
+
+int Calculators(Invocation& in) { return in.PrintResult(in.client().ListCalculators()); }
+
+int Compute(Invocation& in) {
+  absl::StatusOr<v1::QuantSpec> spec = BuildSpec(in.options().spec);
+  if (!spec.ok()) return Usage(in.err(), spec.status().message());
+  absl::StatusOr<Tensor> tensor = ReadNpy(in.arg(0), in.dtype());
+  if (!tensor.ok()) return in.Fail(tensor.status());
+  absl::StatusOr<v1::QParams> qparams =
+      in.client().Compute(in.options().calculator, *spec, tensor->view());
+  if (!qparams.ok()) return in.Fail(qparams.status());
+  v1::ComputeResponse response;
+  *response.mutable_qparams() = *std::move(qparams);
+  in.Print(response);
+  return kExitOk;
+}
+
+int Create(Invocation& in) {
+  absl::StatusOr<v1::QuantSpec> spec = BuildSpec(in.options().spec);
+  if (!spec.ok()) return Usage(in.err(), spec.status().message());
+  v1::CreateSessionRequest request;
+  request.set_name(in.arg(0));
+  request.set_calculator(in.options().calculator);
+  *request.mutable_spec() = *std::move(spec);
+  if (in.options().averaging_constant.has_value()) {
+    request.set_averaging_constant(*in.options().averaging_constant);
+  }
+  return in.PrintResult(in.client().CreateSession(request));
+}
+
+int Get(Invocation& in) { return in.PrintResult(in.client().GetSession(in.arg(0))); }
+
+int Delete(Invocation& in) {
+  const absl::Status status = in.client().DeleteSession(in.arg(0));
+  if (!status.ok()) return in.Fail(status);
+  if (in.table()) {
+    in.out() << "deleted " << in.arg(0) << "\n";
+  } else {
+    PrintJson(v1::DeleteSessionResponse(), in.out());
+  }
+  return kExitOk;
+}
+
+int List(Invocation& in) {
+  const Options& o = in.options();
+  return in.PrintResult(in.client().ListSessions(o.page_size, o.page_token, o.filter));
+}
+
+int GetQParams(Invocation& in) { return in.PrintResult(in.client().GetQParams(in.arg(0))); }
+
+// The observation of `tensor` reduced to its block minima and maxima under the
+// session's granularity. A tensor that cannot be reduced (the granularity does not
+// fit it, non-finite values, no elements) is sent whole instead: the server then
+// judges it by the same rules as any other (export mode, for one, reads no values)
+// and answers in its response.
+v1::ObserveRequest ReducedObservation(const std::string& name, const TensorView& tensor,
+                                      const Granularity& granularity, Target target) {
+  absl::StatusOr<Shape> block = granularity.BlockShape(tensor.shape(), target);
+  if (!block.ok()) return TensorObservation(name, tensor);
+  absl::StatusOr<BlockRange> range = ObserveRange(tensor, *block);
+  if (!range.ok()) return TensorObservation(name, tensor);
+  return RangeObservation(name, tensor.shape(), range->min.view(), range->max.view());
+}
+
+int Observe(Invocation& in) {
+  const std::string& name = in.arg(0);
+  std::optional<Granularity> granularity;
+  Target target = Target::kWeight;
+  if (in.options().reduce_locally) {
+    absl::StatusOr<v1::Session> session = in.client().GetSession(name);
+    if (!session.ok()) return in.Fail(session.status());
+    absl::StatusOr<Granularity> g =
+        wire::GranularityFromProto(session->spec().granularity(), "session.spec.granularity");
+    if (!g.ok()) return in.Fail(g.status());
+    granularity = *std::move(g);
+    target = wire::TargetFromProto(session->spec().target());
+  }
+
+  // Each file becomes its request at once, so that only one file's tensor is held
+  // twice at a time.
+  std::vector<v1::ObserveRequest> requests;
+  for (size_t i = 1; i < in.arg_count(); ++i) {
+    absl::StatusOr<Tensor> tensor = ReadNpy(in.arg(i), in.dtype());
+    if (!tensor.ok()) return in.Fail(tensor.status());
+    requests.push_back(granularity.has_value()
+                           ? ReducedObservation(name, tensor->view(), *granularity, target)
+                           : TensorObservation(name, tensor->view()));
+  }
+
+  absl::StatusOr<std::vector<v1::ObserveResponse>> responses = in.client().ObserveStream(requests);
+  if (!responses.ok()) return in.Fail(responses.status());
+  int exit = kExitOk;
+  for (size_t i = 0; i < responses->size(); ++i) {
+    const v1::ObserveResponse& response = (*responses)[i];
+    const std::string& file = in.arg(i + 1);
+    if (in.table()) in.out() << file << ": ";
+    in.Print(response);
+    if (response.status().code() != 0) {
+      in.err() << "error: " << CodeName(response.status().code()) << ": " << file << ": "
+               << response.status().message() << "\n";
+      exit = kExitFailed;
+    }
+  }
+  return exit;
+}
+
+int ExportMode(Invocation& in) {
+  const std::string& mode = in.arg(1);
+  if (mode != "on" && mode != "off") {
+    return Usage(in.err(), absl::StrCat("export-mode takes on or off, not \"", mode, "\""));
+  }
+  return in.PrintResult(in.client().SetExportMode(in.arg(0), mode == "on"));
+}
+
+int SetGranularity(Invocation& in) {
+  absl::StatusOr<v1::Granularity> granularity = ParseGranularity(in.arg(1));
+  if (!granularity.ok()) {
+    return Usage(in.err(), absl::StrCat("GRANULARITY: ", granularity.status().message()));
+  }
+  return in.PrintResult(in.client().SetGranularity(in.arg(0), *granularity));
+}
+
+int Health(Invocation& in) {
+  absl::StatusOr<HealthCheckResponse::ServingStatus> status =
+      in.client().Health(in.arg_count() > 0 ? in.arg(0) : "");
+  if (!status.ok()) return in.Fail(status.status());
+  HealthCheckResponse response;
+  response.set_status(*status);
+  in.Print(response);
+  return *status == HealthCheckResponse::SERVING ? kExitOk : kExitFailed;
+}
+
+struct Command {
+  absl::string_view name;
+  absl::string_view args;  // the synopsis of its arguments
+  size_t min_args;
+  size_t max_args;
+  int (*run)(Invocation&);
+  absl::string_view help;
+};
+
+constexpr size_t kAny = SIZE_MAX;
+
+// clang-format off
+constexpr Command kCommands[] = {
+  {"calculators", "", 0, 0, Calculators,
+   "List the calculators: registry key, stateful or not, description."},
+  {"compute", "FILE.npy", 1, 1, Compute,
+   "The qparams of one tensor, stored nowhere. --calculator: \"\" (= dynamic),\n"
+   "dynamic or static; and the spec flags."},
+  {"create", "NAME", 1, 1, Create,
+   "Create a session. --calculator: \"\" (= default: static for weights,\n"
+   "moving_average for activations), static, moving_average or global_minmax;\n"
+   "--averaging_constant (moving_average only); and the spec flags."},
+  {"get", "NAME", 1, 1, Get, "Show a session: spec, state and cached qparams."},
+  {"list", "", 0, 0, List,
+   "List sessions by name, one page at a time: --filter (a name prefix),\n"
+   "--page_size, --page_token (from the previous page)."},
+  {"delete", "NAME", 1, 1, Delete, "Delete a session."},
+  {"observe", "NAME FILE.npy [FILE.npy ...]", 2, kAny, Observe,
+   "One forward of the session per file, in order, all over one stream.\n"
+   "--reduce-locally sends each file's per-block min/max (reduced here under the\n"
+   "session's granularity) instead of the tensor: the same qparams, far fewer\n"
+   "bytes. Prints every response; exits 1 if any failed."},
+  {"qparams", "NAME", 1, 1, GetQParams, "A session's cached qparams."},
+  {"export-mode", "NAME on|off", 2, 2, ExportMode,
+   "Freeze (on) or unfreeze (off) a session's qparams."},
+  {"granularity", "NAME GRANULARITY", 2, 2, SetGranularity,
+   "Change the granularity of a session that has not computed a forward yet."},
+  {"health", "[SERVICE]", 0, 1, Health,
+   "The health of the server (or of SERVICE, e.g. qparams.v1.QParamsService):\n"
+   "SERVING, NOT_SERVING, ...; exits 0 only if SERVING."},
+};
+// clang-format on
+
+std::string Synopsis(const Command& command) {
+  return absl::StrCat("qparams-cli [flags] ", command.name,
+                      command.args.empty() ? "" : absl::StrCat(" ", command.args));
+}
+
+}  // namespace
+
+std::string UsageMessage() {
+  std::string usage =
+      "Computes quantization parameters (scale, zero point, minval) on a qparams server.\n"
+      "\n"
+      "Usage: qparams-cli [flags] COMMAND [ARGS]\n"
+      "\n"
+      "Commands:\n";
+  for (const Command& c : kCommands) {
+    absl::StrAppend(&usage, "  ", c.name, c.args.empty() ? "" : " ", c.args, "\n      ",
+                    absl::StrReplaceAll(c.help, {{"\n", "\n      "}}), "\n");
+  }
+  absl::StrAppend(
+      &usage,
+      "\n"
+      "Every command takes --target, --format and --timeout.\n"
+      "\n"
+      "Spec flags (compute, create): --spec takes a whole QuantSpec in protobuf's JSON\n"
+      "mapping, e.g. --spec='{\"dtype\": \"int4\", \"qscheme\": \"ASYMMETRIC\"}'; each of\n"
+      "--quant_dtype, --qscheme, --granularity, --quant_target, --quant_min, --quant_max,\n"
+      "--float_range_min, --float_range_max and --scale_dtype then overrides its field.\n"
+      "\n"
+      "GRANULARITY (--granularity and the granularity command):\n"
+      "  per_tensor | per_channel:AXIS | per_block:AXIS:SIZE | per_block:B0,B1,...\n"
+      "  (the last is multi-axis: one block size per dim, -1 = the whole dim).\n"
+      "\n"
+      ".npy files: float32, float16 or float64, little-endian, C order; bfloat16 as\n"
+      "'<u2' or '<i2' bits with --dtype=bfloat16.\n"
+      "\n"
+      "Output: each response as JSON (protobuf's mapping; observe prints one document\n"
+      "per file), or a short table with --format=table. Errors go to stderr as\n"
+      "\"error: CODE: message\". Exit status: 0 success, 1 a failed call, file or\n"
+      "observation, 2 a usage error. Flag names may use '-' for '_'.");
+  return usage;
+}
+
+absl::Status NormalizeFlags(std::vector<std::string>& argv) {
+  // absl's own flags, which ParseCommandLine handles itself.
+  static const auto* const kBuiltin = new absl::flat_hash_set<absl::string_view>{
+      "help",    "helpfull",        "helpshort", "helppackage", "helpon",     "helpmatch",
+      "version", "only_check_args", "flagfile",  "fromenv",     "tryfromenv", "undefok"};
+  for (size_t i = 1; i < argv.size(); ++i) {
+    std::string& arg = argv[i];
+    if (arg == "--") break;                         // the rest is positional
+    if (arg.size() < 2 || arg[0] != '-') continue;  // a positional argument
+    const size_t start = arg[1] == '-' ? 2 : 1;
+    const size_t equals = arg.find('=');
+    const size_t end = equals == std::string::npos ? arg.size() : equals;
+    std::replace(arg.begin() + start, arg.begin() + end, '-', '_');
+    const std::string name = arg.substr(start, end - start);
+    if (kBuiltin->contains(name)) continue;
+
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {  // --noreduce_locally
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>() && equals == std::string::npos) {
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, "; run qparams-cli --help for the flags"));
+    }
+    std::string value;
+    if (equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argv.size()) {
+      value = argv[++i];  // "--flag value"
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    }
+    std::string error;  // names the flag
+    if (!flag->ParseFrom(value, &error)) return absl::InvalidArgumentError(error);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Granularity> ParseGranularity(absl::string_view text) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
+  v1::Granularity granularity;
+  if (parts.size() == 1 && parts[0] == "per_tensor") {
+    granularity.mutable_per_tensor();
+    return granularity;
+  }
+  int32_t axis;
+  if (parts.size() == 2 && parts[0] == "per_channel" && absl::SimpleAtoi(parts[1], &axis)) {
+    granularity.mutable_per_channel()->set_axis(axis);
+    return granularity;
+  }
+  int64_t size;
+  if (parts.size() == 3 && parts[0] == "per_block" && absl::SimpleAtoi(parts[1], &axis) &&
+      absl::SimpleAtoi(parts[2], &size)) {
+    granularity.mutable_per_block()->set_axis(axis);
+    granularity.mutable_per_block()->add_block_size(size);
+    return granularity;
+  }
+  if (parts.size() == 2 && parts[0] == "per_block") {
+    v1::PerBlock* block = granularity.mutable_per_block();
+    bool ok = true;
+    for (absl::string_view s : absl::StrSplit(parts[1], ',')) {
+      ok = ok && absl::SimpleAtoi(s, &size);
+      block->add_block_size(size);
+    }
+    if (ok) return granularity;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", text,
+                   "\" is not per_tensor, per_channel:AXIS, per_block:AXIS:SIZE or "
+                   "per_block:B0,B1,..."));
+}
+
+absl::StatusOr<v1::QuantSpec> BuildSpec(const SpecFlags& flags) {
+  v1::QuantSpec spec;
+  if (!flags.spec_json.empty()) {
+    const auto status = google::protobuf::util::JsonStringToMessage(flags.spec_json, &spec);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--spec: not a QuantSpec in JSON: ",
+                       absl::string_view(status.message().data(), status.message().size())));
+    }
+  }
+  if (!flags.quant_dtype.empty()) {
+    absl::StatusOr<QuantDType> dtype = ParseQuantDType(flags.quant_dtype);
+    if (!dtype.ok()) {
+      // The core names the spec field; here the flag is the name.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--quant_dtype: ", absl::StripPrefix(dtype.status().message(), "spec.dtype: ")));
+    }
+    spec.set_dtype(flags.quant_dtype);
+  }
+  if (!flags.qscheme.empty()) {
+    v1::QScheme qscheme;
+    if (!v1::QScheme_Parse(absl::AsciiStrToUpper(flags.qscheme), &qscheme) ||
+        qscheme == v1::QSCHEME_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--qscheme: \"", flags.qscheme,
+                       "\" is not symmetric, asymmetric or symmetric_with_clipping"));
+    }
+    spec.set_qscheme(qscheme);
+  }
+  if (!flags.granularity.empty()) {
+    absl::StatusOr<v1::Granularity> granularity = ParseGranularity(flags.granularity);
+    if (!granularity.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--granularity: ", granularity.status().message()));
+    }
+    *spec.mutable_granularity() = *std::move(granularity);
+  }
+  if (!flags.target.empty()) {
+    v1::Target target;
+    if (!v1::Target_Parse(absl::AsciiStrToUpper(flags.target), &target) ||
+        target == v1::TARGET_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quant_target: \"", flags.target, "\" is not weight or activation"));
+    }
+    spec.set_target(target);
+  }
+  if (flags.quant_min.has_value()) spec.set_quant_min(*flags.quant_min);
+  if (flags.quant_max.has_value()) spec.set_quant_max(*flags.quant_max);
+  if (flags.float_range_min.has_value()) {
+    spec.mutable_float_range()->set_min(*flags.float_range_min);
+  }
+  if (flags.float_range_max.has_value()) {
+    spec.mutable_float_range()->set_max(*flags.float_range_max);
+  }
+  if (!flags.scale_dtype.empty()) {
+    if (flags.scale_dtype != kE8M0ScaleDType && flags.scale_dtype != "float8_e8m0") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--scale_dtype: \"", flags.scale_dtype, "\" is not float8_e8m0fnu (alias float8_e8m0)"));
+    }
+    spec.set_scale_dtype(flags.scale_dtype);
+  }
+  return spec;
+}
+
+int Run(const std::vector<std::string>& args, const Options& options, std::ostream& out,
+        std::ostream& err) {
+  if (args.empty()) {
+    return Usage(err, "no COMMAND given; run qparams-cli --help for the commands");
+  }
+  const Command* command = nullptr;
+  for (const Command& c : kCommands) {
+    if (c.name == args[0]) command = &c;
+  }
+  if (command == nullptr) {
+    return Usage(err, absl::StrCat("unknown command \"", args[0],
+                                   "\"; run qparams-cli --help for the commands"));
+  }
+  std::vector<std::string> command_args(args.begin() + 1, args.end());
+  if (command_args.size() < command->min_args || command_args.size() > command->max_args) {
+    return Usage(err, absl::StrCat("usage: ", Synopsis(*command)));
+  }
+  if (options.format != "json" && options.format != "table") {
+    return Usage(err, absl::StrCat("--format: \"", options.format, "\" is not json or table"));
+  }
+  if (!options.dtype.empty()) {
+    absl::StatusOr<DType> dtype = ParseDType(options.dtype);
+    if (!dtype.ok()) return Usage(err, absl::StrCat("--dtype: ", dtype.status().message()));
+  }
+  if (options.target.empty()) return Usage(err, "--target is empty");
+  if (options.timeout <= absl::ZeroDuration()) {
+    return Usage(err, absl::StrCat("--timeout must be positive, not ",
+                                   absl::FormatDuration(options.timeout)));
+  }
+  ClientOptions client_options;
+  client_options.timeout = options.timeout;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options.target, client_options);
+  if (!client.ok()) return Usage(err, client.status().message());
+  Invocation invocation(std::move(command_args), options, *std::move(client), out, err);
+  return command->run(invocation);
+}
+
+}  // namespace qparams::cli

@@ -1,0 +1,86 @@
+// qparams-cli: the commands, their arguments and their output, apart from the absl
+// flags that feed them (defined in cli_main.cc), so that every piece can be tested.
+
+#ifndef QPARAMS_CLIENT_CLI_H_
+#define QPARAMS_CLIENT_CLI_H_
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "qparams/v1/qparams.pb.h"
+
+namespace qparams::cli {
+
+// Exit statuses.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;  // a call, a file or an observation failed
+inline constexpr int kExitUsage = 2;   // the command line is wrong
+
+// The spec flags of `compute` and `create`: a whole spec as JSON, then overrides of
+// its fields. An empty string or an unset optional means "not given".
+struct SpecFlags {
+  std::string spec_json;    // --spec
+  std::string quant_dtype;  // --quant_dtype
+  std::string qscheme;      // --qscheme
+  std::string granularity;  // --granularity
+  std::string target;       // --quant_target
+  std::optional<double> quant_min;
+  std::optional<double> quant_max;
+  std::optional<double> float_range_min;
+  std::optional<double> float_range_max;
+  std::string scale_dtype;  // --scale_dtype
+};
+
+// Every flag, parsed.
+struct Options {
+  std::string target = "127.0.0.1:50051";
+  std::string format = "json";  // "json" or "table"
+  absl::Duration timeout = absl::Seconds(30);
+  std::string calculator;
+  std::optional<double> averaging_constant;
+  std::string filter;
+  int page_size = 0;
+  std::string page_token;
+  bool reduce_locally = false;
+  std::string dtype;  // "" = as the .npy file says
+  SpecFlags spec;
+};
+
+// What --help prints ahead of the flags: the synopsis, every command, and the
+// syntax the flags share.
+std::string UsageMessage();
+
+// Prepares `argv` (argv[0] first) for absl::ParseCommandLine: rewrites every flag name
+// spelled with dashes (`--reduce-locally`) with absl's underscores, and checks that
+// each flag exists and that its value parses (which sets it; ParseCommandLine sets
+// it again), so that these mistakes are usage errors like any other instead of
+// absl's own exit(1). absl's built-in flags (--help, --flagfile, ...) pass unchecked.
+// INVALID_ARGUMENT naming the flag otherwise.
+absl::Status NormalizeFlags(std::vector<std::string>& argv);
+
+// Parses GRANULARITY: "per_tensor", "per_channel:AXIS", "per_block:AXIS:SIZE"
+// (single-axis) or "per_block:B0,B1,..." (multi-axis, one size per dim, -1 = the
+// whole dim). Only the syntax is checked here; the server applies the rules.
+// INVALID_ARGUMENT otherwise.
+absl::StatusOr<v1::Granularity> ParseGranularity(absl::string_view text);
+
+// The spec the spec flags describe: --spec parsed from protobuf's JSON mapping, then
+// each override given. INVALID_ARGUMENT naming the flag for malformed JSON or an
+// unknown value (dtype, qscheme, granularity syntax, target, scale dtype).
+absl::StatusOr<v1::QuantSpec> BuildSpec(const SpecFlags& flags);
+
+// Runs `args` (COMMAND [ARGS...], the flags already parsed into `options`) against
+// the server at options.target. Results go to `out` (JSON or a table), errors to
+// `err` as "error: CODE_NAME: message". Returns the exit status.
+int Run(const std::vector<std::string>& args, const Options& options, std::ostream& out,
+        std::ostream& err);
+
+}  // namespace qparams::cli
+
+#endif  // QPARAMS_CLIENT_CLI_H_

@@ -1,0 +1,128 @@
+// qparams-cli: the command-line client of a qparams server. The flags are defined
+// here; the commands live in cli.cc.
+
+#include <cstdlib>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "client/cli.h"
+
+namespace {
+
+std::string DefaultTarget() {
+  const char* env = std::getenv("QPARAMS_TARGET");
+  return env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+}
+
+}  // namespace
+
+// Global flags.
+ABSL_FLAG(std::string, target, DefaultTarget(),
+          "The server, host:port (or any gRPC target). Default: $QPARAMS_TARGET if set, "
+          "else 127.0.0.1:50051");
+ABSL_FLAG(std::string, format, "json",
+          "Output: json (each response in protobuf's JSON mapping) or table");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
+          "Deadline of each call (of the whole stream for observe), e.g. 500ms, 30s, 2m");
+
+// Command options.
+ABSL_FLAG(std::string, calculator, "",
+          "compute: \"\" (= dynamic), dynamic or static. create: \"\" (= default), static, "
+          "moving_average or global_minmax");
+ABSL_FLAG(std::optional<double>, averaging_constant, std::nullopt,
+          "create: the moving_average constant, 0 < c <= 1; sent only if given (server "
+          "default 0.01)");
+ABSL_FLAG(std::string, filter, "", "list: only sessions whose names start with this");
+ABSL_FLAG(int, page_size, 0, "list: sessions per page; 0 = the server's default (50)");
+ABSL_FLAG(std::string, page_token, "", "list: the page after the one that returned this token");
+ABSL_FLAG(bool, reduce_locally, false,
+          "observe: send each file's per-block min/max under the session's granularity "
+          "instead of the whole tensor (also --reduce-locally)");
+ABSL_FLAG(std::string, dtype, "",
+          "compute, observe: the dtype to read .npy files as; bfloat16 reads '<u2' or '<i2' "
+          "data as bf16 bits. Empty = the file's own");
+
+// Spec flags (compute, create).
+ABSL_FLAG(std::string, spec, "",
+          "A whole QuantSpec in protobuf's JSON mapping, e.g. '{\"dtype\": \"int4\"}'; the "
+          "flags below override its fields");
+ABSL_FLAG(std::string, quant_dtype, "",
+          "Quantized dtype: int8 (server default), uint8, int4, uint4, intN/uintN (N in 1..8), "
+          "float8_e4m3fn, float8_e5m2, float4_e2m1fn_x2");
+ABSL_FLAG(std::string, qscheme, "",
+          "symmetric (server default), asymmetric or symmetric_with_clipping");
+ABSL_FLAG(std::string, granularity, "",
+          "per_tensor (server default), per_channel:AXIS, per_block:AXIS:SIZE or "
+          "per_block:B0,B1,... (-1 = the whole dim)");
+ABSL_FLAG(std::string, quant_target, "", "weight (server default) or activation");
+ABSL_FLAG(std::optional<double>, quant_min, std::nullopt,
+          "Lowest quantized value; with --quant_max, else derived from the dtype");
+ABSL_FLAG(std::optional<double>, quant_max, std::nullopt,
+          "Highest quantized value; with --quant_min, else derived from the dtype");
+ABSL_FLAG(std::optional<double>, float_range_min, std::nullopt,
+          "Fixed lower bound of the float range; unset = observed");
+ABSL_FLAG(std::optional<double>, float_range_max, std::nullopt,
+          "Fixed upper bound of the float range; unset = observed");
+ABSL_FLAG(std::string, scale_dtype, "",
+          "float8_e8m0fnu (alias float8_e8m0) for power-of-two scales; unset = float32 "
+          "(e8m0 for float4_e2m1fn_x2)");
+
+int main(int argc, char** argv) {
+  namespace cli = qparams::cli;
+  absl::SetProgramUsageMessage(cli::UsageMessage());
+  // --help lists the flags of this file only, named by its path in the repository.
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "client/cli_main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  config.normalize_filename = [](absl::string_view file) {
+    const size_t client = file.rfind("client/");
+    return std::string(client == absl::string_view::npos ? file : file.substr(client));
+  };
+  absl::SetFlagsUsageConfig(config);
+
+  std::vector<std::string> args(argv, argv + argc);
+  if (absl::Status status = cli::NormalizeFlags(args); !status.ok()) {
+    std::cerr << "error: INVALID_ARGUMENT: " << status.message() << "\n";
+    return cli::kExitUsage;
+  }
+  std::vector<char*> normalized;
+  for (std::string& arg : args) normalized.push_back(arg.data());
+  const std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
+
+  cli::Options options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.format = absl::GetFlag(FLAGS_format);
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.calculator = absl::GetFlag(FLAGS_calculator);
+  options.averaging_constant = absl::GetFlag(FLAGS_averaging_constant);
+  options.filter = absl::GetFlag(FLAGS_filter);
+  options.page_size = absl::GetFlag(FLAGS_page_size);
+  options.page_token = absl::GetFlag(FLAGS_page_token);
+  options.reduce_locally = absl::GetFlag(FLAGS_reduce_locally);
+  options.dtype = absl::GetFlag(FLAGS_dtype);
+  options.spec.spec_json = absl::GetFlag(FLAGS_spec);
+  options.spec.quant_dtype = absl::GetFlag(FLAGS_quant_dtype);
+  options.spec.qscheme = absl::GetFlag(FLAGS_qscheme);
+  options.spec.granularity = absl::GetFlag(FLAGS_granularity);
+  options.spec.target = absl::GetFlag(FLAGS_quant_target);
+  options.spec.quant_min = absl::GetFlag(FLAGS_quant_min);
+  options.spec.quant_max = absl::GetFlag(FLAGS_quant_max);
+  options.spec.float_range_min = absl::GetFlag(FLAGS_float_range_min);
+  options.spec.float_range_max = absl::GetFlag(FLAGS_float_range_max);
+  options.spec.scale_dtype = absl::GetFlag(FLAGS_scale_dtype);
+
+  return cli::Run(std::vector<std::string>(positional.begin() + 1, positional.end()), options,
+                  std::cout, std::cerr);
+}

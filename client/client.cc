@@ -1,0 +1,211 @@
+#include "client/client.h"
+
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "proto/convert.h"
+
+namespace qparams {
+namespace {
+
+// gRPC and absl share the canonical status codes, value for value.
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+// Calls the unary `method` of `stub` with a deadline `timeout` from now.
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<Response> Unary(Stub& stub,
+                               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                            Response*),
+                               const Request& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  Response response;
+  const grpc::Status status = (stub.*method)(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+}  // namespace
+
+v1::ObserveRequest TensorObservation(const std::string& name, const TensorView& tensor) {
+  v1::ObserveRequest request;
+  request.set_name(name);
+  *request.mutable_tensor() = wire::TensorToProto(tensor);
+  return request;
+}
+
+v1::ObserveRequest RangeObservation(const std::string& name, const Shape& input_shape,
+                                    const TensorView& min, const TensorView& max) {
+  v1::ObserveRequest request;
+  request.set_name(name);
+  v1::RangeObservation* range = request.mutable_range();
+  range->mutable_input_shape()->Assign(input_shape.begin(), input_shape.end());
+  *range->mutable_min() = wire::TensorToProto(min);
+  *range->mutable_max() = wire::TensorToProto(max);
+  return request;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
+                                                        ClientOptions options) {
+  if (target.empty()) return absl::InvalidArgumentError("the server target is empty");
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the timeout must be positive, not ", absl::FormatDuration(options.timeout)));
+  }
+  if (options.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes must be positive, not ", options.max_message_bytes));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials();
+  return std::unique_ptr<Client>(
+      new Client(grpc::CreateCustomChannel(target, credentials, args), options));
+}
+
+Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options)
+    : timeout_(options.timeout),
+      max_message_bytes_(options.max_message_bytes),
+      stub_(v1::QParamsService::NewStub(channel)),
+      health_(grpc::health::v1::Health::NewStub(channel)) {}
+
+absl::StatusOr<v1::ListCalculatorsResponse> Client::ListCalculators() {
+  return Unary(*stub_, &v1::QParamsService::Stub::ListCalculators, v1::ListCalculatorsRequest(),
+               timeout_);
+}
+
+absl::StatusOr<v1::QParams> Client::Compute(const std::string& calculator,
+                                            const v1::QuantSpec& spec, const TensorView& tensor) {
+  v1::ComputeRequest request;
+  request.set_calculator(calculator);
+  *request.mutable_spec() = spec;
+  *request.mutable_tensor() = wire::TensorToProto(tensor);
+  absl::StatusOr<v1::ComputeResponse> response =
+      Unary(*stub_, &v1::QParamsService::Stub::Compute, request, timeout_);
+  if (!response.ok()) return response.status();
+  return std::move(*response->mutable_qparams());
+}
+
+absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest& request) {
+  return Unary(*stub_, &v1::QParamsService::Stub::CreateSession, request, timeout_);
+}
+
+absl::StatusOr<v1::Session> Client::GetSession(const std::string& name) {
+  v1::GetSessionRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetSession, request, timeout_);
+}
+
+absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
+                                                              const std::string& page_token,
+                                                              const std::string& filter) {
+  v1::ListSessionsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
+  request.set_filter(filter);
+  return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_);
+}
+
+absl::Status Client::DeleteSession(const std::string& name) {
+  v1::DeleteSessionRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::DeleteSession, request, timeout_).status();
+}
+
+absl::StatusOr<v1::ObserveResponse> Client::Observe(const std::string& name,
+                                                    const TensorView& tensor) {
+  return Unary(*stub_, &v1::QParamsService::Stub::Observe, TensorObservation(name, tensor),
+               timeout_);
+}
+
+absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name,
+                                                         const Shape& input_shape,
+                                                         const TensorView& min,
+                                                         const TensorView& max) {
+  return Unary(*stub_, &v1::QParamsService::Stub::Observe,
+               RangeObservation(name, input_shape, min, max), timeout_);
+}
+
+absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
+    const std::vector<v1::ObserveRequest>& requests) {
+  // gRPC would break the stream off at such a request, after the server applied the
+  // ones before it.
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const size_t size = requests[i].ByteSizeLong();
+    if (size > static_cast<size_t>(max_message_bytes_)) {
+      return absl::ResourceExhaustedError(absl::StrCat("ObserveStream request ", i, " has ", size,
+                                                       " bytes; the limit is ", max_message_bytes_,
+                                                       " (nothing was sent)"));
+    }
+  }
+  grpc::ClientContext context;
+  SetDeadline(context, timeout_);
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>> stream =
+      stub_->ObserveStream(&context);
+
+  // Responses are read while requests are still being written: a server that
+  // answers as it goes would otherwise block on flow control once the unread
+  // responses fill the window, while this thread blocks writing to it.
+  std::vector<v1::ObserveResponse> responses;
+  responses.reserve(requests.size());
+  std::thread reader([&stream, &responses] {
+    v1::ObserveResponse response;
+    while (stream->Read(&response)) responses.push_back(std::move(response));
+  });
+  for (const v1::ObserveRequest& request : requests) {
+    if (!stream->Write(request)) break;  // the stream is over; Finish says why
+  }
+  stream->WritesDone();
+  reader.join();
+  const grpc::Status status = stream->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  if (responses.size() != requests.size()) {
+    return absl::InternalError(absl::StrCat("the server answered ", responses.size(), " of the ",
+                                            requests.size(), " requests of an ObserveStream"));
+  }
+  return responses;
+}
+
+absl::StatusOr<v1::GetQParamsResponse> Client::GetQParams(const std::string& name) {
+  v1::GetQParamsRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_);
+}
+
+absl::StatusOr<v1::Session> Client::SetExportMode(const std::string& name, bool enabled) {
+  v1::SetExportModeRequest request;
+  request.set_name(name);
+  request.set_enabled(enabled);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetExportMode, request, timeout_);
+}
+
+absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
+                                                   const v1::Granularity& granularity) {
+  v1::SetGranularityRequest request;
+  request.set_name(name);
+  *request.mutable_granularity() = granularity;
+  return Unary(*stub_, &v1::QParamsService::Stub::SetGranularity, request, timeout_);
+}
+
+absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
+    const std::string& service) {
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse> response =
+      Unary(*health_, &grpc::health::v1::Health::Stub::Check, request, timeout_);
+  if (!response.ok()) return response.status();
+  return response->status();
+}
+
+}  // namespace qparams

@@ -1,0 +1,126 @@
+// A typed C++ client of qparams.v1.QParamsService (and of the standard health
+// service): one call per RPC, gRPC statuses turned into absl::Status with the same
+// code and message, tensors encoded for the caller.
+//
+// A Client is thread-safe: its calls may run concurrently from any threads.
+
+#ifndef QPARAMS_CLIENT_CLIENT_H_
+#define QPARAMS_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/tensor.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
+#include "qparams/v1/qparams.grpc.pb.h"
+#include "qparams/v1/qparams.pb.h"
+
+namespace qparams {
+
+struct ClientOptions {
+  // The deadline of every call, measured from its start (for ObserveStream, of the
+  // whole stream).
+  absl::Duration timeout = absl::Seconds(30);
+  // The largest message sent or received, in bytes: a tensor travels in one message.
+  int max_message_bytes = 64 << 20;
+  // The channel's credentials; null means an insecure (plaintext) channel.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// An ObserveRequest carrying a whole tensor.
+v1::ObserveRequest TensorObservation(const std::string& name, const TensorView& tensor);
+
+// An ObserveRequest carrying the block minima and maxima of a tensor of `input_shape`,
+// reduced by the caller (core ObserveRange): `min` and `max` have the block-count shape
+// of the session's granularity and the input's dtype.
+v1::ObserveRequest RangeObservation(const std::string& name, const Shape& input_shape,
+                                    const TensorView& min, const TensorView& max);
+
+class Client {
+ public:
+  // A client of the server at `target` ("host:port" or any gRPC target URI). The
+  // channel connects lazily, so an unreachable server shows as UNAVAILABLE on the
+  // first call. INVALID_ARGUMENT for an empty target, a timeout <= 0 or
+  // max_message_bytes <= 0.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         ClientOptions options = {});
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The calculator registry, sorted by key.
+  absl::StatusOr<v1::ListCalculatorsResponse> ListCalculators();
+
+  // The qparams of one tensor with `calculator` ("" = dynamic, or static); stores
+  // nothing on the server.
+  absl::StatusOr<v1::QParams> Compute(const std::string& calculator, const v1::QuantSpec& spec,
+                                      const TensorView& tensor);
+
+  // Creates a session: ALREADY_EXISTS if the name is taken.
+  absl::StatusOr<v1::Session> CreateSession(const v1::CreateSessionRequest& request);
+
+  // The session `name`: NOT_FOUND if there is none.
+  absl::StatusOr<v1::Session> GetSession(const std::string& name);
+
+  // One page of the sessions whose names start with `filter`, ordered by name.
+  // `page_size` 0 means the server's default; `page_token` is "" for the first page,
+  // else a previous response's next_page_token for the same filter.
+  absl::StatusOr<v1::ListSessionsResponse> ListSessions(int page_size,
+                                                        const std::string& page_token,
+                                                        const std::string& filter);
+
+  // Deletes the session `name`: NOT_FOUND if there is none.
+  absl::Status DeleteSession(const std::string& name);
+
+  // One forward of the session `name` on `tensor`.
+  absl::StatusOr<v1::ObserveResponse> Observe(const std::string& name, const TensorView& tensor);
+
+  // One forward of the session `name` from the block minima and maxima of a tensor of
+  // `input_shape` (see RangeObservation). The result is bit-identical to Observe's on
+  // the tensor itself.
+  absl::StatusOr<v1::ObserveResponse> ObserveRange(const std::string& name,
+                                                   const Shape& input_shape, const TensorView& min,
+                                                   const TensorView& max);
+
+  // Sends every request over one ObserveStream and returns the responses, one per
+  // request and in order. A request the server refuses fails only its own response
+  // (its `status` field); the returned status is the stream's own, and is an error
+  // also if the server answered fewer requests than were sent. RESOURCE_EXHAUSTED,
+  // with nothing sent, if a request is larger than max_message_bytes.
+  absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStream(
+      const std::vector<v1::ObserveRequest>& requests);
+
+  // The cached qparams of the session `name`, as get_qparams.
+  absl::StatusOr<v1::GetQParamsResponse> GetQParams(const std::string& name);
+
+  // Freezes (`enabled`) or unfreezes the qparams of the session `name`.
+  absl::StatusOr<v1::Session> SetExportMode(const std::string& name, bool enabled);
+
+  // Changes the granularity of the session `name`: FAILED_PRECONDITION once the
+  // session has computed a forward.
+  absl::StatusOr<v1::Session> SetGranularity(const std::string& name,
+                                             const v1::Granularity& granularity);
+
+  // The health of `service` ("" = the server as a whole; "qparams.v1.QParamsService").
+  absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
+      const std::string& service = "");
+
+ private:
+  Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options);
+
+  const absl::Duration timeout_;
+  const int max_message_bytes_;
+  const std::unique_ptr<v1::QParamsService::Stub> stub_;
+  const std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_CLIENT_CLIENT_H_

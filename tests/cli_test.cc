@@ -1,0 +1,323 @@
+// qparams-cli end to end: the real binary (QPARAMS_CLI_PATH) against an in-process
+// server, its JSON output parsed back into the contract's messages.
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/npy.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpc/health/v1/health.pb.h"
+#include "gtest/gtest.h"
+#include "qparams/v1/qparams.pb.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+extern char** environ;
+
+namespace qparams::testing {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream s;
+  s << file.rdbuf();
+  return s.str();
+}
+
+// `json` parsed as a Message; a parse failure fails the test.
+template <typename Message>
+Message Parse(const std::string& json) {
+  Message message;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &message);
+  EXPECT_TRUE(status.ok()) << status.ToString() << " in\n" << json;
+  return message;
+}
+
+// The JSON documents of `out`, one after another (a document's closing brace is the
+// only one at the start of a line).
+std::vector<std::string> Documents(const std::string& out) {
+  std::vector<std::string> docs;
+  std::string doc;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&doc, line, "\n");
+    if (line == "}") docs.push_back(std::exchange(doc, ""));
+  }
+  EXPECT_EQ(doc, "") << "trailing output";
+  return docs;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = TestServer::Start().release();
+    ASSERT_NE(server_, nullptr);
+    std::string dir = absl::StrCat(::testing::TempDir(), "/cli_test.XXXXXX");
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    dir_ = new std::string(dir);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+
+  static std::string Path(const std::string& name) { return absl::StrCat(*dir_, "/", name); }
+
+  // Writes `tensor` as DIR/name and returns the path.
+  static std::string Npy(const std::string& name, const Tensor& tensor) {
+    const std::string path = Path(name);
+    EXPECT_OK(WriteNpy(path, tensor.view()));
+    return path;
+  }
+
+  // Runs qparams-cli --target=<the server> ARGS... and collects its output.
+  static CliResult Cli(std::vector<std::string> args) {
+    args.insert(args.begin(), {QPARAMS_CLI_PATH, "--target=" + server_->address()});
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const std::string out_path = Path("stdout"), err_path = Path("stderr");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    pid_t pid;
+    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    CliResult result;
+    EXPECT_EQ(spawned, 0) << "cannot run " << argv[0];
+    if (spawned != 0) return result;
+    int status;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+    result.out = ReadAll(out_path);
+    result.err = ReadAll(err_path);
+    return result;
+  }
+
+  // Runs a command that must succeed and returns its output as a Message.
+  template <typename Message>
+  static Message Ok(std::vector<std::string> args) {
+    const CliResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    return Parse<Message>(r.out);
+  }
+
+  static TestServer* server_;
+  static std::string* dir_;
+};
+
+TestServer* CliTest::server_ = nullptr;
+std::string* CliTest::dir_ = nullptr;
+
+const char* const kSpecFlags[] = {"--quant_dtype=int4", "--qscheme=asymmetric",
+                                  "--granularity=per_channel:0"};
+
+std::vector<std::string> WithSpec(std::vector<std::string> args) {
+  args.insert(args.end(), std::begin(kSpecFlags), std::end(kSpecFlags));
+  return args;
+}
+
+TEST_F(CliTest, CreateObserveAndReadBack) {
+  const std::string a = Npy("a.npy", F32({4, 8}, RandN(32, 1)));
+  const std::string b = Npy("b.npy", F32({4, 8}, RandN(32, 2, 3.0)));
+
+  const auto created = Ok<v1::Session>(WithSpec({"create", "cli/plain"}));
+  EXPECT_EQ(created.name(), "cli/plain");
+  EXPECT_EQ(created.calculator(), "static");
+  EXPECT_EQ(created.spec().dtype(), "int4");
+  EXPECT_EQ(created.spec().qscheme(), v1::ASYMMETRIC);
+  EXPECT_EQ(created.spec().granularity().per_channel().axis(), 0);
+  EXPECT_FALSE(created.initialized());
+
+  // Both files over one stream: one JSON document per response, in order.
+  const CliResult observed = Cli({"observe", "cli/plain", a, b});
+  ASSERT_EQ(observed.exit_code, 0) << observed.err;
+  const std::vector<std::string> docs = Documents(observed.out);
+  ASSERT_EQ(docs.size(), 2u) << observed.out;
+  const auto first = Parse<v1::ObserveResponse>(docs[0]);
+  const auto second = Parse<v1::ObserveResponse>(docs[1]);
+  EXPECT_EQ(first.status().code(), 0);
+  EXPECT_EQ(first.observation_count(), 1);
+  EXPECT_EQ(second.status().code(), 0);
+  EXPECT_EQ(second.observation_count(), 2);
+  EXPECT_EQ(second.qparams().shape_size(), 2);
+  EXPECT_EQ(second.qparams().scale_size(), 4);
+
+  // Reduced here to per-channel min/max: bit-identical qparams.
+  Ok<v1::Session>(WithSpec({"create", "cli/reduced"}));
+  const CliResult reduced = Cli({"observe", "--reduce-locally", "cli/reduced", a, b});
+  ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
+  const std::vector<std::string> reduced_docs = Documents(reduced.out);
+  ASSERT_EQ(reduced_docs.size(), 2u);
+  EXPECT_TRUE(MessageDifferencer::Equals(Parse<v1::ObserveResponse>(reduced_docs[1]), second));
+
+  const auto plain = Ok<v1::GetQParamsResponse>({"qparams", "cli/plain"});
+  EXPECT_TRUE(plain.initialized());
+  EXPECT_TRUE(MessageDifferencer::Equals(plain.qparams(), second.qparams()));
+  EXPECT_TRUE(MessageDifferencer::Equals(
+      Ok<v1::GetQParamsResponse>({"qparams", "cli/reduced"}).qparams(), plain.qparams()));
+
+  const auto session = Ok<v1::Session>({"get", "cli/plain"});
+  EXPECT_TRUE(session.initialized());
+  EXPECT_EQ(session.observation_count(), 2);
+
+  // Stateless compute with static on `a` alone is the first forward's result.
+  const auto computed = Ok<v1::ComputeResponse>(WithSpec({"compute", "--calculator=static", a}));
+  EXPECT_TRUE(MessageDifferencer::Equals(computed.qparams(), first.qparams()));
+}
+
+TEST_F(CliTest, ListPagesByName) {
+  for (const char* name : {"list/b", "list/a", "list/c"}) Ok<v1::Session>({"create", name});
+  const auto all = Ok<v1::ListSessionsResponse>({"list", "--filter=list/"});
+  ASSERT_EQ(all.sessions_size(), 3);
+  EXPECT_EQ(all.sessions(0).name(), "list/a");
+  EXPECT_EQ(all.sessions(2).name(), "list/c");
+  EXPECT_EQ(all.next_page_token(), "");
+
+  const auto page = Ok<v1::ListSessionsResponse>({"list", "--filter=list/", "--page-size=2"});
+  ASSERT_EQ(page.sessions_size(), 2);
+  ASSERT_NE(page.next_page_token(), "");
+  const auto rest = Ok<v1::ListSessionsResponse>(
+      {"list", "--filter=list/", "--page_size=2", "--page_token=" + page.next_page_token()});
+  ASSERT_EQ(rest.sessions_size(), 1);
+  EXPECT_EQ(rest.sessions(0).name(), "list/c");
+}
+
+TEST_F(CliTest, ExportModeGranularityAndDelete) {
+  const std::string a = Npy("em.npy", F32({2, 4}, RandN(8, 3)));
+  Ok<v1::Session>({"create", "em/s", "--granularity=per_tensor"});
+  const auto changed = Ok<v1::Session>({"granularity", "em/s", "per_block:-1,2"});
+  EXPECT_EQ(changed.spec().granularity().per_block().block_size_size(), 2);
+  ASSERT_EQ(Cli({"observe", "em/s", a}).exit_code, 0);
+
+  EXPECT_TRUE(Ok<v1::Session>({"export-mode", "em/s", "on"}).export_mode());
+  EXPECT_FALSE(Ok<v1::Session>({"export-mode", "em/s", "off"}).export_mode());
+
+  // After the first forward the server refuses a new granularity: exit 1.
+  const CliResult refused = Cli({"granularity", "em/s", "per_tensor"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(refused.err, "error: FAILED_PRECONDITION: ")) << refused.err;
+  EXPECT_EQ(refused.out, "");
+  // A malformed one is a usage error: exit 2, nothing sent.
+  const CliResult malformed = Cli({"granularity", "em/s", "per_row"});
+  EXPECT_EQ(malformed.exit_code, 2);
+  EXPECT_TRUE(absl::StartsWith(malformed.err, "error: INVALID_ARGUMENT: GRANULARITY:"))
+      << malformed.err;
+
+  const CliResult deleted = Cli({"delete", "em/s"});
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.err;
+  const CliResult gone = Cli({"get", "em/s"});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(gone.err, "error: NOT_FOUND: ")) << gone.err;
+}
+
+// A bad file fails only its own response, with or without local reduction; every
+// response is printed and the exit status is 1.
+TEST_F(CliTest, ObserveReportsEachFailedResponse) {
+  const std::string good = Npy("good.npy", F32({2, 3}, {1, 2, 3, 4, 5, 6}));
+  const std::string nan = Npy("nan.npy", F32({2, 3}, {1, NAN, 3, 4, 5, 6}));
+  for (const auto& [flag, name] :
+       {std::pair<std::string, std::string>{"--reduce_locally=false", "bad/sent-whole"},
+        {"--reduce_locally", "bad/reduced"}}) {
+    SCOPED_TRACE(flag);
+    Ok<v1::Session>({"create", name});
+    const CliResult r = Cli({"observe", flag, name, good, nan});
+    EXPECT_EQ(r.exit_code, 1);
+    const std::vector<std::string> docs = Documents(r.out);
+    ASSERT_EQ(docs.size(), 2u) << r.out;
+    EXPECT_EQ(Parse<v1::ObserveResponse>(docs[0]).status().code(), 0);
+    const auto failed = Parse<v1::ObserveResponse>(docs[1]);
+    EXPECT_EQ(failed.status().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_EQ(failed.observation_count(), 1);
+    EXPECT_TRUE(absl::StartsWith(r.err, absl::StrCat("error: INVALID_ARGUMENT: ", nan, ": ")))
+        << r.err;
+  }
+}
+
+TEST_F(CliTest, ReadsBFloat16FilesWithTheDTypeFlag) {
+  const std::string bf16 = Npy("bf16.npy", MakeTensor(DType::kBFloat16, {4}, {1, -2, 0.5, 3}));
+  const auto computed = Ok<v1::ComputeResponse>({"compute", "--dtype=bfloat16", bf16});
+  EXPECT_EQ(computed.qparams().precision(), v1::BFLOAT16);
+  const CliResult without = Cli({"compute", bf16});
+  EXPECT_EQ(without.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(without.err, "bfloat16")) << without.err;
+}
+
+TEST_F(CliTest, Health) {
+  const CliResult server = Cli({"health"});
+  EXPECT_EQ(server.exit_code, 0) << server.err;
+  EXPECT_EQ(Parse<grpc::health::v1::HealthCheckResponse>(server.out).status(),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  const CliResult table = Cli({"--format=table", "health", "qparams.v1.QParamsService"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out, "SERVING\n");
+  EXPECT_EQ(Cli({"health", "no.such.Service"}).exit_code, 1);
+}
+
+TEST_F(CliTest, ErrorsAndExitCodes) {
+  // A server error: its code name and message on stderr, exit 1.
+  const CliResult exists = Cli({"create", "dup"});
+  ASSERT_EQ(exists.exit_code, 0) << exists.err;
+  const CliResult again = Cli({"create", "dup"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(again.err, "error: ALREADY_EXISTS: ")) << again.err;
+  EXPECT_TRUE(absl::StrContains(again.err, "dup")) << again.err;
+  EXPECT_EQ(again.out, "");
+
+  // Usage errors: exit 2, naming the flag or the command.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"frobnicate"},
+                                             {"get"},
+                                             {"--no_such_flag", "calculators"},
+                                             {"--qscheme=sideways", "create", "x"},
+                                             {"--quant_target=bias", "create", "x"},
+                                             {"--spec={nope", "create", "x"},
+                                             {"--format=yaml", "calculators"},
+                                             {"export-mode", "dup", "maybe"}}) {
+    const CliResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args[0];
+    EXPECT_TRUE(absl::StartsWith(r.err, "error: INVALID_ARGUMENT: ")) << r.err;
+  }
+  EXPECT_TRUE(absl::StrContains(Cli({"--qscheme=sideways", "create", "x"}).err, "--qscheme"));
+}
+
+TEST_F(CliTest, TablesAreShort) {
+  const auto calculators = Cli({"--format=table", "calculators"});
+  EXPECT_EQ(calculators.exit_code, 0) << calculators.err;
+  EXPECT_TRUE(absl::StartsWith(calculators.out, "KEY")) << calculators.out;
+  EXPECT_TRUE(absl::StrContains(calculators.out, "moving_average")) << calculators.out;
+
+  const std::string a = Npy("table.npy", F32({2, 2}, {1, -2, 3, 4}));
+  const auto computed = Cli({"--format=table", "compute", "--granularity=per_channel:0", a});
+  EXPECT_EQ(computed.exit_code, 0) << computed.err;
+  EXPECT_TRUE(absl::StartsWith(computed.out, "shape [2, 1]  precision FLOAT32\nINDEX"))
+      << computed.out;
+}
+
+}  // namespace
+}  // namespace qparams::testing
