@@ -1,0 +1,135 @@
+// The real qparams-server binary: flags, its log lines, serving on the port it
+// reports, failed-call logging, and a graceful exit 0 on SIGTERM and SIGINT.
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "qparams/v1/qparams.grpc.pb.h"
+
+extern char** environ;
+
+namespace qparams::testing {
+namespace {
+
+// A qparams-server child whose stderr (the log) the test reads line by line.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> flags) {
+    std::vector<std::string> args = {QPARAMS_SERVER_PATH, "--listen=127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    log_ = fdopen(fds[0], "r");
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (log_ != nullptr) fclose(log_);
+  }
+
+  bool started() const { return pid_ > 0 && log_ != nullptr; }
+
+  // Reads log lines up to one containing `text` (blocking); the line, or "" at EOF.
+  std::string WaitForLine(const std::string& text) {
+    char buffer[4096];
+    while (fgets(buffer, sizeof buffer, log_) != nullptr) {
+      log_text_ += buffer;
+      if (absl::StrContains(buffer, text)) return buffer;
+    }
+    return "";
+  }
+
+  // Sends `signal` and returns the exit status (or -1 if it did not exit normally).
+  int Stop(int signal) {
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  const std::string& log_text() const { return log_text_; }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* log_ = nullptr;
+  std::string log_text_;
+};
+
+std::string AddressFrom(const std::string& listening_line) {
+  return std::string(listening_line.substr(listening_line.rfind(' ') + 1,
+                                           listening_line.size() - listening_line.rfind(' ') - 2));
+}
+
+TEST(ServerBinary, ServesAndStopsGracefullyOnSigterm) {
+  ServerProcess server({"--log_failed_rpcs", "--max_sessions=1"});
+  ASSERT_TRUE(server.started());
+  EXPECT_NE(server.WaitForLine("starting:"), "");
+  const std::string listening = server.WaitForLine("listening on 127.0.0.1:");
+  ASSERT_NE(listening, "");
+  auto stub = v1::QParamsService::NewStub(
+      grpc::CreateChannel(AddressFrom(listening), grpc::InsecureChannelCredentials()));
+
+  for (const char* name : {"a", "b"}) {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    v1::Session session;
+    grpc::Status status = stub->CreateSession(&context, request, &session);
+    EXPECT_EQ(status.error_code(), *name == 'a' ? grpc::StatusCode::OK
+                                                : grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  // --log_failed_rpcs: the failed call is logged with its method and code.
+  EXPECT_NE(server.WaitForLine("CreateSession from"), "");
+  EXPECT_TRUE(absl::StrContains(server.log_text(), "RESOURCE_EXHAUSTED"));
+
+  // An idle client connection would hold the shutdown for gRPC's GOAWAY grace (~5 s).
+  stub.reset();
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+  EXPECT_NE(server.WaitForLine("received SIGTERM"), "");
+  EXPECT_NE(server.WaitForLine("shut down"), "");
+}
+
+TEST(ServerBinary, SigintStopsItToo) {
+  ServerProcess server({});
+  ASSERT_TRUE(server.started());
+  ASSERT_NE(server.WaitForLine("listening on"), "");
+  EXPECT_EQ(server.Stop(SIGINT), 0);
+  EXPECT_NE(server.WaitForLine("received SIGINT"), "");
+}
+
+TEST(ServerBinary, BadFlagsAndAddressesFailAtStart) {
+  for (const char* flag : {"--max_sessions=-1", "--omp_threads=-2", "--listen=nonsense"}) {
+    ServerProcess server({flag});
+    ASSERT_TRUE(server.started());
+    server.WaitForLine("\x01");  // read to EOF: the process exits by itself
+    EXPECT_TRUE(absl::StrContains(server.log_text(), " E qparams-server: ")) << flag;
+    EXPECT_NE(server.Stop(0), 0) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace qparams::testing
