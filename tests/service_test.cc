@@ -16,6 +16,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "client/client.h"
 #include "proto/convert.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
@@ -98,10 +99,7 @@ class ServiceTest : public ::testing::Test {
   }
 
   absl::StatusOr<v1::ObserveResponse> ObserveTensor(const std::string& name, const Tensor& t) {
-    v1::ObserveRequest request;
-    request.set_name(name);
-    *request.mutable_tensor() = WireTensor(t);
-    return Observe(request);
+    return Observe(TensorObservation(name, t.view()));
   }
 
   absl::StatusOr<v1::ListSessionsResponse> List(int page_size, const std::string& token,
@@ -724,9 +722,7 @@ TEST_F(ServiceTest, HealthIsServingUntilShutdownBegins) {
   ASSERT_OK(Create("s", "static", Int8Spec()));
   grpc::ClientContext stream_context;
   auto stream = stub_->ObserveStream(&stream_context);
-  v1::ObserveRequest request;
-  request.set_name("s");
-  *request.mutable_tensor() = WireTensor(Vec({1, 2}));
+  v1::ObserveRequest request = TensorObservation("s", Vec({1, 2}).view());
   ASSERT_TRUE(stream->Write(request));
   v1::ObserveResponse response;
   ASSERT_TRUE(stream->Read(&response));
@@ -755,9 +751,7 @@ TEST_F(ServiceTest, ShutdownCancelsCallsThatOutliveTheGrace) {
   ASSERT_OK(Create("s", "static", Int8Spec()));
   grpc::ClientContext stream_context;
   auto stream = stub_->ObserveStream(&stream_context);
-  v1::ObserveRequest request;
-  request.set_name("s");
-  *request.mutable_tensor() = WireTensor(Vec({1, 2}));
+  v1::ObserveRequest request = TensorObservation("s", Vec({1, 2}).view());
   ASSERT_TRUE(stream->Write(request));
   v1::ObserveResponse response;
   ASSERT_TRUE(stream->Read(&response));
