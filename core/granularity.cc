@@ -52,6 +52,11 @@ Granularity Granularity::PerBlock(std::optional<int64_t> axis, std::vector<int64
 
 absl::Status Granularity::Validate() const {
   if (kind_ != Kind::kPerBlock) return absl::OkStatus();
+  if (block_size_.empty()) {
+    return absl::InvalidArgumentError(
+        "granularity.per_block.block_size is empty; give one size per dim (-1 = whole dim), "
+        "or an axis and one size");
+  }
   for (size_t i = 0; i < block_size_.size(); ++i) {
     if (block_size_[i] == 0 || block_size_[i] < -1) {
       return absl::InvalidArgumentError(absl::StrCat("granularity.per_block.block_size[", i,

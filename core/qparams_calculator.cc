@@ -78,8 +78,10 @@ absl::StatusOr<Shape> QParamsCalculatorBase::BlockShapeFor(const Observation& x)
   if (!block.ok()) return block.status();
   for (int64_t d : x.input_shape()) {
     if (d == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("input shape ", ShapeString(x.input_shape()),
-                                                     " has no elements; dims must be >= 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(x.is_range() ? "range.input_shape " : "tensor.shape ",
+                       ShapeString(x.input_shape()),
+                       " has no elements; dims must be >= 1 on a computing forward"));
     }
   }
   return block;
@@ -199,16 +201,16 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
       !s.ok()) {
     return s;
   }
-  // Only finite inputs are ever observed, so buffers hold finite values in range.
+  // Only finite inputs are observed, but a finite range wider than float32 gives an
+  // infinite scale (and minval), which a restored calculator must carry on with.
   for (int64_t i = 0; i < *n; ++i) {
-    if (!(std::isfinite(q.scale[i]) && q.scale[i] > 0) ||
-        (q.has_minval && !std::isfinite(q.minval[i])) ||
+    if (!(q.scale[i] > 0) || (q.has_minval && std::isnan(q.minval[i])) ||
         (q.has_zero_point &&
          (q.zero_point[i] < recipe_.quant_min || q.zero_point[i] > recipe_.quant_max))) {
       return absl::InvalidArgumentError(
           absl::StrCat("state.qparams[", i,
-                       "]: scale must be finite and > 0, minval finite and the zero "
-                       "point within [quant_min, quant_max]"));
+                       "]: scale must be > 0, minval not NaN and the zero point within "
+                       "[quant_min, quant_max]"));
     }
   }
   if (absl::Status s = QParamsCalculatorBase::RestoreState(state); !s.ok()) return s;

@@ -141,6 +141,19 @@ TEST(State, RestoredCalculatorContinuesBitIdentically) {
   }
 }
 
+// A finite range wider than the scale's float32 gives an infinite scale (and, in
+// float64, an infinite minval): a reachable state, so it must restore.
+TEST(State, InfiniteScalesRestore) {
+  for (const char* key : {"static", "global_minmax", "moving_average"}) {
+    ASSERT_OK_AND_ASSIGN(Calc calc, Create(key, MakeSpec("int8", QS::kAsymmetric)));
+    ASSERT_OK(calc->Forward(Obs(MakeTensor(DType::kFloat64, {2}, {-1e300, 1e300}))));
+    const CalculatorState state = calc->ExportState();
+    ASSERT_TRUE(std::isinf(state.qparams.scale[0])) << key;
+    ASSERT_OK_AND_ASSIGN(Calc restored, CreateFromState(state));
+    EXPECT_TRUE(SameState(restored->ExportState(), state)) << key;
+  }
+}
+
 TEST(State, ExportedFieldsOfARunningCalculator) {
   ASSERT_OK_AND_ASSIGN(Calc calc, Create("moving_average", MakeSpec("int8", QS::kSymmetric),
                                          CalculatorOptions{0.5}));
@@ -268,7 +281,7 @@ TEST(State, RejectsInconsistentStates) {
       {"running precision", [](CalculatorState& s) { s.running->precision = DType::kBFloat16; }},
       {"NaN scale", [](CalculatorState& s) { s.qparams.scale[0] = NAN; }},
       {"negative scale", [](CalculatorState& s) { s.qparams.scale[0] = -1.0f; }},
-      {"infinite minval", [](CalculatorState& s) { s.qparams.minval[0] = -INFINITY; }},
+      {"NaN minval", [](CalculatorState& s) { s.qparams.minval[0] = NAN; }},
       {"zero point above quant_max", [](CalculatorState& s) { s.qparams.zero_point[0] = 128; }},
       {"NaN running min", [](CalculatorState& s) { s.running->lo[0] = NAN; }},
       {"positive running min", [](CalculatorState& s) { s.running->lo[0] = 1.0; }},
