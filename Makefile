@@ -19,9 +19,10 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS)
 
-# The server in the foreground on 127.0.0.1:50051; Ctrl-C (SIGINT) stops it gracefully.
+# The server in the foreground on 127.0.0.1:50051, its sessions kept in ./data;
+# Ctrl-C (SIGINT) stops it gracefully.
 run: build
-	exec $(BUILD_DIR)/server/qparams-server --listen=127.0.0.1:50051
+	exec $(BUILD_DIR)/server/qparams-server --listen=127.0.0.1:50051 --data_dir=./data
 
 bench: build
 	$(BUILD_DIR)/bench/core_bench

@@ -373,7 +373,7 @@ constexpr Command kCommands[] = {
    "Change the granularity of a session that has not computed a forward yet."},
   {"health", "[SERVICE]", 0, 1, Health,
    "The health of the server (or of SERVICE, e.g. qparams.v1.QParamsService):\n"
-   "SERVING, NOT_SERVING, ...; exits 0 only if SERVING."},
+   "SERVING, NOT_SERVING, ...; exits 0 only if SERVING. Sends no token."},
 };
 // clang-format on
 
@@ -398,7 +398,17 @@ std::string UsageMessage() {
   absl::StrAppend(
       &usage,
       "\n"
-      "Every command takes --target, --format and --timeout.\n"
+      "Every command takes --target, --format, --timeout and the connection flags.\n"
+      "\n"
+      "Connection: --tls connects over TLS and verifies the server against the\n"
+      "system's root certificates; --tls_ca=FILE against the PEM roots in FILE\n"
+      "instead. --tls_cert=FILE and --tls_key=FILE (both or neither) present a client\n"
+      "certificate to a server that requires one (mutual TLS). Any of these three\n"
+      "implies TLS. --tls_server_name=NAME checks the server's certificate for NAME\n"
+      "instead of --target's host (e.g. localhost with --target=127.0.0.1:50051).\n"
+      "--token=TOKEN (default: $QPARAMS_TOKEN) is sent as \"authorization: Bearer\n"
+      "TOKEN\" on every call but health; prefer the variable, as other users of the\n"
+      "machine can see a command line.\n"
       "\n"
       "Spec flags (compute, create): --spec takes a whole QuantSpec in protobuf's JSON\n"
       "mapping, e.g. --spec='{\"dtype\": \"int4\", \"qscheme\": \"ASYMMETRIC\"}'; each of\n"
@@ -591,6 +601,28 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
   }
   ClientOptions client_options;
   client_options.timeout = options.timeout;
+  client_options.bearer_token = options.token;
+  const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty() ||
+                   !options.tls_key.empty();
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return Usage(err, "--tls_cert and --tls_key go together: give both or neither");
+  }
+  if (!tls && !options.tls_server_name.empty()) {
+    return Usage(err, "--tls_server_name needs TLS (--tls, --tls_ca, --tls_cert or --tls_key)");
+  }
+  if (tls) {
+    // A file that cannot be read, or holds no certificate or key, fails like a .npy
+    // file that cannot be read.
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        TlsCredentials(options.tls_ca, options.tls_cert, options.tls_key);
+    if (!credentials.ok()) {
+      err << "error: " << absl::StatusCodeToString(credentials.status().code()) << ": "
+          << credentials.status().message() << "\n";
+      return kExitFailed;
+    }
+    client_options.credentials = *std::move(credentials);
+    client_options.tls_server_name = options.tls_server_name;
+  }
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options.target, client_options);
   if (!client.ok()) return Usage(err, client.status().message());
   Invocation invocation(std::move(command_args), options, *std::move(client), out, err);

@@ -50,6 +50,16 @@ struct Options {
   bool reduce_locally = false;
   std::string dtype;  // "" = as the .npy file says
   SpecFlags spec;
+
+  // Transport security: TLS if `tls` is set or any of the three files is given.
+  bool tls = false;             // --tls: TLS with the default (system) roots
+  std::string tls_ca;           // --tls_ca: PEM roots to verify the server with
+  std::string tls_cert;         // --tls_cert: client certificate (mutual TLS)
+  std::string tls_key;          // --tls_key: its private key
+  std::string tls_server_name;  // --tls_server_name: the name the server's cert must carry
+  // --token (else $QPARAMS_TOKEN): sent as a bearer token on every call but health;
+  // "" sends none.
+  std::string token;
 };
 
 // What --help prints ahead of the flags: the synopsis, every command, and the
@@ -77,7 +87,9 @@ absl::StatusOr<v1::QuantSpec> BuildSpec(const SpecFlags& flags);
 
 // Runs `args` (COMMAND [ARGS...], the flags already parsed into `options`) against
 // the server at options.target. Results go to `out` (JSON or a table), errors to
-// `err` as "error: CODE_NAME: message". Returns the exit status.
+// `err` as "error: CODE_NAME: message". Returns the exit status: a usage error (2)
+// also for a client certificate without its key (or the reverse) and for
+// --tls_server_name without TLS; a failure (1) for a TLS file that cannot be read.
 int Run(const std::vector<std::string>& args, const Options& options, std::ostream& out,
         std::ostream& err);
 

@@ -15,8 +15,11 @@
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
+#include "grpc/support/log.h"
 
 namespace {
+
+void DiscardLog(gpr_log_func_args*) {}
 
 std::string DefaultTarget() {
   const char* env = std::getenv("QPARAMS_TARGET");
@@ -33,6 +36,25 @@ ABSL_FLAG(std::string, format, "json",
           "Output: json (each response in protobuf's JSON mapping) or table");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "Deadline of each call (of the whole stream for observe), e.g. 500ms, 30s, 2m");
+
+// Connection security.
+ABSL_FLAG(bool, tls, false,
+          "Connect over TLS, verifying the server against the system's root certificates "
+          "(implied by --tls_ca, --tls_cert and --tls_key)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of the root certificate(s) to verify the server with, instead of the "
+          "system's; implies TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of this client's certificate chain, for a server that requires client "
+          "certificates (mutual TLS); with --tls_key; implies TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM file of the private key of --tls_cert; implies TLS");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "With TLS: the name the server's certificate must carry, instead of --target's "
+          "host (e.g. localhost for --target=127.0.0.1:50051)");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token, sent as 'authorization: Bearer TOKEN' on every call but health. "
+          "Empty: $QPARAMS_TOKEN if set (preferable: a command line is visible to other "
+          "users), else none");
 
 // Command options.
 ABSL_FLAG(std::string, calculator, "",
@@ -91,6 +113,11 @@ int main(int argc, char** argv) {
   };
   absl::SetFlagsUsageConfig(config);
 
+  // gRPC's own log lines (a failed TLS handshake, say) would come before the one
+  // "error: CODE: message" line, which carries the same reason; setting
+  // GRPC_VERBOSITY brings them back.
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(DiscardLog);
+
   std::vector<std::string> args(argv, argv + argc);
   if (absl::Status status = cli::NormalizeFlags(args); !status.ok()) {
     std::cerr << "error: INVALID_ARGUMENT: " << status.message() << "\n";
@@ -122,6 +149,16 @@ int main(int argc, char** argv) {
   options.spec.float_range_min = absl::GetFlag(FLAGS_float_range_min);
   options.spec.float_range_max = absl::GetFlag(FLAGS_float_range_max);
   options.spec.scale_dtype = absl::GetFlag(FLAGS_scale_dtype);
+  options.tls = absl::GetFlag(FLAGS_tls);
+  options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.token = absl::GetFlag(FLAGS_token);
+  // Read here rather than as the flag's default, which --help would print.
+  if (const char* env = std::getenv("QPARAMS_TOKEN"); options.token.empty() && env != nullptr) {
+    options.token = env;
+  }
 
   return cli::Run(std::vector<std::string>(positional.begin() + 1, positional.end()), options,
                   std::cout, std::cerr);

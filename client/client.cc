@@ -1,8 +1,12 @@
 #include "client/client.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -16,18 +20,82 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+// The whole content of the file `path`; FAILED_PRECONDITION naming it (`what` it
+// should hold) if it cannot be read.
+absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
+  }
+  std::string text;
+  char buffer[1 << 14];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  const int error = std::ferror(file) ? errno : 0;
+  std::fclose(file);
+  if (error != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(error)));
+  }
+  return text;
 }
 
-// Calls the unary `method` of `stub` with a deadline `timeout` from now.
+// Whether `text` holds a PEM block whose label ("-----BEGIN <label>-----") is
+// `label`, or ends with it if `suffix` ("EC PRIVATE KEY" for "PRIVATE KEY").
+bool HasPemBlock(absl::string_view text, absl::string_view label, bool suffix) {
+  constexpr absl::string_view kBegin = "-----BEGIN ";
+  for (size_t at = text.find(kBegin); at != absl::string_view::npos;
+       at = text.find(kBegin, at + 1)) {
+    const size_t start = at + kBegin.size();
+    const size_t end = text.find("-----", start);
+    if (end == absl::string_view::npos) return false;
+    const absl::string_view found = text.substr(start, end - start);
+    if (suffix ? absl::EndsWith(found, label) : found == label) return true;
+  }
+  return false;
+}
+
+// The PEM file `path` ("" for an empty path), which must hold a block of `label`
+// (see HasPemBlock); `what` names the file in messages.
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view what,
+                                    absl::string_view label, bool suffix) {
+  if (path.empty()) return std::string();
+  absl::StatusOr<std::string> text = ReadFile(path, what);
+  if (!text.ok()) return text.status();
+  if (!HasPemBlock(*text, label, suffix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", path, " holds no PEM ", label, " block"));
+  }
+  return text;
+}
+
+// Whether gRPC can send `token` in an ASCII metadata value (and servers split
+// "Bearer <token>" at the space).
+bool ValidToken(absl::string_view token) {
+  if (token.empty() || token.size() > 4096) return false;
+  for (char c : token) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+// Sets the deadline of a call, `timeout` from now, and its authorization metadata
+// unless `authorization` is "".
+void Prepare(grpc::ClientContext& context, absl::Duration timeout,
+             const std::string& authorization) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+}
+
+// Calls the unary `method` of `stub` with a deadline `timeout` from now and the
+// `authorization` metadata ("" = none).
 template <typename Stub, typename Request, typename Response>
-absl::StatusOr<Response> Unary(Stub& stub,
-                               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
-                                                            Response*),
-                               const Request& request, absl::Duration timeout) {
+absl::StatusOr<Response> Unary(
+    Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+    const Request& request, absl::Duration timeout, const std::string& authorization) {
   grpc::ClientContext context;
-  SetDeadline(context, timeout);
+  Prepare(context, timeout, authorization);
   Response response;
   const grpc::Status status = (stub.*method)(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);
@@ -54,6 +122,28 @@ v1::ObserveRequest RangeObservation(const std::string& name, const Shape& input_
   return request;
 }
 
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
+    const std::string& ca_file, const std::string& cert_file, const std::string& key_file) {
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate and its key go together: give both files or neither");
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> roots = ReadPem(ca_file, "the CA file", "CERTIFICATE", false);
+  if (!roots.ok()) return roots.status();
+  absl::StatusOr<std::string> cert =
+      ReadPem(cert_file, "the client certificate file", "CERTIFICATE", false);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(key_file, "the client key file", "PRIVATE KEY", true);
+  if (!key.ok()) return key.status();
+  ssl.pem_root_certs = *std::move(roots);  // "" = gRPC's default roots
+  ssl.pem_cert_chain = *std::move(cert);
+  ssl.pem_private_key = *std::move(key);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::SslCredentials(ssl);
+  if (credentials == nullptr) return absl::InternalError("gRPC made no TLS credentials");
+  return credentials;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         ClientOptions options) {
   if (target.empty()) return absl::InvalidArgumentError("the server target is empty");
@@ -65,9 +155,19 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes must be positive, not ", options.max_message_bytes));
   }
+  if (!options.tls_server_name.empty() && options.credentials == nullptr) {
+    return absl::InvalidArgumentError("a TLS server name needs TLS credentials");
+  }
+  if (!options.bearer_token.empty() && !ValidToken(options.bearer_token)) {
+    return absl::InvalidArgumentError(
+        "the bearer token must be 1 to 4096 printable ASCII characters without spaces");
+  }
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(options.max_message_bytes);
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
   std::shared_ptr<grpc::ChannelCredentials> credentials =
       options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials();
   return std::unique_ptr<Client>(
@@ -77,12 +177,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
 Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options)
     : timeout_(options.timeout),
       max_message_bytes_(options.max_message_bytes),
+      authorization_(options.bearer_token.empty() ? std::string()
+                                                  : absl::StrCat("Bearer ", options.bearer_token)),
       stub_(v1::QParamsService::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)) {}
 
 absl::StatusOr<v1::ListCalculatorsResponse> Client::ListCalculators() {
   return Unary(*stub_, &v1::QParamsService::Stub::ListCalculators, v1::ListCalculatorsRequest(),
-               timeout_);
+               timeout_, authorization_);
 }
 
 absl::StatusOr<v1::QParams> Client::Compute(const std::string& calculator,
@@ -92,19 +194,19 @@ absl::StatusOr<v1::QParams> Client::Compute(const std::string& calculator,
   *request.mutable_spec() = spec;
   *request.mutable_tensor() = wire::TensorToProto(tensor);
   absl::StatusOr<v1::ComputeResponse> response =
-      Unary(*stub_, &v1::QParamsService::Stub::Compute, request, timeout_);
+      Unary(*stub_, &v1::QParamsService::Stub::Compute, request, timeout_, authorization_);
   if (!response.ok()) return response.status();
   return std::move(*response->mutable_qparams());
 }
 
 absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest& request) {
-  return Unary(*stub_, &v1::QParamsService::Stub::CreateSession, request, timeout_);
+  return Unary(*stub_, &v1::QParamsService::Stub::CreateSession, request, timeout_, authorization_);
 }
 
 absl::StatusOr<v1::Session> Client::GetSession(const std::string& name) {
   v1::GetSessionRequest request;
   request.set_name(name);
-  return Unary(*stub_, &v1::QParamsService::Stub::GetSession, request, timeout_);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetSession, request, timeout_, authorization_);
 }
 
 absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
@@ -114,19 +216,20 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
   request.set_page_size(page_size);
   request.set_page_token(page_token);
   request.set_filter(filter);
-  return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_);
+  return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_, authorization_);
 }
 
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);
-  return Unary(*stub_, &v1::QParamsService::Stub::DeleteSession, request, timeout_).status();
+  return Unary(*stub_, &v1::QParamsService::Stub::DeleteSession, request, timeout_, authorization_)
+      .status();
 }
 
 absl::StatusOr<v1::ObserveResponse> Client::Observe(const std::string& name,
                                                     const TensorView& tensor) {
   return Unary(*stub_, &v1::QParamsService::Stub::Observe, TensorObservation(name, tensor),
-               timeout_);
+               timeout_, authorization_);
 }
 
 absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name,
@@ -134,7 +237,7 @@ absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name
                                                          const TensorView& min,
                                                          const TensorView& max) {
   return Unary(*stub_, &v1::QParamsService::Stub::Observe,
-               RangeObservation(name, input_shape, min, max), timeout_);
+               RangeObservation(name, input_shape, min, max), timeout_, authorization_);
 }
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
@@ -150,7 +253,7 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
     }
   }
   grpc::ClientContext context;
-  SetDeadline(context, timeout_);
+  Prepare(context, timeout_, authorization_);
   std::unique_ptr<grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>> stream =
       stub_->ObserveStream(&context);
 
@@ -180,14 +283,14 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
 absl::StatusOr<v1::GetQParamsResponse> Client::GetQParams(const std::string& name) {
   v1::GetQParamsRequest request;
   request.set_name(name);
-  return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_, authorization_);
 }
 
 absl::StatusOr<v1::Session> Client::SetExportMode(const std::string& name, bool enabled) {
   v1::SetExportModeRequest request;
   request.set_name(name);
   request.set_enabled(enabled);
-  return Unary(*stub_, &v1::QParamsService::Stub::SetExportMode, request, timeout_);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetExportMode, request, timeout_, authorization_);
 }
 
 absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
@@ -195,7 +298,8 @@ absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
   v1::SetGranularityRequest request;
   request.set_name(name);
   *request.mutable_granularity() = granularity;
-  return Unary(*stub_, &v1::QParamsService::Stub::SetGranularity, request, timeout_);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetGranularity, request, timeout_,
+               authorization_);
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
@@ -203,7 +307,8 @@ absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Hea
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   absl::StatusOr<grpc::health::v1::HealthCheckResponse> response =
-      Unary(*health_, &grpc::health::v1::Health::Stub::Check, request, timeout_);
+      Unary(*health_, &grpc::health::v1::Health::Stub::Check, request, timeout_,
+            /*authorization=*/std::string());
   if (!response.ok()) return response.status();
   return response->status();
 }

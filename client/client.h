@@ -1,6 +1,7 @@
 // A typed C++ client of qparams.v1.QParamsService (and of the standard health
 // service): one call per RPC, gRPC statuses turned into absl::Status with the same
-// code and message, tensors encoded for the caller.
+// code and message, tensors encoded for the caller; plaintext or TLS (optionally
+// mutual), with an optional bearer token.
 //
 // A Client is thread-safe: its calls may run concurrently from any threads.
 
@@ -30,9 +31,35 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(30);
   // The largest message sent or received, in bytes: a tensor travels in one message.
   int max_message_bytes = 64 << 20;
-  // The channel's credentials; null means an insecure (plaintext) channel.
+  // The channel's credentials; null means an insecure (plaintext) channel. For TLS,
+  // see TlsCredentials.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS credentials: the name the server's certificate must carry (and the
+  // call's authority), instead of the target's host; "" = the target's host. Lets a
+  // client reach 127.0.0.1 and check a certificate issued for "localhost".
+  std::string tls_server_name;
+  // Sent as `authorization: Bearer <bearer_token>` metadata on every QParamsService
+  // call (never on Health, which a server answers without one); "" sends none. 1 to
+  // 4096 printable ASCII characters without spaces. Over a plaintext channel the
+  // token travels in the clear: use TLS credentials beyond loopback.
+  std::string bearer_token;
 };
+
+// Channel credentials for TLS (pass them as ClientOptions::credentials):
+//  - `ca_file`: PEM file of the root certificate(s) the server's certificate must
+//    chain to; "" = the default roots (gRPC's: $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH if
+//    set, else the system's).
+//  - `cert_file`, `key_file`: PEM files of this client's certificate chain and its
+//    private key, for a server that requires client certificates (mutual TLS); both
+//    or neither.
+// The files are read now; the certificates are checked at the first connection, so
+// a server the roots do not vouch for (or that refuses the client certificate) shows
+// as UNAVAILABLE on the first call. INVALID_ARGUMENT if only one of cert_file and
+// key_file is given, or a file holds no PEM block of its kind; FAILED_PRECONDITION
+// naming the file if it cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
+    const std::string& ca_file, const std::string& cert_file = "",
+    const std::string& key_file = "");
 
 // An ObserveRequest carrying a whole tensor.
 v1::ObserveRequest TensorObservation(const std::string& name, const TensorView& tensor);
@@ -47,8 +74,9 @@ class Client {
  public:
   // A client of the server at `target` ("host:port" or any gRPC target URI). The
   // channel connects lazily, so an unreachable server shows as UNAVAILABLE on the
-  // first call. INVALID_ARGUMENT for an empty target, a timeout <= 0 or
-  // max_message_bytes <= 0.
+  // first call. INVALID_ARGUMENT for an empty target, a timeout <= 0,
+  // max_message_bytes <= 0, a tls_server_name without credentials, or a bearer token
+  // that metadata cannot carry (the message never shows the token).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
                                                          ClientOptions options = {});
 
@@ -109,6 +137,7 @@ class Client {
                                              const v1::Granularity& granularity);
 
   // The health of `service` ("" = the server as a whole; "qparams.v1.QParamsService").
+  // Sends no bearer token.
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
       const std::string& service = "");
 
@@ -117,6 +146,7 @@ class Client {
 
   const absl::Duration timeout_;
   const int max_message_bytes_;
+  const std::string authorization_;  // "Bearer <token>", or "" for none
   const std::unique_ptr<v1::QParamsService::Stub> stub_;
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };

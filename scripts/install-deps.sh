@@ -8,6 +8,7 @@ packages=(
   libabsl-dev
   libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
+  zlib1g-dev openssl
   libgtest-dev libgmock-dev
   libbenchmark-dev
 )

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/log.h"
 #include "server/page_token.h"
 
 namespace qparams {
@@ -14,7 +15,30 @@ const QParamsCalculatorRegistry& Registry() { return QParamsCalculatorRegistry::
 
 }  // namespace
 
-Engine::Engine(EngineOptions options) : store_(options.max_sessions) {}
+Engine::Engine(EngineOptions options, Journal* journal)
+    : options_(options), store_(options.max_sessions, journal) {
+  if (options_.session_ttl <= absl::ZeroDuration()) return;
+  // Idle sessions are found within a tenth of the TTL (at most a minute) of it.
+  const absl::Duration period = std::min(options_.session_ttl / 10, absl::Minutes(1));
+  evictor_ = std::thread([this, period] {
+    while (!stop_.WaitForNotificationWithTimeout(period)) {
+      if (int evicted = EvictIdle(absl::Now()); evicted > 0) {
+        LogInfo(absl::StrCat("evicted ", evicted, " idle session(s) (--session_ttl ",
+                             absl::FormatDuration(options_.session_ttl), ")"));
+      }
+    }
+  });
+}
+
+Engine::~Engine() {
+  stop_.Notify();
+  if (evictor_.joinable()) evictor_.join();
+}
+
+int Engine::EvictIdle(absl::Time now) {
+  if (options_.session_ttl <= absl::ZeroDuration()) return 0;
+  return store_.EvictIdle(now - options_.session_ttl);
+}
 
 std::vector<const CalculatorClass*> Engine::ListCalculators() const {
   return Registry().ListRegistryValues();
@@ -35,7 +59,8 @@ absl::StatusOr<QParams> Engine::Compute(absl::string_view calculator, const Quan
   return (*c)->Forward(x);
 }
 
-absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view name,
+absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
+                                                  absl::string_view name,
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
                                                   std::optional<double> averaging_constant) {
@@ -56,28 +81,31 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view name,
   std::unique_ptr<StatefulQParamsCalculatorBase> stateful(
       static_cast<StatefulQParamsCalculatorBase*>(c->release()));
   absl::StatusOr<std::shared_ptr<Session>> session =
-      store_.Insert(std::make_unique<Session>(std::string(name), std::move(stateful)));
+      store_.Create({std::string(tenant), std::string(name)}, std::move(stateful));
   if (!session.ok()) return session.status();
   return (*session)->Info();
 }
 
-absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view name) const {
+absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view tenant,
+                                                      absl::string_view name) const {
   if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
-  return store_.Find(name);
+  return store_.Find({std::string(tenant), std::string(name)});
 }
 
-absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view name) const {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
+                                               absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->Info();
 }
 
-absl::Status Engine::DeleteSession(absl::string_view name) {
+absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
   if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
-  return store_.Erase(name);
+  return store_.Erase({std::string(tenant), std::string(name)});
 }
 
-absl::StatusOr<SessionPage> Engine::ListSessions(int page_size, absl::string_view page_token,
+absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int page_size,
+                                                 absl::string_view page_token,
                                                  absl::string_view filter) const {
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -89,7 +117,7 @@ absl::StatusOr<SessionPage> Engine::ListSessions(int page_size, absl::string_vie
   absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
   if (!after.ok()) return after.status();
   const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
-  SessionStore::Page page = store_.List(filter, *after, limit);
+  SessionStore::Page page = store_.List(tenant, filter, *after, limit);
   SessionPage out;
   out.sessions.reserve(page.sessions.size());
   for (const std::shared_ptr<Session>& session : page.sessions) {
@@ -99,38 +127,43 @@ absl::StatusOr<SessionPage> Engine::ListSessions(int page_size, absl::string_vie
   return out;
 }
 
-absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view name, const Observation& x) {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view tenant, absl::string_view name,
+                                              const Observation& x) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->Observe(x);
 }
 
-absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view name) const {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view tenant,
+                                                 absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->observation_count();
 }
 
-absl::StatusOr<std::pair<QParams, bool>> Engine::GetQParams(absl::string_view name) const {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+absl::StatusOr<std::pair<QParams, bool>> Engine::GetQParams(absl::string_view tenant,
+                                                            absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetQParams();
 }
 
-absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view name, bool enabled) {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
+                                                  absl::string_view name, bool enabled) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   if (absl::Status s = (*session)->SetExportMode(enabled); !s.ok()) return s;
   return (*session)->Info();
 }
 
 absl::StatusOr<SessionInfo> Engine::SetGranularity(
-    absl::string_view name, const std::optional<Granularity>& granularity) {
+    absl::string_view tenant, absl::string_view name,
+    const std::optional<Granularity>& granularity) {
   if (!granularity.has_value()) {
     return absl::InvalidArgumentError(
         "granularity is unset; set per_tensor, per_channel or per_block");
   }
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(name);
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   if (absl::Status s = (*session)->SetGranularity(*granularity); !s.ok()) return s;
   return (*session)->Info();

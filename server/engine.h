@@ -9,12 +9,15 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "core/granularity.h"
 #include "core/observation.h"
 #include "core/qparams.h"
@@ -27,6 +30,8 @@ namespace qparams {
 
 struct EngineOptions {
   int64_t max_sessions = 100000;
+  // Sessions no call has named for this long are evicted; zero keeps them forever.
+  absl::Duration session_ttl = absl::ZeroDuration();
 };
 
 // One page of ListSessions.
@@ -40,7 +45,10 @@ class Engine {
   static constexpr int kDefaultPageSize = 50;
   static constexpr int kMaxPageSize = 1000;
 
-  explicit Engine(EngineOptions options = {});
+  // `journal` (null: nothing is persisted) must outlive the engine. With a
+  // session_ttl, a background thread evicts idle sessions.
+  explicit Engine(EngineOptions options = {}, Journal* journal = nullptr);
+  ~Engine();
 
   // The registry's classes, sorted by key ("default" among them, stateful).
   std::vector<const CalculatorClass*> ListCalculators() const;
@@ -54,42 +62,64 @@ class Engine {
   // A new session of `calculator` ("" = default, resolved by spec.target). "dynamic"
   // is INVALID_ARGUMENT naming Compute; so are a bad name, spec or averaging
   // constant. ALREADY_EXISTS / RESOURCE_EXHAUSTED from the store.
-  absl::StatusOr<SessionInfo> CreateSession(absl::string_view name, absl::string_view calculator,
+  absl::StatusOr<SessionInfo> CreateSession(absl::string_view tenant, absl::string_view name,
+                                            absl::string_view calculator,
                                             const QuantSpec& spec,
                                             std::optional<double> averaging_constant);
 
-  // INVALID_ARGUMENT for a malformed name, NOT_FOUND for an unknown one.
-  absl::StatusOr<SessionInfo> GetSession(absl::string_view name) const;
-  absl::Status DeleteSession(absl::string_view name);
+  // Every session method names a session of `tenant` ("" when authentication is
+  // off): INVALID_ARGUMENT for a malformed name, NOT_FOUND for an unknown one (or
+  // one evicted after being idle, saying so).
+  absl::StatusOr<SessionInfo> GetSession(absl::string_view tenant, absl::string_view name) const;
+  absl::Status DeleteSession(absl::string_view tenant, absl::string_view name);
 
   // Sessions ordered by name whose names start with `filter`. page_size 0 means
   // kDefaultPageSize; it is capped at kMaxPageSize; negative is INVALID_ARGUMENT,
   // as is a page token issued for another filter.
-  absl::StatusOr<SessionPage> ListSessions(int page_size, absl::string_view page_token,
+  absl::StatusOr<SessionPage> ListSessions(absl::string_view tenant, int page_size,
+                                           absl::string_view page_token,
                                            absl::string_view filter) const;
 
   // One forward on the session.
-  absl::StatusOr<ObserveResult> Observe(absl::string_view name, const Observation& x);
+  absl::StatusOr<ObserveResult> Observe(absl::string_view tenant, absl::string_view name,
+                                        const Observation& x);
 
   // The session's observation count (for responses that report it on failure).
-  absl::StatusOr<int64_t> ObservationCount(absl::string_view name) const;
+  absl::StatusOr<int64_t> ObservationCount(absl::string_view tenant,
+                                           absl::string_view name) const;
 
   // get_qparams: the buffers and the initialized flag.
-  absl::StatusOr<std::pair<QParams, bool>> GetQParams(absl::string_view name) const;
+  absl::StatusOr<std::pair<QParams, bool>> GetQParams(absl::string_view tenant,
+                                                      absl::string_view name) const;
 
-  absl::StatusOr<SessionInfo> SetExportMode(absl::string_view name, bool enabled);
+  absl::StatusOr<SessionInfo> SetExportMode(absl::string_view tenant, absl::string_view name,
+                                            bool enabled);
 
   // `granularity` unset is INVALID_ARGUMENT; an initialized session is
   // FAILED_PRECONDITION whatever the granularity.
-  absl::StatusOr<SessionInfo> SetGranularity(absl::string_view name,
+  absl::StatusOr<SessionInfo> SetGranularity(absl::string_view tenant, absl::string_view name,
                                              const std::optional<Granularity>& granularity);
+
+  // Evicts the sessions no call has named since `now - session_ttl` (nothing
+  // without a TTL); returns how many. The background thread calls it with the time.
+  int EvictIdle(absl::Time now);
+
+  // The whole store as records (for the journal's snapshots), and the reverse.
+  std::vector<storage::v1::Record> Records() const { return store_.Records(); }
+  std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records) {
+    return store_.Restore(records);
+  }
 
   int64_t session_count() const { return store_.size(); }
 
  private:
-  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view name) const;
+  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
+                                                absl::string_view name) const;
 
+  const EngineOptions options_;
   SessionStore store_;
+  absl::Notification stop_;
+  std::thread evictor_;
 };
 
 }  // namespace qparams

@@ -37,6 +37,25 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
           "On SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled.");
 ABSL_FLAG(bool, log_failed_rpcs, false,
           "Log every failed call: method, peer, status code and message.");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory of the session journal and snapshots; sessions are restored from it at "
+          "start. Empty: sessions live in memory only.");
+ABSL_FLAG(std::string, durability, "batched",
+          "With --data_dir, when an acknowledged mutation is on disk: always (fsync before "
+          "the response), batched (within --flush_interval, and at shutdown) or none "
+          "(memory only).");
+ABSL_FLAG(absl::Duration, flush_interval, absl::Milliseconds(100),
+          "--durability=batched: how often the journal is fsynced.");
+ABSL_FLAG(absl::Duration, session_ttl, absl::ZeroDuration(),
+          "Evict sessions no call has named for this long (0 = never); later calls on an "
+          "evicted name answer NOT_FOUND saying so.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the server; enables TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
+          "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -65,12 +84,30 @@ int main(int argc, char** argv) {
   options.engine.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   options.service.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
   options.service.log_failed_rpcs = absl::GetFlag(FLAGS_log_failed_rpcs);
+  options.engine.session_ttl = absl::GetFlag(FLAGS_session_ttl);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  absl::StatusOr<qparams::Durability> durability =
+      qparams::ParseDurability(absl::GetFlag(FLAGS_durability));
+  if (!durability.ok()) {
+    qparams::LogError(absl::StrCat("--durability: ", durability.status().message()));
+    return 2;
+  }
+  options.durability = options.data_dir.empty() && *durability == qparams::Durability::kBatched
+                           ? qparams::Durability::kNone  // the default, without a directory
+                           : *durability;
   const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
   if (options.engine.max_sessions < 0 || options.service.max_tensor_elements < 1 ||
-      absl::GetFlag(FLAGS_omp_threads) < 0 || grace < absl::ZeroDuration()) {
+      absl::GetFlag(FLAGS_omp_threads) < 0 || grace < absl::ZeroDuration() ||
+      options.flush_interval <= absl::ZeroDuration() ||
+      options.engine.session_ttl < absl::ZeroDuration()) {
     qparams::LogError(
         "--max_sessions and --omp_threads must be >= 0, --max_tensor_elements >= 1, "
-        "--shutdown_grace >= 0");
+        "--shutdown_grace and --session_ttl >= 0, --flush_interval > 0");
     return 2;
   }
   qparams::SetRangeThreads(absl::GetFlag(FLAGS_omp_threads));
@@ -79,14 +116,29 @@ int main(int argc, char** argv) {
                                 " max_message_bytes=", options.max_message_bytes,
                                 " max_tensor_elements=", options.service.max_tensor_elements,
                                 " omp_threads=", absl::GetFlag(FLAGS_omp_threads),
-                                " shutdown_grace=", absl::FormatDuration(grace)));
+                                " shutdown_grace=", absl::FormatDuration(grace),
+                                " session_ttl=", absl::FormatDuration(options.engine.session_ttl)));
+  if (options.durability == qparams::Durability::kNone) {
+    qparams::LogWarning("no persistence (--data_dir unset or --durability=none): sessions "
+                        "are lost when the server stops");
+  }
+  if (options.auth_tokens_file.empty()) {
+    qparams::LogWarning("no --auth_tokens_file: the server is open, every caller reaches "
+                        "every session");
+  }
+  if (options.tls_cert.empty()) {
+    qparams::LogWarning("no --tls_cert: traffic is plaintext");
+  }
   absl::StatusOr<std::unique_ptr<qparams::QParamsServer>> server =
       qparams::QParamsServer::Start(options);
   if (!server.ok()) {
     qparams::LogError(absl::StrCat("cannot start: ", server.status().message()));
     return 1;
   }
-  qparams::LogInfo(absl::StrCat("listening on ", (*server)->address()));
+  qparams::LogInfo(absl::StrCat("listening on ", (*server)->address(),
+                                options.tls_cert.empty() ? "" : " (TLS)",
+                                options.tls_client_ca.empty() ? "" : " (client certificates required)",
+                                options.auth_tokens_file.empty() ? "" : " (bearer tokens required)"));
 
   std::thread signal_waiter([&signals, s = server->get(), grace] {
     int signal = 0;

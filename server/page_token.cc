@@ -1,10 +1,13 @@
 #include "server/page_token.h"
 
+#include <zlib.h>
+
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 namespace qparams {
@@ -13,13 +16,21 @@ namespace {
 // Versioned so that the format can change without misreading old tokens.
 constexpr absl::string_view kVersion = "v1";
 
+// A checksum of the fields, so that a truncated or edited token is refused rather
+// than read as another position.
+std::string Checksum(absl::string_view fields) {
+  return absl::StrFormat(
+      "%08x", crc32(0, reinterpret_cast<const Bytef*>(fields.data()), fields.size()));
+}
+
 }  // namespace
 
 std::string EncodePageToken(absl::string_view filter, absl::string_view last_name) {
   // Names never hold '\n' (ValidateSessionName), so it separates the fields safely;
   // the filter is escaped since it is free text.
-  return absl::WebSafeBase64Escape(
-      absl::StrCat(kVersion, "\n", absl::CEscape(filter), "\n", last_name));
+  const std::string fields =
+      absl::StrCat(kVersion, "\n", absl::CEscape(filter), "\n", last_name);
+  return absl::WebSafeBase64Escape(absl::StrCat(fields, "\n", Checksum(fields)));
 }
 
 absl::StatusOr<std::string> DecodePageToken(absl::string_view token, absl::string_view filter) {
@@ -28,7 +39,8 @@ absl::StatusOr<std::string> DecodePageToken(absl::string_view token, absl::strin
   std::vector<std::string> fields;
   std::string token_filter;
   if (!absl::WebSafeBase64Unescape(token, &raw) ||
-      (fields = absl::StrSplit(raw, '\n')).size() != 3 || fields[0] != kVersion ||
+      (fields = absl::StrSplit(raw, '\n')).size() != 4 || fields[0] != kVersion ||
+      fields[3] != Checksum(raw.substr(0, raw.rfind('\n'))) ||
       !absl::CUnescape(fields[1], &token_filter) || fields[2].empty()) {
     return absl::InvalidArgumentError(
         "page_token is not a token this server issued; pass a next_page_token unchanged");

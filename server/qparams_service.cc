@@ -47,6 +47,17 @@ void QParamsServiceImpl::LogFailure(grpc::CallbackServerContext* context,
                        absl::StatusCodeToString(status.code()), ": ", status.message()));
 }
 
+absl::StatusOr<std::string> QParamsServiceImpl::Tenant(
+    grpc::CallbackServerContext* context) const {
+  if (options_.authenticator == nullptr) return std::string();
+  std::optional<absl::string_view> header;
+  const auto& metadata = context->client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    header = absl::string_view(it->second.data(), it->second.size());
+  }
+  return options_.authenticator->Authenticate(header);
+}
+
 grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext* context,
                                                      absl::string_view method,
                                                      const absl::Status& status) {
@@ -59,6 +70,9 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListCalculators(
     grpc::CallbackServerContext* context, const v1::ListCalculatorsRequest* /*request*/,
     v1::ListCalculatorsResponse* response) {
+  if (absl::StatusOr<std::string> tenant = Tenant(context); !tenant.ok()) {
+    return Finish(context, "ListCalculators", tenant.status());
+  }
   for (const CalculatorClass* cls : engine_->ListCalculators()) {
     v1::CalculatorInfo* info = response->add_calculators();
     info->set_key(cls->key);
@@ -72,6 +86,9 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Compute(grpc::CallbackServerContex
                                                       const v1::ComputeRequest* request,
                                                       v1::ComputeResponse* response) {
   absl::Status status = [&]() -> absl::Status {
+    if (absl::StatusOr<std::string> tenant = Tenant(context); !tenant.ok()) {
+      return tenant.status();
+    }
     absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
     if (!spec.ok()) return spec.status();
     absl::StatusOr<TensorView> tensor =
@@ -90,12 +107,14 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::Session* response) {
   absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<std::string> tenant = Tenant(context);
+    if (!tenant.ok()) return tenant.status();
     absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
     if (!spec.ok()) return spec.status();
     std::optional<double> averaging_constant;
     if (request->has_averaging_constant()) averaging_constant = request->averaging_constant();
     absl::StatusOr<SessionInfo> session = engine_->CreateSession(
-        request->name(), request->calculator(), *spec, averaging_constant);
+        *tenant, request->name(), request->calculator(), *spec, averaging_constant);
     if (!session.ok()) return session.status();
     SessionToProto(*session, response);
     return absl::OkStatus();
@@ -106,7 +125,9 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::CreateSession(
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetSession(grpc::CallbackServerContext* context,
                                                          const v1::GetSessionRequest* request,
                                                          v1::Session* response) {
-  absl::StatusOr<SessionInfo> session = engine_->GetSession(request->name());
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  absl::StatusOr<SessionInfo> session =
+      tenant.ok() ? engine_->GetSession(*tenant, request->name()) : tenant.status();
   if (session.ok()) SessionToProto(*session, response);
   return Finish(context, "GetSession", session.status());
 }
@@ -114,8 +135,11 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetSession(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListSessions(
     grpc::CallbackServerContext* context, const v1::ListSessionsRequest* request,
     v1::ListSessionsResponse* response) {
+  absl::StatusOr<std::string> tenant = Tenant(context);
   absl::StatusOr<SessionPage> page =
-      engine_->ListSessions(request->page_size(), request->page_token(), request->filter());
+      tenant.ok() ? engine_->ListSessions(*tenant, request->page_size(), request->page_token(),
+                                          request->filter())
+                  : tenant.status();
   if (page.ok()) {
     for (const SessionInfo& session : page->sessions) {
       SessionToProto(session, response->add_sessions());
@@ -128,21 +152,24 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::ListSessions(
 grpc::ServerUnaryReactor* QParamsServiceImpl::DeleteSession(
     grpc::CallbackServerContext* context, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse* /*response*/) {
-  return Finish(context, "DeleteSession", engine_->DeleteSession(request->name()));
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  return Finish(context, "DeleteSession",
+                tenant.ok() ? engine_->DeleteSession(*tenant, request->name()) : tenant.status());
 }
 
-absl::Status QParamsServiceImpl::ObserveOne(const v1::ObserveRequest& request,
+absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
+                                            const v1::ObserveRequest& request,
                                             v1::ObserveResponse* response) {
   absl::StatusOr<Observation> x =
       wire::ObservationFromProto(request, options_.max_tensor_elements);
   absl::StatusOr<ObserveResult> result =
-      x.ok() ? engine_->Observe(request.name(), *x) : x.status();
+      x.ok() ? engine_->Observe(tenant, request.name(), *x) : x.status();
   if (result.ok()) {
     *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
     response->set_observation_count(result->observation_count);
     return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> count = engine_->ObservationCount(request.name());
+  absl::StatusOr<int64_t> count = engine_->ObservationCount(tenant, request.name());
   response->set_observation_count(count.ok() ? *count : 0);
   return result.status();
 }
@@ -150,7 +177,9 @@ absl::Status QParamsServiceImpl::ObserveOne(const v1::ObserveRequest& request,
 grpc::ServerUnaryReactor* QParamsServiceImpl::Observe(grpc::CallbackServerContext* context,
                                                       const v1::ObserveRequest* request,
                                                       v1::ObserveResponse* response) {
-  return Finish(context, "Observe", ObserveOne(*request, response));
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  return Finish(context, "Observe",
+                tenant.ok() ? ObserveOne(*tenant, *request, response) : tenant.status());
 }
 
 // Reads a request, answers it, and only then reads the next: responses leave in
@@ -160,6 +189,13 @@ class QParamsServiceImpl::ObserveStreamReactor final
  public:
   ObserveStreamReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
+    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    if (!tenant.ok()) {
+      service_->LogFailure(context_, "ObserveStream", tenant.status());
+      Finish(ToGrpc(tenant.status()));
+      return;
+    }
+    tenant_ = *std::move(tenant);
     StartRead(&request_);
   }
 
@@ -169,7 +205,7 @@ class QParamsServiceImpl::ObserveStreamReactor final
       return;
     }
     response_.Clear();
-    const absl::Status status = service_->ObserveOne(request_, &response_);
+    const absl::Status status = service_->ObserveOne(tenant_, request_, &response_);
     service_->LogFailure(context_, "ObserveStream", status);
     response_.mutable_status()->set_code(static_cast<int32_t>(status.code()));
     response_.mutable_status()->set_message(std::string(status.message()));
@@ -189,6 +225,7 @@ class QParamsServiceImpl::ObserveStreamReactor final
  private:
   QParamsServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  std::string tenant_;
   v1::ObserveRequest request_;
   v1::ObserveResponse response_;
 };
@@ -201,7 +238,9 @@ QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerContext* context,
                                                          const v1::GetQParamsRequest* request,
                                                          v1::GetQParamsResponse* response) {
-  absl::StatusOr<std::pair<QParams, bool>> qparams = engine_->GetQParams(request->name());
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  absl::StatusOr<std::pair<QParams, bool>> qparams =
+      tenant.ok() ? engine_->GetQParams(*tenant, request->name()) : tenant.status();
   if (qparams.ok()) {
     *response->mutable_qparams() = wire::QParamsToProto(qparams->first);
     response->set_initialized(qparams->second);
@@ -212,7 +251,10 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetExportMode(
     grpc::CallbackServerContext* context, const v1::SetExportModeRequest* request,
     v1::Session* response) {
-  absl::StatusOr<SessionInfo> session = engine_->SetExportMode(request->name(), request->enabled());
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  absl::StatusOr<SessionInfo> session =
+      tenant.ok() ? engine_->SetExportMode(*tenant, request->name(), request->enabled())
+                  : tenant.status();
   if (session.ok()) SessionToProto(*session, response);
   return Finish(context, "SetExportMode", session.status());
 }
@@ -221,6 +263,8 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
     grpc::CallbackServerContext* context, const v1::SetGranularityRequest* request,
     v1::Session* response) {
   absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<std::string> tenant = Tenant(context);
+    if (!tenant.ok()) return tenant.status();
     std::optional<Granularity> granularity;
     if (request->has_granularity() &&
         request->granularity().kind_case() != v1::Granularity::KIND_NOT_SET) {
@@ -229,7 +273,8 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
       if (!parsed.ok()) return parsed.status();
       granularity = *std::move(parsed);
     }
-    absl::StatusOr<SessionInfo> session = engine_->SetGranularity(request->name(), granularity);
+    absl::StatusOr<SessionInfo> session =
+        engine_->SetGranularity(*tenant, request->name(), granularity);
     if (!session.ok()) return session.status();
     SessionToProto(*session, response);
     return absl::OkStatus();

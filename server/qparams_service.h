@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "grpcpp/grpcpp.h"
 #include "qparams/v1/qparams.grpc.pb.h"
+#include "server/auth.h"
 #include "server/engine.h"
 
 namespace qparams {
@@ -21,6 +22,9 @@ struct ServiceOptions {
   int64_t max_tensor_elements = kDefaultMaxTensorElements;
   // Log every failed call (method, code, message, peer).
   bool log_failed_rpcs = false;
+  // Null: the server is open and every caller is the tenant "". Must outlive the
+  // service.
+  const TokenAuthenticator* authenticator = nullptr;
 };
 
 class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
@@ -64,9 +68,14 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
  private:
   class ObserveStreamReactor;
 
+  // The caller's tenant: "" on an open server, else from its bearer token
+  // (UNAUTHENTICATED without a valid one).
+  absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context) const;
+
   // The one path of an observation into the Engine, for Observe and ObserveStream:
   // fills `response` (qparams on success, the session's count either way).
-  absl::Status ObserveOne(const v1::ObserveRequest& request, v1::ObserveResponse* response);
+  absl::Status ObserveOne(absl::string_view tenant, const v1::ObserveRequest& request,
+                          v1::ObserveResponse* response);
 
   // Finishes a unary call with `status`, logging failures if asked to.
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, absl::string_view method,

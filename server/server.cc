@@ -1,6 +1,7 @@
 #include "server/server.h"
 
-#include <chrono>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -8,11 +9,49 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "server/log.h"
 
 namespace qparams {
+namespace {
 
-QParamsServer::QParamsServer(const ServerOptions& options)
-    : engine_(options.engine), service_(&engine_, options.service) {}
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::FailedPreconditionError(absl::StrCat(flag, ": cannot read ", path));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const ServerOptions& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (options.tls_cert.empty()) {
+    if (!options.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  absl::StatusOr<std::string> cert = ReadPem(options.tls_cert, "--tls_cert");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(options.tls_key, "--tls_key");
+  if (!key.ok()) return key.status();
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!options.tls_client_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem(options.tls_client_ca, "--tls_client_ca");
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
 
 QParamsServer::~QParamsServer() { Shutdown(absl::ZeroDuration()); }
 
@@ -30,19 +69,62 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes is ", options.max_message_bytes, "; it must be > 0"));
   }
+  if (options.durability != Durability::kNone && options.data_dir.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--durability=", DurabilityName(options.durability), " needs --data_dir"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+
+  std::unique_ptr<QParamsServer> server(new QParamsServer());
+  ServiceOptions service_options = options.service;
+  if (!options.auth_tokens_file.empty()) {
+    absl::StatusOr<TokenAuthenticator> auth = TokenAuthenticator::Load(options.auth_tokens_file);
+    if (!auth.ok()) return auth.status();
+    server->authenticator_ = std::make_unique<TokenAuthenticator>(*std::move(auth));
+    service_options.authenticator = server->authenticator_.get();
+  }
+
+  Recovery recovery;
+  if (options.durability != Durability::kNone) {
+    JournalOptions journal_options;
+    journal_options.data_dir = options.data_dir;
+    journal_options.durability = options.durability;
+    journal_options.flush_interval = options.flush_interval;
+    journal_options.compact_min_bytes = options.compact_min_bytes;
+    absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(journal_options, &recovery);
+    if (!journal.ok()) return journal.status();
+    server->journal_ = *std::move(journal);
+  }
+  server->engine_ = std::make_unique<Engine>(options.engine, server->journal_.get());
+  if (server->journal_ != nullptr) {
+    for (const std::string& problem : recovery.problems) LogError(problem);
+    for (const std::string& problem : server->engine_->Restore(recovery.records)) {
+      LogError(problem);
+    }
+    Engine* engine = server->engine_.get();
+    if (absl::Status s = server->journal_->Start([engine] { return engine->Records(); });
+        !s.ok()) {
+      return s;
+    }
+    LogInfo(absl::StrCat("restored ", server->engine_->session_count(), " session(s) from ",
+                         options.data_dir, " (", recovery.files_read, " file(s), ",
+                         recovery.records.size(), " record(s)); durability ",
+                         DurabilityName(options.durability)));
+  }
+  server->service_ =
+      std::make_unique<QParamsServiceImpl>(server->engine_.get(), service_options);
 
   // Process-wide switches; both must be set before a server is built.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  std::unique_ptr<QParamsServer> server(new QParamsServer(options));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
-  builder.RegisterService(&server->service_);
+  builder.AddListeningPort(options.listen, *credentials, &server->port_);
+  builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    if (server->server_ != nullptr) server->Shutdown(absl::ZeroDuration());
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen, " (in use, or not a local address)"));
   }
@@ -53,11 +135,16 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
 
 void QParamsServer::Shutdown(absl::Duration grace) {
   absl::MutexLock lock(&shutdown_mu_);
-  if (shut_down_ || server_ == nullptr) return;
+  if (shut_down_) return;
   shut_down_ = true;
-  // Health first, so probes see NOT_SERVING from the moment shutdown begins.
-  server_->GetHealthCheckService()->Shutdown();
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  if (server_ != nullptr) {
+    // Health first, so probes see NOT_SERVING from the moment shutdown begins.
+    server_->GetHealthCheckService()->Shutdown();
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  }
+  if (journal_ != nullptr) {
+    if (absl::Status s = journal_->Close(); !s.ok()) LogError(s.message());
+  }
 }
 
 void QParamsServer::Wait() { server_->Wait(); }

@@ -1,5 +1,6 @@
 // A running qparams server: QParamsService, gRPC health and server reflection on
-// one listening address. main() only parses flags and wires signals to Shutdown.
+// one listening address, with its sessions restored from and journaled to a data
+// directory. main() only parses flags and wires signals to Shutdown.
 
 #ifndef QPARAMS_SERVER_SERVER_H_
 #define QPARAMS_SERVER_SERVER_H_
@@ -13,7 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "server/auth.h"
 #include "server/engine.h"
+#include "server/journal.h"
 #include "server/qparams_service.h"
 
 namespace qparams {
@@ -24,7 +27,23 @@ struct ServerOptions {
   // gRPC's receive limit; larger requests fail with RESOURCE_EXHAUSTED.
   int max_message_bytes = 64 << 20;
   EngineOptions engine;
-  ServiceOptions service;
+  ServiceOptions service;  // its authenticator is set from auth_tokens_file
+
+  // Persistence: the directory (required unless durability is kNone), when a
+  // mutation reaches the disk, and how often batched ones are fsynced.
+  std::string data_dir;
+  Durability durability = Durability::kNone;
+  absl::Duration flush_interval = absl::Milliseconds(100);
+  int64_t compact_min_bytes = int64_t{64} << 20;
+
+  // TLS: PEM files of the server's certificate chain and key; with a client CA,
+  // clients must present a certificate it signed (mutual TLS). Empty: plaintext.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+
+  // "TOKEN TENANT" lines (TokenAuthenticator); empty: no authentication.
+  std::string auth_tokens_file;
 };
 
 class QParamsServer {
@@ -32,8 +51,10 @@ class QParamsServer {
   // The name health reports for the service (besides "" for the whole server).
   static constexpr char kServiceName[] = "qparams.v1.QParamsService";
 
-  // Binds `options.listen` and starts serving. UNAVAILABLE if the address cannot be
-  // bound, INVALID_ARGUMENT for a malformed address.
+  // Restores the sessions of the data directory, binds `options.listen` and starts
+  // serving. INVALID_ARGUMENT for malformed options, FAILED_PRECONDITION for files
+  // that cannot be read (data directory, certificates, tokens), UNAVAILABLE if the
+  // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<QParamsServer>> Start(const ServerOptions& options);
 
   ~QParamsServer();
@@ -43,20 +64,22 @@ class QParamsServer {
   const std::string& address() const { return address_; }
 
   // Health turns NOT_SERVING, new calls are refused, in-flight calls get until
-  // `grace` to finish and are cancelled after it. Returns when all have ended.
-  // Idempotent and thread-safe.
+  // `grace` to finish and are cancelled after it; then the journal is fsynced and
+  // closed. Returns when all that is done. Idempotent and thread-safe.
   void Shutdown(absl::Duration grace);
 
   // Blocks until Shutdown has completed.
   void Wait();
 
-  Engine& engine() { return engine_; }
+  Engine& engine() { return *engine_; }
 
  private:
-  QParamsServer(const ServerOptions& options);
+  QParamsServer() = default;
 
-  Engine engine_;
-  QParamsServiceImpl service_;
+  std::unique_ptr<TokenAuthenticator> authenticator_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<QParamsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/registry.h"
+#include "server/log.h"
 
 namespace qparams {
 namespace {
@@ -15,43 +17,99 @@ std::vector<float> ToFloats(const std::vector<double>& values) {
 
 }  // namespace
 
-Session::Session(std::string name, std::unique_ptr<StatefulQParamsCalculatorBase> calculator)
-    : name_(std::move(name)),
-      create_time_(absl::Now()),
+Session::Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
+                 Journal* journal, absl::Time create_time, absl::Time update_time)
+    : key_(std::move(key)),
+      create_time_(create_time),
+      journal_(journal),
+      last_access_ns_(absl::ToUnixNanos(absl::Now())),
       calculator_(std::move(calculator)),
-      update_time_(create_time_) {}
+      update_time_(update_time) {}
 
-absl::Status Session::CheckLive() const {
-  if (!deleted_) return absl::OkStatus();
-  return absl::NotFoundError(absl::StrCat("session \"", name_, "\" was deleted"));
+void Session::Touch() const {
+  last_access_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
+}
+
+absl::Time Session::last_access() const {
+  return absl::FromUnixNanos(last_access_ns_.load(std::memory_order_relaxed));
+}
+
+absl::Status Session::CheckLive() const { return gone_; }
+
+absl::StatusOr<uint64_t> Session::MutateLocked(const std::function<absl::Status()>& mutate) {
+  if (absl::Status live = CheckLive(); !live.ok()) return live;
+  // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
+  std::optional<CalculatorState> before;
+  if (journal_ != nullptr) before = calculator_->ExportState();
+  if (absl::Status s = mutate(); !s.ok()) return s;
+  const absl::Time previous_update = update_time_;
+  update_time_ = absl::Now();
+  if (journal_ == nullptr) return 0;
+  storage::v1::Record record;
+  *record.mutable_put() =
+      EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
+  absl::StatusOr<uint64_t> sequence = journal_->Append(record);
+  if (!sequence.ok()) {
+    absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> restored = CreateFromState(*before);
+    if (restored.ok()) {
+      calculator_.reset(static_cast<StatefulQParamsCalculatorBase*>(restored->release()));
+      update_time_ = previous_update;
+    } else {  // cannot happen: the state was exported by this very calculator
+      LogError(absl::StrCat("session \"", key_.name, "\": cannot undo a mutation the journal "
+                            "refused: ", restored.status().message()));
+    }
+    return sequence.status();
+  }
+  return *sequence;
+}
+
+absl::Status Session::SyncJournal(uint64_t sequence) const {
+  return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(sequence);
 }
 
 absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status live = CheckLive(); !live.ok()) return live;
-  absl::StatusOr<QParams> qparams = calculator_->Forward(x);
-  if (!qparams.ok()) return qparams.status();
-  update_time_ = absl::Now();
-  return ObserveResult{*std::move(qparams), calculator_->observation_count()};
+  Touch();
+  ObserveResult result;
+  absl::StatusOr<uint64_t> sequence;
+  {
+    absl::MutexLock lock(&mu_);
+    sequence = MutateLocked([&]() -> absl::Status {
+      absl::StatusOr<QParams> qparams = calculator_->Forward(x);
+      if (!qparams.ok()) return qparams.status();
+      result.qparams = *std::move(qparams);
+      return absl::OkStatus();
+    });
+    if (!sequence.ok()) return sequence.status();
+    result.observation_count = calculator_->observation_count();
+  }
+  if (absl::Status s = SyncJournal(*sequence); !s.ok()) return s;
+  return result;
 }
 
 absl::Status Session::SetExportMode(bool enabled) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status live = CheckLive(); !live.ok()) return live;
-  if (absl::Status s = calculator_->SetExportMode(enabled); !s.ok()) return s;
-  update_time_ = absl::Now();
-  return absl::OkStatus();
+  Touch();
+  absl::StatusOr<uint64_t> sequence;
+  {
+    absl::MutexLock lock(&mu_);
+    sequence = MutateLocked([&] { return calculator_->SetExportMode(enabled); });
+  }
+  if (!sequence.ok()) return sequence.status();
+  return SyncJournal(*sequence);
 }
 
 absl::Status Session::SetGranularity(const Granularity& granularity) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status live = CheckLive(); !live.ok()) return live;
-  if (absl::Status s = calculator_->SetGranularity(granularity); !s.ok()) return s;
-  update_time_ = absl::Now();
-  return absl::OkStatus();
+  Touch();
+  absl::StatusOr<uint64_t> sequence;
+  {
+    absl::MutexLock lock(&mu_);
+    sequence = MutateLocked([&] { return calculator_->SetGranularity(granularity); });
+  }
+  if (!sequence.ok()) return sequence.status();
+  return SyncJournal(*sequence);
 }
 
 std::pair<QParams, bool> Session::GetQParams() const {
+  Touch();
   absl::ReaderMutexLock lock(&mu_);
   return {calculator_->GetQParams(), calculator_->initialized()};
 }
@@ -62,10 +120,11 @@ int64_t Session::observation_count() const {
 }
 
 SessionInfo Session::Info() const {
+  Touch();
   absl::ReaderMutexLock lock(&mu_);
   const StatefulQParamsCalculatorBase& c = *calculator_;
   SessionInfo info;
-  info.name = name_;
+  info.name = key_.name;
   info.calculator = std::string(c.key());
   info.spec = c.spec();
   if (auto* ma = dynamic_cast<const MovingAverageQParamsCalculator*>(&c)) {
@@ -86,9 +145,17 @@ SessionInfo Session::Info() const {
   return info;
 }
 
-void Session::MarkDeleted() {
+storage::v1::SessionState Session::Record() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
+}
+
+absl::Status Session::Retire(const std::function<absl::Status()>& leave, absl::Status gone) {
   absl::MutexLock lock(&mu_);
-  deleted_ = true;
+  if (absl::Status live = CheckLive(); !live.ok()) return live;
+  if (absl::Status s = leave(); !s.ok()) return s;
+  gone_ = std::move(gone);
+  return absl::OkStatus();
 }
 
 }  // namespace qparams

@@ -8,7 +8,9 @@
 #ifndef QPARAMS_SERVER_SESSION_H_
 #define QPARAMS_SERVER_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,9 @@
 #include "core/qparams.h"
 #include "core/qparams_calculator.h"
 #include "core/quant_spec.h"
+#include "qparams/storage/v1/storage.pb.h"
+#include "server/journal.h"
+#include "server/session_codec.h"
 
 namespace qparams {
 
@@ -51,15 +56,23 @@ struct ObserveResult {
   int64_t observation_count = 0;  // after the forward
 };
 
+// With a journal, every successful mutation appends the session's new state under
+// the session's lock (so the journal holds one session's states in their order) and,
+// under Durability::kAlways, returns only once that record is on disk. If the
+// journal cannot take the record, the mutation is undone and the call fails.
 class Session {
  public:
-  // Takes over `calculator` (built from the session's spec); the clock starts now.
-  Session(std::string name, std::unique_ptr<StatefulQParamsCalculatorBase> calculator);
+  // Takes over `calculator` (built from the session's spec, or restored with its
+  // times). `journal` may be null (durability none) and must outlive the session.
+  Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
+          Journal* journal, absl::Time create_time, absl::Time update_time);
 
-  const std::string& name() const { return name_; }
+  const SessionKey& key() const { return key_; }
+  const std::string& name() const { return key_.name; }
 
-  // forward(x). The calculator's errors (INVALID_ARGUMENT, FAILED_PRECONDITION), or
-  // NOT_FOUND once the session is deleted; a failure changes nothing.
+  // forward(x). The calculator's errors (INVALID_ARGUMENT, FAILED_PRECONDITION),
+  // NOT_FOUND once the session is deleted, or the journal's error; a failure
+  // changes nothing.
   absl::StatusOr<ObserveResult> Observe(const Observation& x);
 
   // set_export_mode(enabled).
@@ -77,19 +90,35 @@ class Session {
 
   SessionInfo Info() const;
 
-  // Called by the store when the session leaves it: later calls that reach this
-  // object through an old reference answer NOT_FOUND instead of changing it.
-  void MarkDeleted();
+  // The whole state as a journal/snapshot record.
+  storage::v1::SessionState Record() const;
+
+  // When a call last named the session (reads included), for idle eviction.
+  absl::Time last_access() const;
+
+  // Takes the session out of service: `leave` (run under the session's lock, so no
+  // mutation of it is in flight or can follow) removes it from the store and
+  // journals why. If `leave` fails, the session stays as it was. Later calls that
+  // reach the object through an old reference answer `gone`.
+  absl::Status Retire(const std::function<absl::Status()>& leave, absl::Status gone);
 
  private:
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Touch() const;
+  // Runs `mutate` on the calculator and journals the result; undoes it if either
+  // fails. Returns the journal sequence to Sync (0 without a journal).
+  absl::StatusOr<uint64_t> MutateLocked(const std::function<absl::Status()>& mutate)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SyncJournal(uint64_t sequence) const;
 
-  const std::string name_;
+  const SessionKey key_;
   const absl::Time create_time_;
+  Journal* const journal_;
+  mutable std::atomic<int64_t> last_access_ns_;
   mutable absl::Mutex mu_;
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator_ ABSL_GUARDED_BY(mu_);
   absl::Time update_time_ ABSL_GUARDED_BY(mu_);
-  bool deleted_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status gone_ ABSL_GUARDED_BY(mu_);  // OK while the session is in the store
 };
 
 }  // namespace qparams

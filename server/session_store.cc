@@ -1,18 +1,33 @@
 #include "server/session_store.h"
 
+#include <map>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "proto/convert.h"
 
 namespace qparams {
 namespace {
 
 constexpr size_t kMaxNameLength = 128;
+// Evictions remembered for their NOT_FOUND message; older ones are forgotten.
+constexpr size_t kMaxRememberedEvictions = 100000;
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
          c == '.' || c == '_' || c == '-' || c == '/';
+}
+
+absl::Status NotFound(const SessionKey& key) {
+  return absl::NotFoundError(absl::StrCat("session \"", key.name, "\" does not exist"));
+}
+
+absl::Status Evicted(const SessionKey& key, absl::Time when) {
+  return absl::NotFoundError(absl::StrCat(
+      "session \"", key.name, "\" was evicted at ",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", when, absl::UTCTimeZone()),
+      " after being idle longer than --session_ttl; create it again"));
 }
 
 }  // namespace
@@ -35,54 +50,124 @@ absl::Status ValidateSessionName(absl::string_view name, absl::string_view field
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Insert(std::unique_ptr<Session> session) {
-  absl::MutexLock lock(&mu_);
-  if (sessions_.contains(session->name())) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("session \"", session->name(), "\" already exists; delete it first or pick "
-                     "another name"));
-  }
-  if (static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the server holds ", sessions_.size(), " sessions, its limit "
-                     "(--max_sessions); delete unused sessions first"));
-  }
-  std::shared_ptr<Session> shared(std::move(session));
-  sessions_.emplace(shared->name(), shared);
-  return shared;
+std::string SessionStore::MapKey(const SessionKey& key) {
+  return absl::StrCat(key.tenant, std::string(1, '\0'), key.name);
 }
 
-absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(absl::string_view name) const {
-  absl::ReaderMutexLock lock(&mu_);
-  auto it = sessions_.find(name);
-  if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("session \"", name, "\" does not exist"));
-  }
-  return it->second;
-}
-
-absl::Status SessionStore::Erase(absl::string_view name) {
-  std::shared_ptr<Session> erased;
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
+    SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator) {
+  const absl::Time now = absl::Now();
+  auto session = std::make_shared<Session>(key, std::move(calculator), journal_, now, now);
+  std::string map_key = MapKey(key);
+  storage::v1::Record record;
+  if (journal_ != nullptr) *record.mutable_put() = session->Record();
+  uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(name);
-    if (it == sessions_.end()) {
-      return absl::NotFoundError(absl::StrCat("session \"", name, "\" does not exist"));
+    if (sessions_.contains(map_key)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "session \"", key.name, "\" already exists; delete it first or pick another name"));
     }
-    erased = std::move(it->second);
-    sessions_.erase(it);
+    if (static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server holds ", sessions_.size(),
+                       " sessions, its limit (--max_sessions); delete unused sessions first"));
+    }
+    if (journal_ != nullptr) {
+      absl::StatusOr<uint64_t> appended = journal_->Append(record);
+      if (!appended.ok()) return appended.status();
+      sequence = *appended;
+    }
+    evicted_.erase(map_key);
+    sessions_.emplace(std::move(map_key), session);
   }
-  erased->MarkDeleted();
-  return absl::OkStatus();
+  if (journal_ != nullptr) {
+    if (absl::Status s = journal_->Sync(sequence); !s.ok()) return s;
+  }
+  return session;
 }
 
-SessionStore::Page SessionStore::List(absl::string_view prefix, absl::string_view after,
-                                      int limit) const {
-  Page page;
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const SessionKey& key) const {
+  const std::string map_key = MapKey(key);
   absl::ReaderMutexLock lock(&mu_);
-  auto it = after.empty() || after < prefix ? sessions_.lower_bound(prefix)
-                                            : sessions_.upper_bound(after);
-  for (; it != sessions_.end() && absl::StartsWith(it->first, prefix); ++it) {
+  auto it = sessions_.find(map_key);
+  if (it != sessions_.end()) return it->second;
+  if (auto e = evicted_.find(map_key); e != evicted_.end()) return Evicted(key, e->second);
+  return NotFound(key);
+}
+
+absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
+                                  const storage::v1::Record& why) {
+  uint64_t sequence = 0;
+  absl::Status gone = why.has_evicted()
+                          ? Evicted(session->key(), wire::TimeFromProto(why.evicted().evict_time()))
+                          : absl::NotFoundError(
+                                absl::StrCat("session \"", session->name(), "\" was deleted"));
+  absl::Status status = session->Retire(
+      [&]() -> absl::Status {
+        absl::MutexLock lock(&mu_);
+        if (journal_ != nullptr) {
+          absl::StatusOr<uint64_t> appended = journal_->Append(why);
+          if (!appended.ok()) return appended.status();
+          sequence = *appended;
+        }
+        const std::string map_key = MapKey(session->key());
+        sessions_.erase(map_key);
+        if (why.has_evicted()) {
+          Remember(map_key, wire::TimeFromProto(why.evicted().evict_time()));
+        }
+        return absl::OkStatus();
+      },
+      gone);
+  if (!status.ok()) return status;
+  return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(sequence);
+}
+
+void SessionStore::Remember(std::string map_key, absl::Time evict_time) {
+  if (evicted_.size() >= kMaxRememberedEvictions) evicted_.erase(evicted_.begin());
+  evicted_[std::move(map_key)] = evict_time;
+}
+
+absl::Status SessionStore::Erase(const SessionKey& key) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(key);
+  if (!session.ok()) return session.status();
+  storage::v1::Record why;
+  *why.mutable_erase() = EncodeKey(key);
+  absl::Status status = Remove(*session, why);
+  // Retired meanwhile by another call: to this caller the session does not exist.
+  if (absl::IsNotFound(status)) return NotFound(key);
+  return status;
+}
+
+int SessionStore::EvictIdle(absl::Time idle_since) {
+  std::vector<std::shared_ptr<Session>> idle;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [map_key, session] : sessions_) {
+      if (session->last_access() < idle_since) idle.push_back(session);
+    }
+  }
+  int evicted = 0;
+  for (const std::shared_ptr<Session>& session : idle) {
+    storage::v1::Record why;
+    *why.mutable_evicted()->mutable_key() = EncodeKey(session->key());
+    *why.mutable_evicted()->mutable_evict_time() = wire::TimeToProto(absl::Now());
+    // A call that named the session since the scan keeps it.
+    if (session->last_access() >= idle_since) continue;
+    if (Remove(session, why).ok()) ++evicted;
+  }
+  return evicted;
+}
+
+SessionStore::Page SessionStore::List(absl::string_view tenant, absl::string_view prefix,
+                                      absl::string_view after, int limit) const {
+  Page page;
+  const std::string start = MapKey({std::string(tenant), std::string(prefix)});
+  const std::string resume = MapKey({std::string(tenant), std::string(after)});
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = after.empty() || resume < start ? sessions_.lower_bound(start)
+                                            : sessions_.upper_bound(resume);
+  for (; it != sessions_.end() && absl::StartsWith(it->first, start); ++it) {
     if (static_cast<int>(page.sessions.size()) == limit) {
       page.more = true;
       break;
@@ -90,6 +175,69 @@ SessionStore::Page SessionStore::List(absl::string_view prefix, absl::string_vie
     page.sessions.push_back(it->second);
   }
   return page;
+}
+
+std::vector<storage::v1::Record> SessionStore::Records() const {
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<storage::v1::Record> records;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    sessions.reserve(sessions_.size());
+    for (const auto& [map_key, session] : sessions_) sessions.push_back(session);
+    for (const auto& [map_key, when] : evicted_) {
+      const size_t split = map_key.find('\0');
+      storage::v1::Record& record = records.emplace_back();
+      record.mutable_evicted()->mutable_key()->set_tenant(map_key.substr(0, split));
+      record.mutable_evicted()->mutable_key()->set_name(map_key.substr(split + 1));
+      *record.mutable_evicted()->mutable_evict_time() = wire::TimeToProto(when);
+    }
+  }
+  for (const std::shared_ptr<Session>& session : sessions) {
+    *records.emplace_back().mutable_put() = session->Record();
+  }
+  return records;
+}
+
+std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Record>& records) {
+  // The last record of each key wins.
+  std::map<std::string, const storage::v1::SessionState*> live;
+  std::map<std::string, absl::Time> evicted;
+  for (const storage::v1::Record& record : records) {
+    switch (record.kind_case()) {
+      case storage::v1::Record::kPut: {
+        const std::string key = MapKey(DecodeKey(record.put().key()));
+        live[key] = &record.put();
+        evicted.erase(key);
+        break;
+      }
+      case storage::v1::Record::kErase:
+        live.erase(MapKey(DecodeKey(record.erase())));
+        break;
+      case storage::v1::Record::kEvicted: {
+        const std::string key = MapKey(DecodeKey(record.evicted().key()));
+        live.erase(key);
+        evicted[key] = wire::TimeFromProto(record.evicted().evict_time());
+        break;
+      }
+      case storage::v1::Record::KIND_NOT_SET:
+        break;
+    }
+  }
+  std::vector<std::string> problems;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, state] : live) {
+    absl::StatusOr<DecodedSession> decoded = DecodeSession(*state);
+    if (!decoded.ok()) {
+      problems.push_back(absl::StrCat("skipped a record that does not restore: ",
+                                      decoded.status().message()));
+      continue;
+    }
+    sessions_[key] = std::make_shared<Session>(std::move(decoded->key),
+                                               std::move(decoded->calculator), journal_,
+                                               decoded->create_time, decoded->update_time);
+  }
+  for (auto& [key, when] : evicted) Remember(key, when);
+  return problems;
 }
 
 int64_t SessionStore::size() const {

@@ -1,6 +1,10 @@
-// The sessions of a server, by name: a thread-safe ordered map with a size limit.
-// Lookups and listing take a shared lock on the map only; work on a session takes
-// that session's own lock, so different sessions proceed in parallel.
+// The sessions of a server, by tenant and name: a thread-safe ordered map with a
+// size limit, journaling creations, deletions and evictions. Lookups and listing
+// take a shared lock on the map only; work on a session takes that session's own
+// lock, so different sessions proceed in parallel.
+//
+// Lock order: a session's lock, then the map's (Retire runs the removal under the
+// session's lock, so no mutation of the session can be journaled after its erasure).
 
 #ifndef QPARAMS_SERVER_SESSION_STORE_H_
 #define QPARAMS_SERVER_SESSION_STORE_H_
@@ -12,10 +16,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "qparams/storage/v1/storage.pb.h"
+#include "server/journal.h"
 #include "server/session.h"
 
 namespace qparams {
@@ -26,33 +34,58 @@ absl::Status ValidateSessionName(absl::string_view name, absl::string_view field
 
 class SessionStore {
  public:
-  explicit SessionStore(int64_t max_sessions) : max_sessions_(max_sessions) {}
+  // `journal` may be null (nothing is persisted) and must outlive the store.
+  SessionStore(int64_t max_sessions, Journal* journal)
+      : max_sessions_(max_sessions), journal_(journal) {}
 
-  // Adds a session under its name: ALREADY_EXISTS if the name is taken,
-  // RESOURCE_EXHAUSTED if the store holds max_sessions already.
-  absl::StatusOr<std::shared_ptr<Session>> Insert(std::unique_ptr<Session> session);
+  // Adds a new session: ALREADY_EXISTS if the key is taken, RESOURCE_EXHAUSTED if
+  // the store holds max_sessions already, or the journal's error.
+  absl::StatusOr<std::shared_ptr<Session>> Create(
+      SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator);
 
-  // The session named `name`, or NOT_FOUND.
-  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view name) const;
+  // The session, or NOT_FOUND (saying so if it was evicted after being idle).
+  absl::StatusOr<std::shared_ptr<Session>> Find(const SessionKey& key) const;
 
-  // Removes the session named `name` (NOT_FOUND if absent); references still held
-  // elsewhere then answer NOT_FOUND too.
-  absl::Status Erase(absl::string_view name);
+  // Removes the session (NOT_FOUND if absent); references still held elsewhere then
+  // answer NOT_FOUND too.
+  absl::Status Erase(const SessionKey& key);
 
-  // Up to `limit` sessions whose names start with `prefix` and sort after `after`
-  // (byte order), and whether more follow.
+  // Evicts every session no call has named since `idle_since`; returns how many.
+  int EvictIdle(absl::Time idle_since);
+
+  // Up to `limit` sessions of `tenant` whose names start with `prefix` and sort
+  // after `after` (byte order), and whether more follow.
   struct Page {
     std::vector<std::shared_ptr<Session>> sessions;
     bool more = false;
   };
-  Page List(absl::string_view prefix, absl::string_view after, int limit) const;
+  Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after,
+            int limit) const;
+
+  // The live state as records, for a snapshot: every session and every eviction
+  // still remembered.
+  std::vector<storage::v1::Record> Records() const;
+
+  // Replays journal/snapshot records into an empty store, without journaling them.
+  // Returns the problems met (records that do not decode are skipped and reported).
+  std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);
 
   int64_t size() const;
 
  private:
+  // The map key: tenant and name joined by a byte no name holds, so a tenant's
+  // sessions are contiguous and in name order.
+  static std::string MapKey(const SessionKey& key);
+  absl::Status Remove(const std::shared_ptr<Session>& session, const storage::v1::Record& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Remember(std::string map_key, absl::Time evict_time) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const int64_t max_sessions_;
+  Journal* const journal_;
   mutable absl::Mutex mu_;
   absl::btree_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Evicted keys, so a later call can say why the session is gone; bounded.
+  absl::flat_hash_map<std::string, absl::Time> evicted_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace qparams

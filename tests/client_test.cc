@@ -3,13 +3,18 @@
 
 #include "client/client.h"
 
+#include <stdlib.h>
+
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/service_test_util.h"
@@ -48,6 +53,55 @@ TEST_F(ClientTest, ConnectRejectsBadOptions) {
   ClientOptions no_bytes;
   no_bytes.max_message_bytes = 0;
   EXPECT_CODE(Client::Connect(server_->address(), no_bytes), kInvalid);
+  ClientOptions name_without_tls;
+  name_without_tls.tls_server_name = "localhost";
+  EXPECT_CODE(Client::Connect(server_->address(), name_without_tls), kInvalid);
+  // Tokens metadata cannot carry; the message does not repeat them.
+  for (const std::string& token :
+       std::vector<std::string>{"with space-0123456789", "with\nnewline-0123456789",
+                                "caf\xc3\xa9-0123456789", std::string(4097, 't')}) {
+    ClientOptions bad_token;
+    bad_token.bearer_token = token;
+    const absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect(server_->address(), bad_token);
+    EXPECT_CODE(client, kInvalid);
+    EXPECT_FALSE(absl::StrContains(client.status().message(), "0123456789")) << client.status();
+  }
+}
+
+// A server without authentication ignores a token.
+TEST_F(ClientTest, TokenIsHarmlessOnAnOpenServer) {
+  ClientOptions options;
+  options.bearer_token = "some-token-0123456789";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                       Client::Connect(server_->address(), options));
+  EXPECT_OK(client->CreateSession(CreateRequest("t")));
+  EXPECT_OK(client->ObserveStream({TensorObservation("t", F32({2}, {1, 2}).view())}));
+  EXPECT_OK(client->Health());
+}
+
+TEST(TlsCredentialsTest, ChecksItsFilesWithoutOpenssl) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/client_test.XXXXXX");
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const std::string text = absl::StrCat(dir, "/text.pem");
+  std::ofstream(text) << "not a certificate\n";
+  const std::string missing = absl::StrCat(dir, "/missing.pem");
+
+  EXPECT_OK(TlsCredentials("", "", ""));  // the default roots
+  const absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> no_ca =
+      TlsCredentials(missing, "", "");
+  EXPECT_CODE(no_ca, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(no_ca.status().message(), missing)) << no_ca.status();
+  EXPECT_CODE(TlsCredentials(dir, "", ""), kPrecondition);  // a directory
+  const absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> not_pem =
+      TlsCredentials(text, "", "");
+  EXPECT_CODE(not_pem, kInvalid);
+  EXPECT_TRUE(absl::StrContains(not_pem.status().message(), text)) << not_pem.status();
+  // Both or neither of the certificate and the key, checked before any file.
+  EXPECT_CODE(TlsCredentials("", missing, ""), kInvalid);
+  EXPECT_CODE(TlsCredentials("", "", missing), kInvalid);
+  EXPECT_CODE(TlsCredentials("", missing, missing), kPrecondition);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ClientTest, CallsCarryTheServersCodeAndMessage) {

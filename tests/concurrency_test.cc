@@ -109,8 +109,8 @@ TEST(Concurrency, ASessionMidObservationBlocksNoOtherSession) {
   std::unique_ptr<TestServer> server = TestServer::Start();
   ASSERT_NE(server, nullptr);
   Engine& engine = server->server().engine();
-  ASSERT_OK(engine.CreateSession("held", "test_blocking", QuantSpec{}, std::nullopt));
-  ASSERT_OK(engine.CreateSession("free", "static", QuantSpec{}, std::nullopt));
+  ASSERT_OK(engine.CreateSession("", "held", "test_blocking", QuantSpec{}, std::nullopt));
+  ASSERT_OK(engine.CreateSession("", "free", "static", QuantSpec{}, std::nullopt));
 
   std::thread held([&] {
     auto stub = server->NewStub();
@@ -146,7 +146,7 @@ TEST(Concurrency, ASessionMidObservationBlocksNoOtherSession) {
   }
   release.Notify();
   held.join();
-  ASSERT_OK_AND_ASSIGN(SessionInfo info, engine.GetSession("held"));
+  ASSERT_OK_AND_ASSIGN(SessionInfo info, engine.GetSession("", "held"));
   EXPECT_EQ(info.observation_count, 1);
 }
 

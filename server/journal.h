@@ -1,0 +1,133 @@
+// Durable sessions: an append-only journal of full-state records plus snapshots, in
+// one data directory.
+//
+// Files: `snapshot-N` holds the whole store as of the start of `journal-N`; the
+// journal files numbered N and above hold every mutation since, in order. Each
+// file starts with an 8-byte magic, then frames of [u32 length][u32 crc32][record],
+// little-endian. Snapshots are written to a temporary file, fsynced, renamed and the
+// directory fsynced, so a snapshot is whole or absent. A torn or corrupt frame ends
+// recovery: everything before it is restored, the rest is reported and set aside.
+//
+// Compaction writes a new snapshot once the journal outgrows the last one, so the
+// directory stays proportional to the live state.
+
+#ifndef QPARAMS_SERVER_JOURNAL_H_
+#define QPARAMS_SERVER_JOURNAL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "qparams/storage/v1/storage.pb.h"
+
+namespace qparams {
+
+// When an acknowledged mutation reaches the disk.
+enum class Durability {
+  kAlways,   // fsynced before the response
+  kBatched,  // written at once, fsynced within the flush interval and at shutdown
+  kNone,     // memory only
+};
+
+// "always", "batched" or "none"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Durability> ParseDurability(absl::string_view text);
+absl::string_view DurabilityName(Durability durability);
+
+struct JournalOptions {
+  std::string data_dir;
+  Durability durability = Durability::kBatched;  // kAlways or kBatched
+  absl::Duration flush_interval = absl::Milliseconds(100);
+  // Compaction starts when the journal exceeds both this and twice the snapshot.
+  int64_t compact_min_bytes = int64_t{64} << 20;
+};
+
+// What Open found on disk: the records to replay, in order (snapshot first), and a
+// description of every torn or corrupt piece that was set aside.
+struct Recovery {
+  std::vector<storage::v1::Record> records;
+  std::vector<std::string> problems;
+  int files_read = 0;
+};
+
+class Journal {
+ public:
+  // The live state as records (puts and evictions), for a snapshot.
+  using Collector = std::function<std::vector<storage::v1::Record>()>;
+
+  // Opens (creating if needed) the data directory and reads it. The journal
+  // accepts appends only after Start. FAILED_PRECONDITION if the directory cannot
+  // be created or read, or another server holds it.
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const JournalOptions& options,
+                                                        Recovery* recovery);
+
+  ~Journal();
+
+  // Writes a snapshot of `collect()` (the state restored from the recovery), starts
+  // a fresh journal, removes the files it replaces (corrupt ones are renamed
+  // `*.corrupt`), and starts the background flusher/compactor.
+  absl::Status Start(Collector collect);
+
+  // Appends `record` (written to the file before returning) and returns its
+  // sequence number. Mutations of one session must be appended in their order. After
+  // a write error every append fails: the journal cannot promise order any more.
+  absl::StatusOr<uint64_t> Append(const storage::v1::Record& record);
+
+  // Under kAlways: returns once every record up to `sequence` is fsynced (one fsync
+  // serves all appends made meanwhile). Otherwise returns at once.
+  absl::Status Sync(uint64_t sequence);
+
+  // Fsyncs what was appended and stops the background thread. Idempotent.
+  absl::Status Close();
+
+  // Rotates to a new journal file and writes a snapshot of `collect()` before it,
+  // then removes the files they replace. The background thread calls it once the
+  // journal outgrows both compact_min_bytes and twice the last snapshot.
+  absl::Status Compact();
+
+  Durability durability() const { return options_.durability; }
+
+ private:
+  explicit Journal(JournalOptions options) : options_(std::move(options)) {}
+
+  // Fsyncs the current journal file up to everything appended.
+  absl::Status SyncAll();
+  void Background();
+  // Removes snapshot and journal files numbered below `number`, but corrupt ones.
+  void RemoveFilesBefore(uint64_t number);
+
+  const JournalOptions options_;
+  int dir_fd_ = -1;
+  int lock_fd_ = -1;
+  Collector collect_;
+  std::vector<std::string> corrupt_files_;  // found by Open, set aside by Start
+
+  // Lock order: sync_mu_, then mu_.
+  absl::Mutex sync_mu_;
+  uint64_t synced_ ABSL_GUARDED_BY(sync_mu_) = 0;
+
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(sync_mu_);
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  uint64_t file_number_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t journal_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t snapshot_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+
+  absl::Notification stop_;
+  std::thread background_;
+  bool closed_ = false;
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_SERVER_JOURNAL_H_

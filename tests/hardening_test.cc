@@ -1,0 +1,893 @@
+// Hardening: a table of bad requests against an in-process server that holds
+// sessions in varied states. Every row names the RPC, the request, the expected
+// gRPC code and a substring of the message that names the offending field; after
+// every row the whole store (ListSessions of every session, every field, times
+// included) must be byte-for-byte what it was before the table (api.md: "A failed
+// call changes nothing").
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+using grpc::StatusCode;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// The server of this test takes tensors of up to this many elements, so that a
+// well-formed tensor above the limit stays small on the wire.
+constexpr int64_t kMaxElements = int64_t{1} << 16;
+
+// Sessions held by the server before the table, one per state.
+constexpr char kStatic[] = "hard/static";      // static, uninitialized, per_channel(1)
+constexpr char kMovingAvg[] = "hard/ma-bf16";  // moving_average per_channel(0), bf16 [2, 3]
+constexpr char kExport[] = "hard/gmm-export";  // global_minmax, f32 [4], export mode on
+constexpr char kBlock[] = "hard/block";        // static per_block (-1, 2), f16 [2, 4]
+constexpr char kPrefix[] = "hard/";
+
+// ---- Request building ----
+
+DType CoreDType(v1::DType dtype) { return *wire::DTypeFromProto(dtype, "dtype"); }
+
+// A wire tensor of `values` in `dtype` (16-bit formats round with RNE; NaN and
+// +-Inf map to the format's NaN and +-Inf).
+v1::Tensor T(v1::DType dtype, const std::vector<int64_t>& shape,
+             const std::vector<double>& values) {
+  v1::Tensor t;
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(Encode(CoreDType(dtype), values));
+  return t;
+}
+v1::Tensor F32(const std::vector<int64_t>& shape, const std::vector<double>& values) {
+  return T(v1::FLOAT32, shape, values);
+}
+v1::Tensor Bf16(const std::vector<int64_t>& shape, const std::vector<double>& values) {
+  return T(v1::BFLOAT16, shape, values);
+}
+v1::Tensor F16(const std::vector<int64_t>& shape, const std::vector<double>& values) {
+  return T(v1::FLOAT16, shape, values);
+}
+// A tensor with the given fields as they are (no consistency).
+v1::Tensor RawTensor(int dtype, const std::vector<int64_t>& shape, std::string data) {
+  v1::Tensor t;
+  t.set_dtype(static_cast<v1::DType>(dtype));
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::move(data));
+  return t;
+}
+// A good f32 [2, 3] tensor, for rows whose error is elsewhere.
+v1::Tensor Good() { return F32({2, 3}, {-1, 0.5, 2, 3, -4, 0.25}); }
+
+v1::Granularity PerTensor() {
+  v1::Granularity g;
+  g.mutable_per_tensor();
+  return g;
+}
+v1::Granularity PerChannel(int32_t axis) {
+  v1::Granularity g;
+  g.mutable_per_channel()->set_axis(axis);
+  return g;
+}
+v1::Granularity PerBlockAxis(int32_t axis, std::vector<int64_t> sizes) {
+  v1::Granularity g;
+  g.mutable_per_block()->set_axis(axis);
+  for (int64_t b : sizes) g.mutable_per_block()->add_block_size(b);
+  return g;
+}
+v1::Granularity PerBlockMulti(std::vector<int64_t> sizes) {
+  v1::Granularity g;
+  g.mutable_per_block();
+  for (int64_t b : sizes) g.mutable_per_block()->add_block_size(b);
+  return g;
+}
+
+v1::QuantSpec Spec(const std::string& dtype = "int8", v1::QScheme qscheme = v1::SYMMETRIC,
+                   const v1::Granularity& granularity = PerTensor(),
+                   v1::Target target = v1::WEIGHT) {
+  v1::QuantSpec spec;
+  spec.set_dtype(dtype);
+  spec.set_qscheme(qscheme);
+  *spec.mutable_granularity() = granularity;
+  spec.set_target(target);
+  return spec;
+}
+v1::QuantSpec WithQuantRange(v1::QuantSpec spec, std::optional<double> qmin,
+                             std::optional<double> qmax) {
+  if (qmin) spec.set_quant_min(*qmin);
+  if (qmax) spec.set_quant_max(*qmax);
+  return spec;
+}
+v1::QuantSpec WithFloatRange(v1::QuantSpec spec, std::optional<double> min,
+                             std::optional<double> max) {
+  if (min) spec.mutable_float_range()->set_min(*min);
+  if (max) spec.mutable_float_range()->set_max(*max);
+  return spec;
+}
+v1::QuantSpec WithScaleDType(v1::QuantSpec spec, const std::string& scale_dtype) {
+  spec.set_scale_dtype(scale_dtype);
+  return spec;
+}
+
+v1::ComputeRequest ComputeReq(const std::string& calculator, const v1::QuantSpec& spec,
+                              const v1::Tensor& tensor) {
+  v1::ComputeRequest r;
+  r.set_calculator(calculator);
+  *r.mutable_spec() = spec;
+  *r.mutable_tensor() = tensor;
+  return r;
+}
+v1::CreateSessionRequest CreateReq(const std::string& name, const std::string& calculator,
+                                   const v1::QuantSpec& spec,
+                                   std::optional<double> averaging_constant = std::nullopt) {
+  v1::CreateSessionRequest r;
+  r.set_name(name);
+  r.set_calculator(calculator);
+  *r.mutable_spec() = spec;
+  if (averaging_constant) r.set_averaging_constant(*averaging_constant);
+  return r;
+}
+template <typename Request>
+Request Named(const std::string& name) {
+  Request r;
+  r.set_name(name);
+  return r;
+}
+v1::ListSessionsRequest ListReq(int32_t page_size, const std::string& token,
+                                const std::string& filter) {
+  v1::ListSessionsRequest r;
+  r.set_page_size(page_size);
+  r.set_page_token(token);
+  r.set_filter(filter);
+  return r;
+}
+v1::ObserveRequest ObserveTensorReq(const std::string& name, const v1::Tensor& tensor) {
+  v1::ObserveRequest r;
+  r.set_name(name);
+  *r.mutable_tensor() = tensor;
+  return r;
+}
+v1::ObserveRequest ObserveRangeReq(const std::string& name, const std::vector<int64_t>& shape,
+                                   const std::optional<v1::Tensor>& min,
+                                   const std::optional<v1::Tensor>& max) {
+  v1::ObserveRequest r;
+  r.set_name(name);
+  v1::RangeObservation* range = r.mutable_range();
+  for (int64_t d : shape) range->add_input_shape(d);
+  if (min) *range->mutable_min() = *min;
+  if (max) *range->mutable_max() = *max;
+  return r;
+}
+v1::SetExportModeRequest ExportReq(const std::string& name, bool enabled) {
+  v1::SetExportModeRequest r;
+  r.set_name(name);
+  r.set_enabled(enabled);
+  return r;
+}
+v1::SetGranularityRequest GranularityReq(const std::string& name,
+                                         const std::optional<v1::Granularity>& g) {
+  v1::SetGranularityRequest r;
+  r.set_name(name);
+  if (g) *r.mutable_granularity() = *g;
+  return r;
+}
+
+// ---- The table ----
+
+enum class Method {
+  kCompute,
+  kCreateSession,
+  kGetSession,
+  kListSessions,
+  kDeleteSession,
+  kObserve,
+  kObserveStream,
+  kGetQParams,
+  kSetExportMode,
+  kSetGranularity,
+};
+
+const char* MethodName(Method m) {
+  switch (m) {
+    case Method::kCompute:
+      return "Compute";
+    case Method::kCreateSession:
+      return "CreateSession";
+    case Method::kGetSession:
+      return "GetSession";
+    case Method::kListSessions:
+      return "ListSessions";
+    case Method::kDeleteSession:
+      return "DeleteSession";
+    case Method::kObserve:
+      return "Observe";
+    case Method::kObserveStream:
+      return "ObserveStream";
+    case Method::kGetQParams:
+      return "GetQParams";
+    case Method::kSetExportMode:
+      return "SetExportMode";
+    case Method::kSetGranularity:
+      return "SetGranularity";
+  }
+  return "?";
+}
+
+using Request =
+    std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
+                 v1::ListSessionsRequest, v1::DeleteSessionRequest, v1::ObserveRequest,
+                 v1::GetQParamsRequest, v1::SetExportModeRequest, v1::SetGranularityRequest>;
+
+struct Row {
+  std::string what;
+  Method method;
+  Request request;
+  StatusCode code;
+  std::string field;  // the message must contain it
+};
+
+std::string CodeName(int code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// The page tokens the rows use, issued by the server before the table.
+struct Tokens {
+  std::string for_all;     // ListSessions(page_size 1, filter "")
+  std::string for_prefix;  // ListSessions(page_size 1, filter kPrefix)
+};
+
+std::vector<Row> BadRequests(const Tokens& tokens) {
+  const StatusCode kInvalid = StatusCode::INVALID_ARGUMENT;
+  const StatusCode kPrecondition = StatusCode::FAILED_PRECONDITION;
+  const StatusCode kNotFound = StatusCode::NOT_FOUND;
+  const StatusCode kExists = StatusCode::ALREADY_EXISTS;
+  const StatusCode kExhausted = StatusCode::RESOURCE_EXHAUSTED;
+  const std::string long_name(129, 'a');
+  std::vector<Row> rows;
+  auto add = [&rows](std::string what, Method method, Request request, StatusCode code,
+                     std::string field) {
+    rows.push_back({std::move(what), method, std::move(request), code, std::move(field)});
+  };
+  auto compute = [&](std::string what, const v1::Tensor& t, StatusCode code, std::string field,
+                     const v1::QuantSpec& spec = Spec(), const std::string& calc = "static") {
+    add(std::move(what), Method::kCompute, ComputeReq(calc, spec, t), code, std::move(field));
+  };
+  auto create = [&](std::string what, const v1::QuantSpec& spec, StatusCode code, std::string field,
+                    const std::string& calc = "static", std::optional<double> ac = std::nullopt,
+                    const std::string& name = "hard/new") {
+    add(std::move(what), Method::kCreateSession, CreateReq(name, calc, spec, ac), code,
+        std::move(field));
+  };
+  auto observe = [&](std::string what, v1::ObserveRequest r, StatusCode code, std::string field) {
+    add(std::move(what), Method::kObserve, std::move(r), code, std::move(field));
+  };
+  auto stream = [&](std::string what, v1::ObserveRequest r, StatusCode code, std::string field) {
+    add(std::move(what), Method::kObserveStream, std::move(r), code, std::move(field));
+  };
+  auto list = [&](std::string what, v1::ListSessionsRequest r, StatusCode code, std::string field) {
+    add(std::move(what), Method::kListSessions, std::move(r), code, std::move(field));
+  };
+  auto granularity = [&](std::string what, v1::SetGranularityRequest r, StatusCode code,
+                         std::string field) {
+    add(std::move(what), Method::kSetGranularity, std::move(r), code, std::move(field));
+  };
+
+  // ---- Malformed tensors: INVALID_ARGUMENT on every path ----
+  compute("tensor dtype unset", RawTensor(v1::DTYPE_UNSPECIFIED, {2}, std::string(8, '\0')),
+          kInvalid, "tensor.dtype");
+  compute("tensor dtype unknown enum 9", RawTensor(9, {2}, std::string(8, '\0')), kInvalid,
+          "tensor.dtype");
+  compute("tensor dtype negative enum -1", RawTensor(-1, {2}, std::string(8, '\0')), kInvalid,
+          "tensor.dtype");
+  compute("rank 0 (no shape)", RawTensor(v1::FLOAT32, {}, std::string(4, '\0')), kInvalid,
+          "tensor.shape");
+  compute("negative dim", RawTensor(v1::FLOAT32, {2, -3}, std::string(24, '\0')), kInvalid,
+          "tensor.shape");
+  compute("dims whose product overflows int64 (2^32 * 2^32)",
+          RawTensor(v1::FLOAT32, {int64_t{1} << 32, int64_t{1} << 32}, ""), kInvalid,
+          "tensor.shape");
+  compute("dims whose product overflows int64 (INT64_MAX * 2)",
+          RawTensor(v1::FLOAT16, {std::numeric_limits<int64_t>::max(), 2}, ""), kInvalid,
+          "tensor.shape");
+  compute("f32 data one byte short", RawTensor(v1::FLOAT32, {2, 3}, std::string(23, '\0')),
+          kInvalid, "tensor.data");
+  compute("f32 data one byte long", RawTensor(v1::FLOAT32, {2, 3}, std::string(25, '\0')), kInvalid,
+          "tensor.data");
+  compute("f16 shape with f32-sized data (too long)",
+          RawTensor(v1::FLOAT16, {2, 3}, std::string(24, '\0')), kInvalid, "tensor.data");
+  compute("f64 data empty", RawTensor(v1::FLOAT64, {3}, ""), kInvalid, "tensor.data");
+  compute("huge valid shape 2^40 elements (no data sent)",
+          RawTensor(v1::FLOAT32, {int64_t{1} << 20, int64_t{1} << 20}, ""), kExhausted,
+          "tensor.shape");
+  compute("well-formed tensor one element above max_tensor_elements",
+          RawTensor(v1::FLOAT16, {kMaxElements + 1}, std::string(2 * (kMaxElements + 1), '\0')),
+          kExhausted, "tensor.shape");
+  compute("zero-size tensor [2, 0] on a computing forward", RawTensor(v1::FLOAT32, {2, 0}, ""),
+          kInvalid, "tensor.shape");
+  compute("zero-size tensor [0] on a computing forward", RawTensor(v1::BFLOAT16, {0}, ""), kInvalid,
+          "tensor.shape");
+  // Values (Policy 1).
+  compute("NaN in float32", F32({4}, {1, kNaN, 3, 4}), kInvalid, "tensor.data");
+  compute("+Inf in float16", F16({2, 2}, {1, 2, 3, kInf}), kInvalid, "tensor.data");
+  compute("-Inf in bfloat16", Bf16({3}, {-kInf, 0, 1}), kInvalid, "tensor.data");
+  compute("NaN in float16", F16({2}, {kNaN, 1}), kInvalid, "tensor.data");
+  compute("-Inf in float64", T(v1::FLOAT64, {2}, {1, -kInf}), kInvalid, "tensor.data");
+  compute("NaN with both float_range bounds set (still checked)", F32({2}, {kNaN, 1}), kInvalid,
+          "tensor.data", WithFloatRange(Spec(), -1.0, 1.0));
+  // Granularity against the tensor's rank and shape.
+  compute("per_channel axis 2 on rank 2", Good(), kInvalid, "granularity.per_channel.axis",
+          Spec("int8", v1::SYMMETRIC, PerChannel(2)));
+  compute("per_channel axis -3 on rank 2", Good(), kInvalid, "granularity.per_channel.axis",
+          Spec("int8", v1::SYMMETRIC, PerChannel(-3)));
+  compute("per_channel axis INT32_MIN", Good(), kInvalid, "granularity.per_channel.axis",
+          Spec("int8", v1::SYMMETRIC, PerChannel(std::numeric_limits<int32_t>::min())), "dynamic");
+  compute("per_block axis 2 on rank 2", Good(), kInvalid, "granularity.per_block.axis",
+          Spec("int8", v1::SYMMETRIC, PerBlockAxis(2, {1})));
+  compute("per_block block_size 2 does not divide dim 1 (3)", Good(), kInvalid,
+          "granularity.per_block.block_size", Spec("int8", v1::SYMMETRIC, PerBlockAxis(1, {2})));
+  compute("multi-axis block_size of length 1 on rank 2", Good(), kInvalid,
+          "granularity.per_block.block_size", Spec("int8", v1::SYMMETRIC, PerBlockMulti({2})));
+  compute("multi-axis block_size of length 3 on rank 2", Good(), kInvalid,
+          "granularity.per_block.block_size", Spec("int8", v1::SYMMETRIC, PerBlockMulti({1, 1, 1})),
+          "dynamic");
+  compute("multi-axis block_size (-1, 2) does not divide dim 1 (3)", Good(), kInvalid,
+          "granularity.per_block.block_size", Spec("int8", v1::SYMMETRIC, PerBlockMulti({-1, 2})));
+  // Calculators.
+  compute("unknown calculator", Good(), kInvalid, "minmax_observer", Spec(), "minmax_observer");
+  compute("stateful moving_average on Compute", Good(), kInvalid, "CreateSession", Spec(),
+          "moving_average");
+  compute("stateful global_minmax on Compute", Good(), kInvalid, "CreateSession", Spec(),
+          "global_minmax");
+  compute("default (stateful) on Compute", Good(), kInvalid, "CreateSession", Spec(), "default");
+  compute("dynamic with a float_range", Good(), kInvalid, "float_range",
+          WithFloatRange(Spec(), -1.0, std::nullopt), "dynamic");
+  compute("dynamic (\"\") with SYMMETRIC_WITH_CLIPPING", Good(), kInvalid, "spec.qscheme",
+          Spec("int8", v1::SYMMETRIC_WITH_CLIPPING), "");
+  compute("Compute with a bad spec dtype", Good(), kInvalid, "spec.dtype", Spec("int16"));
+
+  // ---- Bad specs on CreateSession (and a few on Compute) ----
+  create("dtype int9", Spec("int9"), kInvalid, "spec.dtype");
+  create("dtype int0", Spec("int0"), kInvalid, "spec.dtype");
+  create("dtype uppercase INT8", Spec("INT8"), kInvalid, "spec.dtype");
+  create("dtype float8_e4m3fnuz", Spec("float8_e4m3fnuz"), kInvalid, "spec.dtype");
+  create("dtype float32 (an input dtype)", Spec("float32"), kInvalid, "spec.dtype");
+  create("float8_e4m3fn with ASYMMETRIC", Spec("float8_e4m3fn", v1::ASYMMETRIC), kInvalid,
+         "spec.qscheme");
+  create("float8_e5m2 with SYMMETRIC_WITH_CLIPPING",
+         Spec("float8_e5m2", v1::SYMMETRIC_WITH_CLIPPING), kInvalid, "spec.qscheme");
+  create("e8m0 scale with uint8", WithScaleDType(Spec("uint8"), "float8_e8m0fnu"), kInvalid,
+         "spec.scale_dtype");
+  create("e8m0 scale with int4", WithScaleDType(Spec("int4"), "float8_e8m0"), kInvalid,
+         "spec.scale_dtype");
+  create("e8m0 scale with int8 ASYMMETRIC",
+         WithScaleDType(Spec("int8", v1::ASYMMETRIC), "float8_e8m0fnu"), kInvalid, "spec.qscheme");
+  create("unknown scale_dtype", WithScaleDType(Spec(), "float16"), kInvalid, "spec.scale_dtype");
+  create("int1 with SYMMETRIC_WITH_CLIPPING (empty range)",
+         Spec("int1", v1::SYMMETRIC_WITH_CLIPPING), kInvalid, "spec.qscheme");
+  create("float_range.min > 0", WithFloatRange(Spec(), 0.5, std::nullopt), kInvalid,
+         "spec.float_range.min");
+  create("float_range.max < 0", WithFloatRange(Spec(), std::nullopt, -0.5), kInvalid,
+         "spec.float_range.max");
+  create("float_range min == max == 0", WithFloatRange(Spec(), 0.0, 0.0), kInvalid,
+         "spec.float_range");
+  create("float_range.min -Inf", WithFloatRange(Spec(), -kInf, 1.0), kInvalid,
+         "spec.float_range.min");
+  create("float_range.max NaN", WithFloatRange(Spec(), std::nullopt, kNaN), kInvalid,
+         "spec.float_range.max");
+  create("quant_min without quant_max", WithQuantRange(Spec(), -10, std::nullopt), kInvalid,
+         "quant_max");
+  create("quant_max without quant_min", WithQuantRange(Spec(), std::nullopt, 10), kInvalid,
+         "quant_min");
+  create("quant_min == quant_max", WithQuantRange(Spec(), 5, 5), kInvalid, "quant_min");
+  create("quant_min > quant_max", WithQuantRange(Spec(), 10, -10), kInvalid, "quant_min");
+  create("non-integral quant_min", WithQuantRange(Spec(), -1.5, 10), kInvalid, "spec.quant_min");
+  create("non-integral quant_max", WithQuantRange(Spec(), -10, 10.25), kInvalid, "spec.quant_max");
+  create("NaN quant_min", WithQuantRange(Spec(), kNaN, 10), kInvalid, "spec.quant_min");
+  create("int8 quant range [-200, 100] outside the dtype", WithQuantRange(Spec(), -200, 100),
+         kInvalid, "quant_min");
+  create("uint8 quant_max 256 outside the dtype", WithQuantRange(Spec("uint8"), 0, 256), kInvalid,
+         "quant_max");
+  create("float8 with a non-derived quant range", WithQuantRange(Spec("float8_e4m3fn"), -100, 100),
+         kInvalid, "quant_min");
+  create("unknown qscheme enum 7", Spec("int8", static_cast<v1::QScheme>(7)), kInvalid,
+         "spec.qscheme");
+  create("unknown target enum 5",
+         Spec("int8", v1::SYMMETRIC, PerTensor(), static_cast<v1::Target>(5)), kInvalid,
+         "spec.target");
+  {
+    v1::QuantSpec spec = Spec();
+    spec.set_range_calculator("percentile");
+    create("unknown range_calculator", spec, kInvalid, "spec.range_calculator");
+  }
+  create("per_block block_size 0", Spec("int8", v1::SYMMETRIC, PerBlockAxis(0, {0})), kInvalid,
+         "granularity.per_block.block_size");
+  create("per_block block_size -2 (multi-axis)",
+         Spec("int8", v1::SYMMETRIC, PerBlockMulti({4, -2})), kInvalid,
+         "granularity.per_block.block_size");
+  create("per_block with axis and two block sizes",
+         Spec("int8", v1::SYMMETRIC, PerBlockAxis(1, {2, 2})), kInvalid, "granularity.per_block");
+  create("per_block with axis and block size -1",
+         Spec("int8", v1::SYMMETRIC, PerBlockAxis(1, {-1})), kInvalid, "granularity.per_block");
+  // Calculators and averaging_constant.
+  create("dynamic on CreateSession", Spec(), kInvalid, "Compute", "dynamic");
+  create("unknown calculator", Spec(), kInvalid, "calculator", "minmax_observer");
+  create("calculator key is case-sensitive (Static)", Spec(), kInvalid, "calculator", "Static");
+  create("averaging_constant on static", Spec(), kInvalid, "averaging_constant", "static", 0.5);
+  create("averaging_constant on global_minmax", Spec(), kInvalid, "averaging_constant",
+         "global_minmax", 0.01);
+  create("averaging_constant on default (WEIGHT resolves to static)", Spec(), kInvalid,
+         "averaging_constant", "", 0.01);
+  create("averaging_constant 0", Spec(), kInvalid, "averaging_constant", "moving_average", 0.0);
+  create("averaging_constant -0.0", Spec(), kInvalid, "averaging_constant", "moving_average", -0.0);
+  create("averaging_constant > 1", Spec(), kInvalid, "averaging_constant", "moving_average",
+         1.0000001);
+  create("averaging_constant NaN", Spec(), kInvalid, "averaging_constant", "moving_average", kNaN);
+  create("averaging_constant +Inf", Spec(), kInvalid, "averaging_constant", "moving_average", kInf);
+  // Names and existence.
+  create("name empty", Spec(), kInvalid, "name", "static", std::nullopt, "");
+  create("name 129 characters", Spec(), kInvalid, "name", "static", std::nullopt, long_name);
+  create("name with a space", Spec(), kInvalid, "name", "static", std::nullopt, "hard/a b");
+  create("name with a colon", Spec(), kInvalid, "name", "static", std::nullopt, "hard:x");
+  create("name with unicode", Spec(), kInvalid, "name", "static", std::nullopt, "hard/\xc3\xbc");
+  create("name with a NUL byte", Spec(), kInvalid, "name", "static", std::nullopt,
+         std::string("hard\0x", 6));
+  create("name taken (same calculator)", Spec(), kExists, kStatic, "static", std::nullopt, kStatic);
+  create("name taken (another calculator)", Spec(), kExists, kMovingAvg, "global_minmax",
+         std::nullopt, kMovingAvg);
+
+  // ---- GetSession / DeleteSession / GetQParams / SetExportMode ----
+  add("GetSession name with a colon", Method::kGetSession, Named<v1::GetSessionRequest>("a:b"),
+      kInvalid, "name");
+  add("GetSession name empty", Method::kGetSession, Named<v1::GetSessionRequest>(""), kInvalid,
+      "name");
+  add("GetSession name with a newline", Method::kGetSession,
+      Named<v1::GetSessionRequest>("hard/\nstatic"), kInvalid, "name");
+  add("GetSession unknown", Method::kGetSession, Named<v1::GetSessionRequest>("hard/missing"),
+      kNotFound, "hard/missing");
+  add("GetSession differs in case only", Method::kGetSession,
+      Named<v1::GetSessionRequest>("HARD/static"), kNotFound, "HARD/static");
+  add("DeleteSession name with unicode", Method::kDeleteSession,
+      Named<v1::DeleteSessionRequest>("na\xc3\xafve"), kInvalid, "name");
+  add("DeleteSession name 129 characters", Method::kDeleteSession,
+      Named<v1::DeleteSessionRequest>(long_name), kInvalid, "name");
+  add("DeleteSession unknown", Method::kDeleteSession,
+      Named<v1::DeleteSessionRequest>("hard/missing"), kNotFound, "hard/missing");
+  add("DeleteSession a prefix of an existing name", Method::kDeleteSession,
+      Named<v1::DeleteSessionRequest>("hard/stat"), kNotFound, "hard/stat");
+  add("GetQParams name with a tab", Method::kGetQParams,
+      Named<v1::GetQParamsRequest>("hard/\tstatic"), kInvalid, "name");
+  add("GetQParams unknown", Method::kGetQParams, Named<v1::GetQParamsRequest>("hard/missing"),
+      kNotFound, "hard/missing");
+  add("SetExportMode name empty", Method::kSetExportMode, ExportReq("", true), kInvalid, "name");
+  add("SetExportMode unknown", Method::kSetExportMode, ExportReq("hard/missing", true), kNotFound,
+      "hard/missing");
+
+  // ---- ListSessions ----
+  list("negative page_size", ListReq(-1, "", ""), kInvalid, "page_size");
+  list("page_size INT32_MIN", ListReq(std::numeric_limits<int32_t>::min(), "", kPrefix), kInvalid,
+       "page_size");
+  list("garbage page_token", ListReq(0, "not a token!", ""), kInvalid, "page_token");
+  list("page_token of filter \"\" used with filter \"hard/\"", ListReq(1, tokens.for_all, kPrefix),
+       kInvalid, "page_token");
+  list("page_token of filter \"hard/\" used with filter \"\"", ListReq(1, tokens.for_prefix, ""),
+       kInvalid, "page_token");
+  list("page_token of filter \"hard/\" used with filter \"hard/b\"",
+       ListReq(1, tokens.for_prefix, "hard/b"), kInvalid, "page_token");
+  list("page_token truncated by 2 characters",
+       ListReq(1, tokens.for_prefix.substr(0, tokens.for_prefix.size() - 2), kPrefix), kInvalid,
+       "page_token");
+  list("page_token truncated to half",
+       ListReq(1, tokens.for_prefix.substr(0, tokens.for_prefix.size() / 2), kPrefix), kInvalid,
+       "page_token");
+  list("page_token of an unknown version",
+       ListReq(1, absl::WebSafeBase64Escape("v9\n\nhard/block"), ""), kInvalid, "page_token");
+  list("page_token with an extra field",
+       ListReq(1, absl::WebSafeBase64Escape("v1\n\nhard/block\nx"), ""), kInvalid, "page_token");
+  list("filter with a space", ListReq(0, "", "hard/ x"), kInvalid, "filter");
+  list("filter 129 characters", ListReq(0, "", long_name), kInvalid, "filter");
+  list("filter with unicode", ListReq(0, "", "\xc3\xbc"), kInvalid, "filter");
+
+  // ---- Observe: names, observation, tensors on the sessions ----
+  observe("name with a space", ObserveTensorReq("hard/a b", Good()), kInvalid, "name");
+  observe("unknown session", ObserveTensorReq("hard/missing", Good()), kNotFound, "hard/missing");
+  observe("observation unset", Named<v1::ObserveRequest>(kMovingAvg), kInvalid, "observation");
+  // The uninitialized static session, per_channel(axis=1).
+  observe("static: rank-1 tensor for per_channel axis 1",
+          ObserveTensorReq(kStatic, F32({3}, {1, 2, 3})), kInvalid, "granularity.per_channel.axis");
+  observe("static: NaN in float32 (first forward)",
+          ObserveTensorReq(kStatic, F32({2, 2}, {1, 2, kNaN, 4})), kInvalid, "tensor.data");
+  observe("static: zero-size [3, 0] (first forward)",
+          ObserveTensorReq(kStatic, RawTensor(v1::FLOAT32, {3, 0}, "")), kInvalid, "tensor.shape");
+  observe("static: range min f32, max f16 (dtypes differ)",
+          ObserveRangeReq(kStatic, {2, 3}, F32({1, 3}, {-1, -1, -1}), F16({1, 3}, {1, 1, 1})),
+          kInvalid, "range.max.dtype");
+  // The initialized moving_average session: bf16, per_channel(axis=0), N = [2, 1].
+  observe("ma: data one byte short",
+          ObserveTensorReq(kMovingAvg, RawTensor(v1::BFLOAT16, {2, 3}, std::string(11, '\0'))),
+          kInvalid, "tensor.data");
+  observe("ma: data two bytes long",
+          ObserveTensorReq(kMovingAvg, RawTensor(v1::BFLOAT16, {2, 3}, std::string(14, '\0'))),
+          kInvalid, "tensor.data");
+  observe("ma: zero-size [0, 3]", ObserveTensorReq(kMovingAvg, RawTensor(v1::BFLOAT16, {0, 3}, "")),
+          kInvalid, "tensor.shape");
+  observe("ma: NaN in bfloat16", ObserveTensorReq(kMovingAvg, Bf16({2, 3}, {1, 2, 3, 4, 5, kNaN})),
+          kInvalid, "tensor.data");
+  observe("ma: +Inf in bfloat16", ObserveTensorReq(kMovingAvg, Bf16({2, 3}, {kInf, 2, 3, 4, 5, 6})),
+          kInvalid, "tensor.data");
+  observe("ma: float32 after bfloat16 (dtype change)", ObserveTensorReq(kMovingAvg, Good()),
+          kPrecondition, "dtype");
+  observe("ma: float16 after bfloat16 (dtype change)",
+          ObserveTensorReq(kMovingAvg, F16({2, 3}, {1, 2, 3, 4, 5, 6})), kPrecondition, "dtype");
+  observe("ma: [3, 3] gives N [3, 1] after [2, 1] (block count change)",
+          ObserveTensorReq(kMovingAvg, Bf16({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9})), kPrecondition,
+          "shape");
+  observe("ma: rank 1 [6] gives N [6] after [2, 1]",
+          ObserveTensorReq(kMovingAvg, Bf16({6}, {1, 2, 3, 4, 5, 6})), kPrecondition, "shape");
+  observe("ma range: min of the wrong shape [1, 2]",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({1, 2}, {-1, -1}), Bf16({2, 1}, {1, 1})),
+          kInvalid, "range.min.shape");
+  observe("ma range: max of the wrong shape [2]",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({2, 1}, {-1, -1}), Bf16({2}, {1, 1})), kInvalid,
+          "range.max.shape");
+  observe("ma range: min bf16, max f32 (dtypes differ)",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({2, 1}, {-1, -1}), F32({2, 1}, {1, 1})),
+          kInvalid, "range.max.dtype");
+  observe("ma range: min and max f32 on a bf16 session",
+          ObserveRangeReq(kMovingAvg, {2, 3}, F32({2, 1}, {-1, -1}), F32({2, 1}, {1, 1})),
+          kPrecondition, "dtype");
+  observe("ma range: min > max in block 1",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({2, 1}, {-1, 2}), Bf16({2, 1}, {1, 1})),
+          kInvalid, "range.min[1]");
+  observe("ma range: NaN in min",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({2, 1}, {kNaN, -1}), Bf16({2, 1}, {1, 1})),
+          kInvalid, "range.min.data");
+  observe("ma range: -Inf in max",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({2, 1}, {-1, -1}), Bf16({2, 1}, {1, -kInf})),
+          kInvalid, "range.max.data");
+  observe("ma range: empty input_shape",
+          ObserveRangeReq(kMovingAvg, {}, Bf16({2, 1}, {-1, -1}), Bf16({2, 1}, {1, 1})), kInvalid,
+          "range.input_shape");
+  observe("ma range: negative input_shape",
+          ObserveRangeReq(kMovingAvg, {2, -3}, Bf16({2, 1}, {-1, -1}), Bf16({2, 1}, {1, 1})),
+          kInvalid, "range.input_shape");
+  observe("ma range: zero in input_shape",
+          ObserveRangeReq(kMovingAvg, {2, 0}, Bf16({2, 1}, {-1, -1}), Bf16({2, 1}, {1, 1})),
+          kInvalid, "range.input_shape");
+  observe("ma range: input_shape overflows int64",
+          ObserveRangeReq(kMovingAvg, {2, std::numeric_limits<int64_t>::max()},
+                          Bf16({2, 1}, {-1, -1}), Bf16({2, 1}, {1, 1})),
+          kInvalid, "range.input_shape");
+  observe(
+      "ma range: input_shape above max_tensor_elements",
+      ObserveRangeReq(kMovingAvg, {2, kMaxElements}, Bf16({2, 1}, {-1, -1}), Bf16({2, 1}, {1, 1})),
+      kExhausted, "range.input_shape");
+  observe("ma range: min unset",
+          ObserveRangeReq(kMovingAvg, {2, 3}, std::nullopt, Bf16({2, 1}, {1, 1})), kInvalid,
+          "range.min");
+  observe("ma range: max data one byte short",
+          ObserveRangeReq(kMovingAvg, {2, 3}, Bf16({2, 1}, {-1, -1}),
+                          RawTensor(v1::BFLOAT16, {2, 1}, std::string(3, '\0'))),
+          kInvalid, "range.max.data");
+  observe("ma range: input_shape [4, 3] changes N to [4, 1]",
+          ObserveRangeReq(kMovingAvg, {4, 3}, Bf16({4, 1}, {-1, -1, -1, -1}),
+                          Bf16({4, 1}, {1, 1, 1, 1})),
+          kPrecondition, "shape");
+  // The export-mode session: cached forwards, but tensors must be well formed.
+  observe("export: tensor dtype unset",
+          ObserveTensorReq(kExport, RawTensor(v1::DTYPE_UNSPECIFIED, {4}, std::string(16, '\0'))),
+          kInvalid, "tensor.dtype");
+  observe("export: negative dim", ObserveTensorReq(kExport, RawTensor(v1::FLOAT32, {-4}, "")),
+          kInvalid, "tensor.shape");
+  observe("export: rank 0", ObserveTensorReq(kExport, RawTensor(v1::FLOAT32, {}, "")), kInvalid,
+          "tensor.shape");
+  observe("export: data too long",
+          ObserveTensorReq(kExport, RawTensor(v1::FLOAT32, {4}, std::string(20, '\0'))), kInvalid,
+          "tensor.data");
+  observe("export: well-formed tensor above max_tensor_elements",
+          ObserveTensorReq(kExport, RawTensor(v1::FLOAT16, {kMaxElements + 2},
+                                              std::string(2 * (kMaxElements + 2), '\0'))),
+          kExhausted, "tensor.shape");
+  observe("export: range with an empty input_shape",
+          ObserveRangeReq(kExport, {}, F32({1}, {-1}), F32({1}, {1})), kInvalid,
+          "range.input_shape");
+  observe("export: range whose max dtype is unset",
+          ObserveRangeReq(kExport, {4}, F32({1}, {-1}),
+                          RawTensor(v1::DTYPE_UNSPECIFIED, {1}, std::string(4, '\0'))),
+          kInvalid, "range.max.dtype");
+  // The per_block session: static, block_size (-1, 2), f16 [2, 4], N = [1, 2].
+  observe("block: dim 1 (3) not divisible by block size 2",
+          ObserveTensorReq(kBlock, F16({2, 3}, {1, 2, 3, 4, 5, 6})), kInvalid,
+          "granularity.per_block.block_size");
+  observe("block: rank 1 for a 2-entry block_size",
+          ObserveTensorReq(kBlock, F16({4}, {1, 2, 3, 4})), kInvalid,
+          "granularity.per_block.block_size");
+  observe("block: [2, 8] gives N [1, 4] after [1, 2] (block count change)",
+          ObserveTensorReq(kBlock, F16({2, 8}, std::vector<double>(16, 1.0))), kPrecondition,
+          "shape");
+  observe("block: bfloat16 after float16 (dtype change)",
+          ObserveTensorReq(kBlock, Bf16({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})), kPrecondition, "dtype");
+  observe("block range: input_shape [2, 5] not divisible",
+          ObserveRangeReq(kBlock, {2, 5}, F16({1, 2}, {-1, -1}), F16({1, 2}, {1, 1})), kInvalid,
+          "granularity.per_block.block_size");
+
+  // ---- ObserveStream: the per-response status ----
+  stream("stream: name empty", ObserveTensorReq("", Good()), kInvalid, "name");
+  stream("stream: unknown session", ObserveTensorReq("hard/missing", Good()), kNotFound,
+         "hard/missing");
+  stream("stream: observation unset", Named<v1::ObserveRequest>(kStatic), kInvalid, "observation");
+  stream("stream: -Inf in bfloat16 on the ma session",
+         ObserveTensorReq(kMovingAvg, Bf16({2, 3}, {1, 2, 3, -kInf, 5, 6})), kInvalid,
+         "tensor.data");
+  stream("stream: float32 on the f16 block session",
+         ObserveTensorReq(kBlock, F32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8})), kPrecondition, "dtype");
+  stream("stream: short data on the export session",
+         ObserveTensorReq(kExport, RawTensor(v1::FLOAT32, {4}, std::string(15, '\0'))), kInvalid,
+         "tensor.data");
+  stream("stream: range min > max on the static session",
+         ObserveRangeReq(kStatic, {2, 3}, F32({1, 3}, {0, 2, 0}), F32({1, 3}, {1, 1, 1})), kInvalid,
+         "range.min[1]");
+
+  // ---- SetGranularity ----
+  granularity("unset", GranularityReq(kStatic, std::nullopt), kInvalid, "granularity");
+  granularity("set but no kind", GranularityReq(kStatic, v1::Granularity()), kInvalid,
+              "granularity");
+  granularity("block_size 0", GranularityReq(kStatic, PerBlockAxis(0, {0})), kInvalid,
+              "granularity.per_block.block_size");
+  granularity("block_size -2", GranularityReq(kStatic, PerBlockMulti({-2})), kInvalid,
+              "granularity.per_block.block_size");
+  granularity("axis with two block sizes", GranularityReq(kStatic, PerBlockAxis(0, {2, 4})),
+              kInvalid, "granularity.per_block");
+  granularity("after init (ma, per_tensor)", GranularityReq(kMovingAvg, PerTensor()), kPrecondition,
+              "granularity");
+  granularity("after init (block, same granularity)",
+              GranularityReq(kBlock, PerBlockMulti({-1, 2})), kPrecondition, "granularity");
+  granularity("after init (block, an invalid granularity)",
+              GranularityReq(kBlock, PerBlockMulti({0})), kPrecondition, "granularity");
+  granularity("after init (export-mode session)", GranularityReq(kExport, PerChannel(0)),
+              kPrecondition, "granularity");
+  granularity("name with a star", GranularityReq("hard/*", PerTensor()), kInvalid, "name");
+  granularity("unknown session", GranularityReq("hard/missing", PerTensor()), kNotFound,
+              "hard/missing");
+  return rows;
+}
+
+// ---- The test ----
+
+class Hardening : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.service.max_tensor_elements = kMaxElements;
+    server_ = TestServer::Start(options);
+    ASSERT_NE(server_, nullptr);
+    stub_ = server_->NewStub();
+  }
+
+  static void Deadline(grpc::ClientContext* context) {
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  // Runs `row`'s request; the status (for ObserveStream, the response's status).
+  // `stream_response` receives the stream's response, if any.
+  grpc::Status Call(const Row& row, std::optional<v1::ObserveResponse>* stream_response,
+                    std::string* stream_error) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    switch (row.method) {
+      case Method::kCompute: {
+        v1::ComputeResponse response;
+        return stub_->Compute(&context, std::get<v1::ComputeRequest>(row.request), &response);
+      }
+      case Method::kCreateSession: {
+        v1::Session response;
+        return stub_->CreateSession(&context, std::get<v1::CreateSessionRequest>(row.request),
+                                    &response);
+      }
+      case Method::kGetSession: {
+        v1::Session response;
+        return stub_->GetSession(&context, std::get<v1::GetSessionRequest>(row.request), &response);
+      }
+      case Method::kListSessions: {
+        v1::ListSessionsResponse response;
+        return stub_->ListSessions(&context, std::get<v1::ListSessionsRequest>(row.request),
+                                   &response);
+      }
+      case Method::kDeleteSession: {
+        v1::DeleteSessionResponse response;
+        return stub_->DeleteSession(&context, std::get<v1::DeleteSessionRequest>(row.request),
+                                    &response);
+      }
+      case Method::kObserve: {
+        v1::ObserveResponse response;
+        return stub_->Observe(&context, std::get<v1::ObserveRequest>(row.request), &response);
+      }
+      case Method::kObserveStream: {
+        auto stream = stub_->ObserveStream(&context);
+        v1::ObserveResponse response;
+        const bool wrote = stream->Write(std::get<v1::ObserveRequest>(row.request));
+        const bool read = wrote && stream->Read(&response);
+        stream->WritesDone();
+        const grpc::Status finish = stream->Finish();
+        if (!read || !finish.ok()) {
+          *stream_error =
+              absl::StrCat("the stream itself failed (wrote ", wrote, ", read ", read,
+                           "): ", CodeName(finish.error_code()), ": ", finish.error_message());
+          return finish.ok() ? grpc::Status(StatusCode::UNKNOWN, "no response") : finish;
+        }
+        *stream_response = response;
+        return grpc::Status(static_cast<StatusCode>(response.status().code()),
+                            response.status().message());
+      }
+      case Method::kGetQParams: {
+        v1::GetQParamsResponse response;
+        return stub_->GetQParams(&context, std::get<v1::GetQParamsRequest>(row.request), &response);
+      }
+      case Method::kSetExportMode: {
+        v1::Session response;
+        return stub_->SetExportMode(&context, std::get<v1::SetExportModeRequest>(row.request),
+                                    &response);
+      }
+      case Method::kSetGranularity: {
+        v1::Session response;
+        return stub_->SetGranularity(&context, std::get<v1::SetGranularityRequest>(row.request),
+                                     &response);
+      }
+    }
+    return grpc::Status(StatusCode::INTERNAL, "unknown method");
+  }
+
+  // Every session, every field.
+  v1::ListSessionsResponse Store() {
+    grpc::ClientContext context;
+    Deadline(&context);
+    v1::ListSessionsRequest request;
+    request.set_page_size(1000);
+    v1::ListSessionsResponse response;
+    const grpc::Status status = stub_->ListSessions(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  void Create(const v1::CreateSessionRequest& request) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    v1::Session session;
+    const grpc::Status status = stub_->CreateSession(&context, request, &session);
+    ASSERT_TRUE(status.ok()) << request.name() << ": " << status.error_message();
+  }
+  void Observe(const v1::ObserveRequest& request) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    v1::ObserveResponse response;
+    const grpc::Status status = stub_->Observe(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << request.name() << ": " << status.error_message();
+  }
+  std::string FirstPageToken(const std::string& filter) {
+    grpc::ClientContext context;
+    Deadline(&context);
+    v1::ListSessionsResponse response;
+    const grpc::Status status = stub_->ListSessions(&context, ListReq(1, "", filter), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_FALSE(response.next_page_token().empty()) << filter;
+    return response.next_page_token();
+  }
+
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<v1::QParamsService::Stub> stub_;
+};
+
+TEST_F(Hardening, BadRequestsFailWithTheRightCodeNameTheFieldAndChangeNothing) {
+  // The sessions, in varied states.
+  Create(CreateReq(kStatic, "static", Spec("int8", v1::ASYMMETRIC, PerChannel(1))));
+  Create(CreateReq(kMovingAvg, "moving_average",
+                   Spec("uint8", v1::ASYMMETRIC, PerChannel(0), v1::ACTIVATION), 0.25));
+  Observe(ObserveTensorReq(kMovingAvg, Bf16({2, 3}, {-1, 0.5, 2, 3, -4, 0.25})));
+  Create(CreateReq(kExport, "global_minmax", Spec("int4")));
+  Observe(ObserveTensorReq(kExport, F32({4}, {1, -2, 3, 0.5})));
+  {
+    grpc::ClientContext context;
+    Deadline(&context);
+    v1::Session session;
+    ASSERT_TRUE(stub_->SetExportMode(&context, ExportReq(kExport, true), &session).ok());
+    ASSERT_TRUE(session.export_mode());
+  }
+  Create(CreateReq(kBlock, "static", Spec("int8", v1::SYMMETRIC, PerBlockMulti({-1, 2}))));
+  Observe(ObserveTensorReq(kBlock, F16({2, 4}, {1, -2, 3, 4, -5, 6, 7, 0.5})));
+  if (HasFatalFailure()) return;
+
+  Tokens tokens;
+  tokens.for_all = FirstPageToken("");
+  tokens.for_prefix = FirstPageToken(kPrefix);
+
+  v1::ListSessionsResponse before = Store();
+  ASSERT_EQ(before.sessions_size(), 4);
+  ASSERT_TRUE(before.next_page_token().empty());
+  std::string snapshot = before.SerializeAsString();
+  std::map<std::string, int64_t> counts;
+  for (const v1::Session& s : before.sessions()) counts[s.name()] = s.observation_count();
+
+  const std::vector<Row> rows = BadRequests(tokens);
+  EXPECT_GE(rows.size(), 50u);
+  int failed = 0;
+  for (const Row& row : rows) {
+    ASSERT_NE(row.code, StatusCode::OK) << row.what;
+    std::optional<v1::ObserveResponse> stream_response;
+    std::string stream_error;
+    const grpc::Status status = Call(row, &stream_response, &stream_error);
+    const std::string where = absl::StrCat(MethodName(row.method), " [", row.what, "]");
+    const std::string actual =
+        absl::StrCat("got ", CodeName(status.error_code()), ": \"", status.error_message(), "\"");
+    bool ok = true;
+    if (!stream_error.empty()) {
+      ADD_FAILURE() << where << ": " << stream_error;
+      ok = false;
+    }
+    if (status.error_code() != row.code) {
+      ADD_FAILURE() << where << ": expected " << CodeName(row.code) << ", " << actual;
+      ok = false;
+    }
+    if (!absl::StrContains(status.error_message(), row.field)) {
+      ADD_FAILURE() << where << ": the message does not name \"" << row.field << "\"; " << actual;
+      ok = false;
+    }
+    if (stream_response.has_value()) {
+      // A failed stream response carries the session's current count and no qparams.
+      const std::string& name = std::get<v1::ObserveRequest>(row.request).name();
+      const int64_t count = counts.count(name) ? counts[name] : 0;
+      if (stream_response->observation_count() != count || stream_response->has_qparams()) {
+        ADD_FAILURE() << where << ": stream response has observation_count "
+                      << stream_response->observation_count() << " (session: " << count
+                      << "), has_qparams " << stream_response->has_qparams() << "; " << actual;
+        ok = false;
+      }
+    }
+    const v1::ListSessionsResponse after = Store();
+    if (after.SerializeAsString() != snapshot) {
+      std::string diff;
+      google::protobuf::util::MessageDifferencer differencer;
+      differencer.ReportDifferencesToString(&diff);
+      differencer.Compare(before, after);
+      ADD_FAILURE() << where << ": the store changed (" << actual << "):\n" << diff;
+      ok = false;
+      // Keep later rows independent of this one: drop a session it created, and
+      // judge later rows against the store as it is now.
+      for (const v1::Session& s : after.sessions()) {
+        if (counts.count(s.name())) continue;
+        grpc::ClientContext context;
+        Deadline(&context);
+        v1::DeleteSessionResponse none;
+        stub_->DeleteSession(&context, Named<v1::DeleteSessionRequest>(s.name()), &none);
+      }
+      before = Store();
+      snapshot = before.SerializeAsString();
+      for (const v1::Session& s : before.sessions()) counts[s.name()] = s.observation_count();
+    }
+    if (!ok) ++failed;
+  }
+  EXPECT_EQ(failed, 0) << "of " << rows.size() << " rows";
+  std::printf("hardening: %d of %zu rows as the contract says\n",
+              static_cast<int>(rows.size()) - failed, rows.size());
+}
+
+}  // namespace
+}  // namespace qparams::testing

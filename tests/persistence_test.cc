@@ -1,0 +1,349 @@
+// Durable sessions: a restart restores every session bit for bit (and later
+// observations continue exactly as without the restart), torn or corrupt journal
+// tails are set aside, compaction bounds the data directory, a directory serves one
+// server at a time, and idle sessions are evicted with a NOT_FOUND that says so.
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string JournalFile(const std::string& dir) {
+  for (const std::string& name : Files(dir)) {
+    if (absl::StartsWith(name, "journal-") && !absl::EndsWith(name, ".corrupt")) {
+      return dir + "/" + name;
+    }
+  }
+  return "";
+}
+
+int64_t FileSize(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+class PersistenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/qparams-persistence-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    server_.reset();
+    for (const std::string& name : Files(dir_)) unlink((dir_ + "/" + name).c_str());
+    rmdir(dir_.c_str());
+  }
+
+  ServerOptions Options(Durability durability = Durability::kAlways) {
+    ServerOptions options;
+    options.data_dir = dir_;
+    options.durability = durability;
+    return options;
+  }
+
+  // (Re)starts the server on the data directory and connects a client.
+  void Start(ServerOptions options) {
+    client_.reset();
+    server_.reset();
+    server_ = TestServer::Start(options);
+    ASSERT_NE(server_, nullptr);
+    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(server_->address()));
+  }
+
+  // Every session with every field (times included), as bytes.
+  std::string Everything() {
+    absl::StatusOr<v1::ListSessionsResponse> all = client_->ListSessions(1000, "", "");
+    return all.ok() ? all->SerializeAsString() : all.status().ToString();
+  }
+
+  absl::StatusOr<v1::Session> Create(const std::string& name, const std::string& calculator,
+                                     v1::QuantSpec spec) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator(calculator);
+    *request.mutable_spec() = spec;
+    return client_->CreateSession(request);
+  }
+
+  // Sessions of every kind in varied states, plus a deleted one.
+  void Populate();
+
+  std::string dir_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+// Sessions of every kind in varied states, plus a deleted one.
+void PersistenceTest::Populate() {
+  Client& client = *client_;
+  v1::QuantSpec per_channel;
+  per_channel.set_qscheme(v1::ASYMMETRIC);
+  per_channel.mutable_granularity()->mutable_per_channel()->set_axis(1);
+  v1::QuantSpec bf16_block;
+  bf16_block.set_dtype("int4");
+  bf16_block.mutable_granularity()->mutable_per_block()->set_axis(1);
+  bf16_block.mutable_granularity()->mutable_per_block()->add_block_size(2);
+  v1::QuantSpec frozen;
+  frozen.mutable_float_range()->set_min(-1.5);
+  frozen.mutable_float_range()->set_max(2.25);
+  v1::QuantSpec fp8;
+  fp8.set_dtype("float8_e4m3fn");
+
+  ASSERT_OK(Create("ma", "moving_average", per_channel));
+  ASSERT_OK(Create("gm", "global_minmax", bf16_block));
+  ASSERT_OK(Create("st", "static", fp8));
+  ASSERT_OK(Create("frozen", "moving_average", frozen));
+  ASSERT_OK(Create("empty", "static", {}));
+  ASSERT_OK(Create("gone", "static", {}));
+  for (uint32_t i = 0; i < 5; ++i) {
+    ASSERT_OK(client.Observe("ma", F32({3, 4}, RandN(12, i, 2)).view()));
+    ASSERT_OK(client.Observe("gm", MakeTensor(DType::kBFloat16, {2, 4}, RandN(8, 10 + i)).view()));
+    ASSERT_OK(client.Observe("st", MakeTensor(DType::kFloat64, {5}, RandN(5, 20 + i)).view()));
+    ASSERT_OK(client.Observe("frozen", Vec(RandN(4, 30 + i)).view()));
+  }
+  ASSERT_OK(client.SetExportMode("st", true));
+  v1::Granularity g;
+  g.mutable_per_channel()->set_axis(0);
+  ASSERT_OK(client.SetGranularity("empty", g));
+  ASSERT_OK(client.DeleteSession("gone"));
+}
+
+
+// The same further steps on any server; their responses, as bytes.
+std::string Continue(Client& client) {
+  std::string out;
+  for (uint32_t i = 0; i < 3; ++i) {
+    for (auto [name, tensor] :
+         {std::pair{"ma", F32({3, 4}, RandN(12, 100 + i, 3))},
+          std::pair{"gm", MakeTensor(DType::kBFloat16, {2, 4}, RandN(8, 110 + i))},
+          std::pair{"st", MakeTensor(DType::kFloat64, {5}, RandN(5, 120 + i))},
+          std::pair{"frozen", Vec(RandN(4, 130 + i))},
+          std::pair{"empty", F32({2, 3}, RandN(6, 140 + i))}}) {
+      absl::StatusOr<v1::ObserveResponse> r = client.Observe(name, tensor.view());
+      out += r.ok() ? r->SerializeAsString() : r.status().ToString();
+    }
+  }
+  absl::StatusOr<v1::ListSessionsResponse> all = client.ListSessions(1000, "", "");
+  for (const v1::Session& s : all->sessions()) {
+    v1::Session copy = s;
+    copy.clear_update_time();  // moves with the clock
+    copy.clear_create_time();
+    out += copy.SerializeAsString();
+  }
+  return out;
+}
+
+TEST_F(PersistenceTest, RestartRestoresEverySessionBitForBit) {
+  for (Durability durability : {Durability::kAlways, Durability::kBatched}) {
+    SCOPED_TRACE(std::string(DurabilityName(durability)));
+    TearDown();
+    SetUp();
+    Start(Options(durability));
+    Populate();
+    const std::string before = Everything();
+    ASSERT_TRUE(absl::StrContains(before, "frozen"));
+
+    Start(Options(durability));  // the previous server shuts down first
+    EXPECT_EQ(Everything(), before);
+    EXPECT_CODE(client_->GetSession("gone"), absl::StatusCode::kNotFound);
+    const std::string restarted = Continue(*client_);
+
+    // A server that never restarted gives the same results.
+    Start(Options(Durability::kNone));
+    Populate();
+    EXPECT_EQ(Continue(*client_), restarted);
+  }
+}
+
+TEST_F(PersistenceTest, ATornTailIsSetAsideAndEverythingBeforeItRestored) {
+  Start(Options());
+  Populate();
+  const std::string before = Everything();
+  const std::string journal = JournalFile(dir_);
+  ASSERT_NE(journal, "");
+  server_.reset();
+
+  {  // Half a record at the end, as a crash mid-write leaves it.
+    std::ofstream out(journal, std::ios::app | std::ios::binary);
+    out << std::string("\x40\x00\x00\x00\x12\x34", 6) << "partial";
+  }
+  Start(Options());
+  EXPECT_EQ(Everything(), before);
+  bool set_aside = false;
+  for (const std::string& name : Files(dir_)) set_aside |= absl::EndsWith(name, ".corrupt");
+  EXPECT_TRUE(set_aside);
+  // The server goes on journaling, and that survives another restart.
+  ASSERT_OK(client_->Observe("ma", F32({3, 4}, RandN(12, 7)).view()));
+  const std::string after = Everything();
+  Start(Options());
+  EXPECT_EQ(Everything(), after);
+}
+
+TEST_F(PersistenceTest, ACorruptRecordEndsRecoveryThere) {
+  Start(Options());
+  ASSERT_OK(Create("first", "static", {}));
+  const std::string journal = JournalFile(dir_);
+  const int64_t first_end = FileSize(journal);
+  ASSERT_OK(Create("second", "static", {}));
+  ASSERT_OK(Create("third", "static", {}));
+  server_.reset();
+
+  {  // Flip a byte inside the second record: its checksum no longer matches.
+    std::fstream file(journal, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(first_end + 12);
+    file.put('\xff');
+  }
+  Start(Options());
+  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse all, client_->ListSessions(0, "", ""));
+  ASSERT_EQ(all.sessions_size(), 1);
+  EXPECT_EQ(all.sessions(0).name(), "first");
+}
+
+TEST_F(PersistenceTest, TheDirectoryStaysProportionalToTheState) {
+  ServerOptions options = Options(Durability::kBatched);
+  options.compact_min_bytes = 16 << 10;
+  options.flush_interval = absl::Milliseconds(1);
+  Start(options);
+  v1::QuantSpec spec;
+  spec.mutable_granularity()->mutable_per_channel()->set_axis(0);
+  ASSERT_OK(Create("s", "global_minmax", spec));
+  int64_t written = 0;
+  for (uint32_t i = 0; i < 600; ++i) {
+    ASSERT_OK(client_->Observe("s", F32({64, 2}, RandN(128, i)).view()));
+  }
+  for (const std::string& name : Files(dir_)) written += FileSize(dir_ + "/" + name);
+  const std::string before = Everything();
+  // A restart compacts: one session's snapshot and an empty journal.
+  Start(options);
+  EXPECT_EQ(Everything(), before);
+  int64_t total = 0;
+  for (const std::string& name : Files(dir_)) total += FileSize(dir_ + "/" + name);
+  EXPECT_LT(total, 8 << 10);
+  EXPECT_LT(total, written);
+}
+
+TEST_F(PersistenceTest, CompactionReplacesTheJournalWithASnapshot) {
+  JournalOptions options;
+  options.data_dir = dir_;
+  options.durability = Durability::kAlways;
+  options.compact_min_bytes = int64_t{1} << 40;  // only explicit compactions
+  std::vector<storage::v1::Record> live;
+  for (int i = 0; i < 3; ++i) {
+    storage::v1::Record& r = live.emplace_back();
+    r.mutable_put()->mutable_key()->set_name(absl::StrCat("s", i));
+  }
+  {
+    Recovery recovery;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options, &recovery));
+    EXPECT_TRUE(recovery.records.empty());
+    ASSERT_OK(journal->Start([&] { return live; }));
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_OK_AND_ASSIGN(uint64_t sequence, journal->Append(live[i % 3]));
+      ASSERT_OK(journal->Sync(sequence));
+    }
+    EXPECT_GT(FileSize(JournalFile(dir_)), 200 * 4);
+    ASSERT_OK(journal->Compact());
+    EXPECT_EQ(Files(dir_), (std::vector<std::string>{"LOCK", "journal-00000000000000000002",
+                                                     "snapshot-00000000000000000002"}));
+    EXPECT_EQ(FileSize(JournalFile(dir_)), 8);  // the magic alone
+    ASSERT_OK_AND_ASSIGN(uint64_t sequence, journal->Append(live[0]));
+    ASSERT_OK(journal->Sync(sequence));
+  }
+  Recovery recovery;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options, &recovery));
+  ASSERT_EQ(recovery.records.size(), 4u);  // the snapshot's three, then the append
+  EXPECT_TRUE(recovery.problems.empty());
+  EXPECT_EQ(recovery.records[3].put().key().name(), "s0");
+}
+
+// A finite range wider than float32 gives an infinite scale; such a session must
+// survive a restart like any other.
+TEST_F(PersistenceTest, SessionsWithInfiniteScalesAreRestored) {
+  Start(Options());
+  v1::QuantSpec spec;
+  spec.set_qscheme(v1::ASYMMETRIC);
+  ASSERT_OK(Create("huge", "global_minmax", spec));
+  ASSERT_OK(Create("huge64", "static", spec));
+  ASSERT_OK(client_->Observe("huge", Vec({-3.4e38, 3.4e38}).view()));
+  ASSERT_OK(client_->Observe("huge64", MakeTensor(DType::kFloat64, {2}, {-1e300, 1e300}).view()));
+  ASSERT_OK_AND_ASSIGN(v1::Session huge, client_->GetSession("huge"));
+  EXPECT_TRUE(std::isinf(huge.qparams().scale(0)));
+  const std::string before = Everything();
+  Start(Options());
+  EXPECT_EQ(Everything(), before);
+}
+
+TEST_F(PersistenceTest, ADataDirectoryServesOneServerAtATime) {
+  Start(Options());
+  ServerOptions options = Options();
+  options.listen = "127.0.0.1:0";
+  absl::StatusOr<std::unique_ptr<QParamsServer>> second = QParamsServer::Start(options);
+  EXPECT_CODE(second, absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(second.status().message(), "in use")) << second.status();
+}
+
+TEST_F(PersistenceTest, IdleSessionsAreEvictedAndSaySo) {
+  ServerOptions options = Options();
+  options.engine.session_ttl = absl::Hours(1);
+  Start(options);
+  ASSERT_OK(Create("idle", "static", {}));
+  ASSERT_OK(Create("busy", "static", {}));
+  Engine& engine = server_->server().engine();
+  EXPECT_EQ(engine.EvictIdle(absl::Now()), 0);  // nobody idle for an hour yet
+
+  // Two hours on, both are idle; a call at that time would have kept "busy".
+  EXPECT_EQ(engine.EvictIdle(absl::Now() + absl::Hours(2)), 2);
+  for (const char* name : {"idle", "busy"}) {
+    absl::StatusOr<v1::Session> s = client_->GetSession(name);
+    EXPECT_CODE(s, absl::StatusCode::kNotFound);
+    EXPECT_TRUE(absl::StrContains(s.status().message(), "evicted")) << s.status();
+    EXPECT_CODE(client_->Observe(name, Vec({1}).view()), absl::StatusCode::kNotFound);
+  }
+  // The eviction survives a restart, and the name can be created again.
+  Start(options);
+  absl::StatusOr<v1::Session> s = client_->GetSession("idle");
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "evicted")) << s.status();
+  EXPECT_OK(Create("idle", "static", {}));
+  EXPECT_OK(client_->GetSession("idle"));
+}
+
+TEST_F(PersistenceTest, DurabilityWithoutADirectoryIsRefused) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.durability = Durability::kAlways;
+  EXPECT_CODE(QParamsServer::Start(options), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace qparams::testing
