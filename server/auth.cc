@@ -50,7 +50,8 @@ absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Parse(absl::string_view t
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || absl::StartsWith(line, "#")) continue;
-    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     const std::string where = absl::StrCat(source, ":", line_number, ": ");
     if (fields.size() != 2) {
       return absl::InvalidArgumentError(
@@ -82,10 +83,11 @@ absl::StatusOr<std::string> TokenAuthenticator::Authenticate(
         "missing authorization metadata; send \"authorization: Bearer <token>\"");
   }
   absl::string_view token = *header;
-  if (!absl::ConsumePrefix(&token, "Bearer ") && !absl::ConsumePrefix(&token, "bearer ")) {
-    return absl::UnauthenticatedError(
-        "authorization metadata is not \"Bearer <token>\"");
+  // The scheme name is case-insensitive (RFC 7235).
+  if (!absl::StartsWithIgnoreCase(token, "bearer ")) {
+    return absl::UnauthenticatedError("authorization metadata is not \"Bearer <token>\"");
   }
+  token.remove_prefix(7);
   auto it = tenants_.find(absl::StripAsciiWhitespace(token));
   if (it == tenants_.end()) {
     return absl::UnauthenticatedError("the bearer token is not one this server accepts");

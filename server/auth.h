@@ -16,7 +16,7 @@ namespace qparams {
 
 class TokenAuthenticator {
  public:
-  // Reads a tokens file: one "TOKEN TENANT" per line, blank lines and lines
+  // Reads a tokens file: one "TOKEN TENANT" per line (spaces or tabs between), blank lines and lines
   // starting with '#' skipped. A tenant is 1 to 64 characters of [a-zA-Z0-9._-];
   // a token 16 to 512 printable non-space characters. INVALID_ARGUMENT naming the
   // line for anything else (and for a token listed twice); FAILED_PRECONDITION if
