@@ -1,15 +1,10 @@
 // qparams-cli end to end: the real binary (QPARAMS_CLI_PATH) against an in-process
 // server, its JSON output parsed back into the contract's messages.
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 
 #include <cmath>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,27 +19,13 @@
 #include "gtest/gtest.h"
 #include "qparams/v1/qparams.pb.h"
 #include "tests/service_test_util.h"
+#include "tests/subprocess.h"
 #include "tests/test_util.h"
-
-extern char** environ;
 
 namespace qparams::testing {
 namespace {
 
 using google::protobuf::util::MessageDifferencer;
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream s;
-  s << file.rdbuf();
-  return s.str();
-}
 
 // `json` parsed as a Message; a parse failure fails the test.
 template <typename Message>
@@ -92,36 +73,17 @@ class CliTest : public ::testing::Test {
   }
 
   // Runs qparams-cli --target=<the server> ARGS... and collects its output.
-  static CliResult Cli(std::vector<std::string> args) {
+  static ProcessResult Cli(std::vector<std::string> args) {
     args.insert(args.begin(), {QPARAMS_CLI_PATH, "--target=" + server_->address()});
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    const std::string out_path = Path("stdout"), err_path = Path("stderr");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    pid_t pid;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    CliResult result;
-    EXPECT_EQ(spawned, 0) << "cannot run " << argv[0];
-    if (spawned != 0) return result;
-    int status;
-    waitpid(pid, &status, 0);
-    if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-    result.out = ReadAll(out_path);
-    result.err = ReadAll(err_path);
+    ProcessResult result = RunProcess(args, *dir_);
+    EXPECT_NE(result.exit_code, -1) << result.err;
     return result;
   }
 
   // Runs a command that must succeed and returns its output as a Message.
   template <typename Message>
   static Message Ok(std::vector<std::string> args) {
-    const CliResult r = Cli(args);
+    const ProcessResult r = Cli(args);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err, "");
     return Parse<Message>(r.out);
@@ -155,7 +117,7 @@ TEST_F(CliTest, CreateObserveAndReadBack) {
   EXPECT_FALSE(created.initialized());
 
   // Both files over one stream: one JSON document per response, in order.
-  const CliResult observed = Cli({"observe", "cli/plain", a, b});
+  const ProcessResult observed = Cli({"observe", "cli/plain", a, b});
   ASSERT_EQ(observed.exit_code, 0) << observed.err;
   const std::vector<std::string> docs = Documents(observed.out);
   ASSERT_EQ(docs.size(), 2u) << observed.out;
@@ -170,7 +132,7 @@ TEST_F(CliTest, CreateObserveAndReadBack) {
 
   // Reduced here to per-channel min/max: bit-identical qparams.
   Ok<v1::Session>(WithSpec({"create", "cli/reduced"}));
-  const CliResult reduced = Cli({"observe", "--reduce-locally", "cli/reduced", a, b});
+  const ProcessResult reduced = Cli({"observe", "--reduce-locally", "cli/reduced", a, b});
   ASSERT_EQ(reduced.exit_code, 0) << reduced.err;
   const std::vector<std::string> reduced_docs = Documents(reduced.out);
   ASSERT_EQ(reduced_docs.size(), 2u);
@@ -219,19 +181,19 @@ TEST_F(CliTest, ExportModeGranularityAndDelete) {
   EXPECT_FALSE(Ok<v1::Session>({"export-mode", "em/s", "off"}).export_mode());
 
   // After the first forward the server refuses a new granularity: exit 1.
-  const CliResult refused = Cli({"granularity", "em/s", "per_tensor"});
+  const ProcessResult refused = Cli({"granularity", "em/s", "per_tensor"});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(absl::StartsWith(refused.err, "error: FAILED_PRECONDITION: ")) << refused.err;
   EXPECT_EQ(refused.out, "");
   // A malformed one is a usage error: exit 2, nothing sent.
-  const CliResult malformed = Cli({"granularity", "em/s", "per_row"});
+  const ProcessResult malformed = Cli({"granularity", "em/s", "per_row"});
   EXPECT_EQ(malformed.exit_code, 2);
   EXPECT_TRUE(absl::StartsWith(malformed.err, "error: INVALID_ARGUMENT: GRANULARITY:"))
       << malformed.err;
 
-  const CliResult deleted = Cli({"delete", "em/s"});
+  const ProcessResult deleted = Cli({"delete", "em/s"});
   EXPECT_EQ(deleted.exit_code, 0) << deleted.err;
-  const CliResult gone = Cli({"get", "em/s"});
+  const ProcessResult gone = Cli({"get", "em/s"});
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_TRUE(absl::StartsWith(gone.err, "error: NOT_FOUND: ")) << gone.err;
 }
@@ -246,7 +208,7 @@ TEST_F(CliTest, ObserveReportsEachFailedResponse) {
         {"--reduce_locally", "bad/reduced"}}) {
     SCOPED_TRACE(flag);
     Ok<v1::Session>({"create", name});
-    const CliResult r = Cli({"observe", flag, name, good, nan});
+    const ProcessResult r = Cli({"observe", flag, name, good, nan});
     EXPECT_EQ(r.exit_code, 1);
     const std::vector<std::string> docs = Documents(r.out);
     ASSERT_EQ(docs.size(), 2u) << r.out;
@@ -263,17 +225,17 @@ TEST_F(CliTest, ReadsBFloat16FilesWithTheDTypeFlag) {
   const std::string bf16 = Npy("bf16.npy", MakeTensor(DType::kBFloat16, {4}, {1, -2, 0.5, 3}));
   const auto computed = Ok<v1::ComputeResponse>({"compute", "--dtype=bfloat16", bf16});
   EXPECT_EQ(computed.qparams().precision(), v1::BFLOAT16);
-  const CliResult without = Cli({"compute", bf16});
+  const ProcessResult without = Cli({"compute", bf16});
   EXPECT_EQ(without.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(without.err, "bfloat16")) << without.err;
 }
 
 TEST_F(CliTest, Health) {
-  const CliResult server = Cli({"health"});
+  const ProcessResult server = Cli({"health"});
   EXPECT_EQ(server.exit_code, 0) << server.err;
   EXPECT_EQ(Parse<grpc::health::v1::HealthCheckResponse>(server.out).status(),
             grpc::health::v1::HealthCheckResponse::SERVING);
-  const CliResult table = Cli({"--format=table", "health", "qparams.v1.QParamsService"});
+  const ProcessResult table = Cli({"--format=table", "health", "qparams.v1.QParamsService"});
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_EQ(table.out, "SERVING\n");
   EXPECT_EQ(Cli({"health", "no.such.Service"}).exit_code, 1);
@@ -281,9 +243,9 @@ TEST_F(CliTest, Health) {
 
 TEST_F(CliTest, ErrorsAndExitCodes) {
   // A server error: its code name and message on stderr, exit 1.
-  const CliResult exists = Cli({"create", "dup"});
+  const ProcessResult exists = Cli({"create", "dup"});
   ASSERT_EQ(exists.exit_code, 0) << exists.err;
-  const CliResult again = Cli({"create", "dup"});
+  const ProcessResult again = Cli({"create", "dup"});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_TRUE(absl::StartsWith(again.err, "error: ALREADY_EXISTS: ")) << again.err;
   EXPECT_TRUE(absl::StrContains(again.err, "dup")) << again.err;
@@ -299,7 +261,7 @@ TEST_F(CliTest, ErrorsAndExitCodes) {
                                              {"--spec={nope", "create", "x"},
                                              {"--format=yaml", "calculators"},
                                              {"export-mode", "dup", "maybe"}}) {
-    const CliResult r = Cli(args);
+    const ProcessResult r = Cli(args);
     EXPECT_EQ(r.exit_code, 2) << args[0];
     EXPECT_TRUE(absl::StartsWith(r.err, "error: INVALID_ARGUMENT: ")) << r.err;
   }
