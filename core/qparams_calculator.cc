@@ -1,6 +1,7 @@
 #include "core/qparams_calculator.h"
 
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -191,6 +192,10 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
         "state: the initialized flag, filled buffers, their precision and a positive "
         "observation_count go together");
   }
+  if (state.observation_count < 0 || state.observation_count == INT64_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state.observation_count is ", state.observation_count, "; no calculator can have it"));
+  }
   if (absl::Status s = ExpectSize("qparams.scale", q.scale.size(), *n); !s.ok()) return s;
   if (absl::Status s =
           ExpectSize("qparams.zero_point", q.zero_point.size(), q.has_zero_point ? *n : 0);
@@ -201,11 +206,12 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
       !s.ok()) {
     return s;
   }
-  // Only finite inputs are observed, but a finite range wider than float32 gives an
-  // infinite scale (and minval), which a restored calculator must carry on with.
+  // Only finite inputs are observed, but a finite range wider than float32 (or a
+  // float_range bound beyond it) gives an infinite scale and minval, and then a zero
+  // point from inf/inf: states a restored calculator must carry on with.
   for (int64_t i = 0; i < *n; ++i) {
     if (!(q.scale[i] > 0) || (q.has_minval && std::isnan(q.minval[i])) ||
-        (q.has_zero_point &&
+        (q.has_zero_point && std::isfinite(q.scale[i]) &&
          (q.zero_point[i] < recipe_.quant_min || q.zero_point[i] > recipe_.quant_max))) {
       return absl::InvalidArgumentError(
           absl::StrCat("state.qparams[", i,
@@ -264,11 +270,10 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
       return s;
     }
     for (size_t i = 0; i < r.lo.size(); ++i) {
-      if (!(std::isfinite(r.lo[i]) && std::isfinite(r.hi[i]) && r.lo[i] <= 0 && r.hi[i] >= 0)) {
+      // Infinite only through a float_range bound beyond float32.
+      if (!(r.lo[i] <= 0 && r.hi[i] >= 0)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("state.running[", i,
-                         "]: running_min must be finite and <= 0, running_max finite "
-                         "and >= 0"));
+            absl::StrCat("state.running[", i, "]: running_min must be <= 0 and running_max >= 0"));
       }
     }
   }

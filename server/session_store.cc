@@ -226,6 +226,11 @@ std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Re
   std::vector<std::string> problems;
   absl::MutexLock lock(&mu_);
   for (const auto& [key, state] : live) {
+    if (absl::Status name = ValidateSessionName(state->key().name(), "session name");
+        !name.ok()) {
+      problems.push_back(absl::StrCat("skipped a record of an invalid ", name.message()));
+      continue;
+    }
     absl::StatusOr<DecodedSession> decoded = DecodeSession(*state);
     if (!decoded.ok()) {
       problems.push_back(absl::StrCat("skipped a record that does not restore: ",

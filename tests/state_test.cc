@@ -154,6 +154,19 @@ TEST(State, InfiniteScalesRestore) {
   }
 }
 
+// A float_range bound beyond float32 becomes infinite in the running range.
+TEST(State, InfiniteFloatRangeBoundsRestore) {
+  for (const char* key : {"static", "global_minmax", "moving_average"}) {
+    QuantSpec spec = MakeSpec("int8", QS::kAsymmetric);
+    spec.float_range.max = 1e300;
+    ASSERT_OK_AND_ASSIGN(Calc calc, Create(key, spec));
+    ASSERT_OK(calc->Forward(Obs(Vec({0.5, -0.5}))));
+    const CalculatorState state = calc->ExportState();
+    ASSERT_OK_AND_ASSIGN(Calc restored, CreateFromState(state));
+    EXPECT_TRUE(SameState(restored->ExportState(), state)) << key;
+  }
+}
+
 TEST(State, ExportedFieldsOfARunningCalculator) {
   ASSERT_OK_AND_ASSIGN(Calc calc, Create("moving_average", MakeSpec("int8", QS::kSymmetric),
                                          CalculatorOptions{0.5}));
@@ -284,6 +297,8 @@ TEST(State, RejectsInconsistentStates) {
       {"NaN minval", [](CalculatorState& s) { s.qparams.minval[0] = NAN; }},
       {"zero point above quant_max", [](CalculatorState& s) { s.qparams.zero_point[0] = 128; }},
       {"NaN running min", [](CalculatorState& s) { s.running->lo[0] = NAN; }},
+      {"observation count at the int64 limit",
+       [](CalculatorState& s) { s.observation_count = INT64_MAX; }},
       {"positive running min", [](CalculatorState& s) { s.running->lo[0] = 1.0; }},
   };
   for (const Breakage& b : breakages) {
