@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= 2
 
-.PHONY: all deps configure build test run bench clean
+.PHONY: all deps configure build test run bench hardening sanitize fuzz clean
 
 all: build
 
@@ -26,6 +26,18 @@ run: build
 
 bench: build
 	$(BUILD_DIR)/bench/core_bench
+
+# scripts/ci-hardening.sh, each stage in its own build-* directory: ASan+UBSan on every
+# test and TSan on the concurrency tests (sanitize), the fuzz targets for
+# FUZZ_SECONDS (60) each (fuzz), or all three (hardening, as CI runs it).
+hardening:
+	scripts/ci-hardening.sh
+
+sanitize:
+	scripts/ci-hardening.sh asan tsan
+
+fuzz:
+	scripts/ci-hardening.sh fuzz
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -11,6 +11,9 @@ packages=(
   zlib1g-dev openssl
   libgtest-dev libgmock-dev
   libbenchmark-dev
+  # scripts/ci-hardening.sh: clang, its sanitizer and libFuzzer runtimes (with
+  # <fuzzer/FuzzedDataProvider.h>), and LLVM's OpenMP (with the Archer TSan tool).
+  clang-14 libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

@@ -1,0 +1,274 @@
+// Writes the seed corpora of the fuzz targets: `fuzz_make_seeds DIR` fills
+// DIR/fuzz_requests, DIR/fuzz_restore and DIR/fuzz_core (fuzz/corpus is its output,
+// committed; run it again after changing an input format: scripts/ci-hardening.sh
+// does not).
+//
+// fuzz_requests seeds are valid requests of every method (byte 0 picks the method,
+// see service_harness.h) on the session names "s" and "m", and two sequences that
+// walk a session through its life on a fresh service. fuzz_restore seeds are the
+// records of engines holding sessions of every stateful calculator, initialized or
+// not, in export mode, deleted and evicted. fuzz_core seeds are deterministic
+// pseudo-random bytes: a FuzzedDataProvider makes something of any.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "core/tensor.h"
+#include "fuzz/service_harness.h"
+#include "proto/convert.h"
+#include "qparams/storage/v1/storage.pb.h"
+#include "qparams/v1/qparams.pb.h"
+#include "server/engine.h"
+
+namespace qparams {
+namespace {
+
+namespace fs = std::filesystem;
+
+using fuzz::kCompute;
+using fuzz::kCreateSession;
+using fuzz::kDeleteSession;
+using fuzz::kGetQParams;
+using fuzz::kGetSession;
+using fuzz::kListCalculators;
+using fuzz::kListSessions;
+using fuzz::kObserve;
+using fuzz::kSetExportMode;
+using fuzz::kSetGranularity;
+
+void Write(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string Single(uint8_t method, const google::protobuf::Message& m) {
+  return std::string(1, static_cast<char>(method)) + m.SerializeAsString();
+}
+
+std::string Sequence(const std::vector<std::pair<uint8_t, std::string>>& requests) {
+  return std::string(1, static_cast<char>(0xFF)) + fuzz::EncodeFrames(requests);
+}
+
+v1::Tensor F32(Shape shape, const std::vector<float>& values) {
+  v1::Tensor t;
+  t.set_dtype(v1::FLOAT32);
+  t.mutable_shape()->Assign(shape.begin(), shape.end());
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  return t;
+}
+
+v1::Tensor Bf16(Shape shape, const std::vector<float>& values) {
+  v1::Tensor t;
+  t.set_dtype(v1::BFLOAT16);
+  t.mutable_shape()->Assign(shape.begin(), shape.end());
+  std::string data;
+  for (float v : values) {
+    const uint16_t b = FloatToBFloat16(v);
+    data.append(reinterpret_cast<const char*>(&b), 2);
+  }
+  t.set_data(data);
+  return t;
+}
+
+void RequestSeeds(const fs::path& dir) {
+  fs::create_directories(dir);
+
+  v1::ComputeRequest compute;
+  compute.set_calculator("dynamic");
+  *compute.mutable_tensor() = F32({2, 3}, {-1.5f, 0.25f, 3.0f, 0.5f, -2.0f, 1.0f});
+  Write(dir / "compute_dynamic_f32", Single(kCompute, compute));
+
+  compute.set_calculator("static");
+  compute.mutable_spec()->set_dtype("uint4");
+  compute.mutable_spec()->set_qscheme(v1::ASYMMETRIC);
+  v1::PerBlock* block = compute.mutable_spec()->mutable_granularity()->mutable_per_block();
+  block->set_axis(1);
+  block->add_block_size(2);
+  *compute.mutable_tensor() = Bf16({2, 4}, {-1, 2, 0.5f, 4, 8, -3, 0, 1});
+  Write(dir / "compute_static_per_block_bf16", Single(kCompute, compute));
+
+  v1::CreateSessionRequest create;
+  create.set_name("s");
+  create.set_calculator("global_minmax");
+  create.mutable_spec()->set_qscheme(v1::ASYMMETRIC);
+  create.mutable_spec()->mutable_granularity()->mutable_per_channel()->set_axis(0);
+  Write(dir / "create_global_minmax", Single(kCreateSession, create));
+
+  v1::CreateSessionRequest create_ma;
+  create_ma.set_name("m");
+  create_ma.set_calculator("moving_average");
+  create_ma.set_averaging_constant(0.5);
+  create_ma.mutable_spec()->set_dtype("float8_e4m3fn");
+  create_ma.mutable_spec()->set_target(v1::ACTIVATION);
+  create_ma.mutable_spec()->mutable_float_range()->set_max(6.0);
+  Write(dir / "create_moving_average", Single(kCreateSession, create_ma));
+
+  v1::ObserveRequest observe;
+  observe.set_name("s");
+  *observe.mutable_tensor() = F32({2, 3}, {-1.5f, 0.25f, 3.0f, 0.5f, -2.0f, 1.0f});
+  Write(dir / "observe_tensor", Single(kObserve, observe));
+
+  v1::ObserveRequest observe_range;
+  observe_range.set_name("s");
+  v1::RangeObservation* range = observe_range.mutable_range();
+  range->add_input_shape(2);
+  range->add_input_shape(3);
+  *range->mutable_min() = F32({2, 1}, {-4.0f, -1.0f});
+  *range->mutable_max() = F32({2, 1}, {2.0f, 1.5f});
+  Write(dir / "observe_range", Single(kObserve, observe_range));
+
+  v1::ListSessionsRequest list;
+  list.set_page_size(1);
+  Write(dir / "list_sessions", Single(kListSessions, list));
+
+  v1::SetGranularityRequest granularity;
+  granularity.set_name("s");
+  v1::PerBlock* multi = granularity.mutable_granularity()->mutable_per_block();
+  multi->add_block_size(1);
+  multi->add_block_size(-1);
+  Write(dir / "set_granularity", Single(kSetGranularity, granularity));
+
+  v1::SetExportModeRequest export_mode;
+  export_mode.set_name("s");
+  export_mode.set_enabled(true);
+  Write(dir / "set_export_mode", Single(kSetExportMode, export_mode));
+
+  v1::GetSessionRequest get;
+  get.set_name("s");
+  Write(dir / "get_session", Single(kGetSession, get));
+
+  v1::DeleteSessionRequest del;
+  del.set_name("s");
+  Write(dir / "delete_session", Single(kDeleteSession, del));
+
+  v1::GetQParamsRequest qparams;
+  qparams.set_name("s");
+  Write(dir / "get_qparams", Single(kGetQParams, qparams));
+
+  Write(dir / "list_calculators", Single(kListCalculators, v1::ListCalculatorsRequest()));
+
+  // A session's life on a fresh service.
+  v1::ListSessionsRequest list_s;
+  list_s.set_filter("s");
+  Write(dir / "sequence_global_minmax",
+        Sequence({{kCreateSession, create.SerializeAsString()},
+                  {kSetGranularity, granularity.SerializeAsString()},
+                  {kObserve, observe.SerializeAsString()},
+                  {kObserve, observe_range.SerializeAsString()},
+                  {kGetQParams, qparams.SerializeAsString()},
+                  {kSetExportMode, export_mode.SerializeAsString()},
+                  {kObserve, observe.SerializeAsString()},
+                  {kListSessions, list_s.SerializeAsString()},
+                  {kDeleteSession, del.SerializeAsString()}}));
+
+  v1::ObserveRequest observe_m;
+  observe_m.set_name("m");
+  *observe_m.mutable_tensor() = Bf16({4}, {-1, 0.5f, 2, 7});
+  v1::SetGranularityRequest per_tensor;
+  per_tensor.set_name("m");
+  per_tensor.mutable_granularity()->mutable_per_tensor();
+  Write(dir / "sequence_moving_average",
+        Sequence({{kCreateSession, create_ma.SerializeAsString()},
+                  {kSetGranularity, per_tensor.SerializeAsString()},
+                  {kObserve, observe_m.SerializeAsString()},
+                  {kObserve, observe_m.SerializeAsString()},
+                  {kGetSession, [] {
+                     v1::GetSessionRequest g;
+                     g.set_name("m");
+                     return g.SerializeAsString();
+                   }()}}));
+}
+
+// The records of `engine`, framed as fuzz_restore reads them.
+std::string RecordFrames(const Engine& engine) {
+  std::vector<std::pair<uint8_t, std::string>> frames;
+  for (const storage::v1::Record& record : engine.Records()) {
+    frames.emplace_back(0, record.SerializeAsString());
+  }
+  return fuzz::EncodeFrames(frames);
+}
+
+void RestoreSeeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  const std::string x1 = [] {
+    const std::vector<float> v = {-1.5f, 0.25f, 3.0f, 0.5f, -2.0f, 1.0f};
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  }();
+  const TensorView x = *TensorView::Create(DType::kFloat32, {2, 3}, x1);
+
+  Engine engine;
+  QuantSpec per_channel;
+  per_channel.qscheme = QScheme::kAsymmetric;
+  per_channel.granularity = Granularity::PerChannel(0);
+  QuantSpec fp8;
+  fp8.dtype = "float8_e4m3fn";
+  fp8.target = Target::kActivation;
+  fp8.float_range.max = 6.0;
+  QuantSpec block;
+  block.dtype = "int4";
+  block.granularity = Granularity::PerBlock(1, 3);
+  (void)engine.CreateSession("", "s", "global_minmax", per_channel, std::nullopt);
+  (void)engine.CreateSession("", "m", "moving_average", fp8, 0.5);
+  (void)engine.CreateSession("", "b", "static", block, std::nullopt);
+  (void)engine.CreateSession("", "empty", "", QuantSpec{}, std::nullopt);
+  (void)engine.CreateSession("tenant-a", "s", "static", QuantSpec{}, std::nullopt);
+  Write(dir / "records_fresh", RecordFrames(engine));
+
+  (void)engine.Observe("", "s", Observation::FromTensor(x));
+  (void)engine.Observe("", "s", Observation::FromTensor(x));
+  (void)engine.Observe("", "m", Observation::FromTensor(x));
+  (void)engine.Observe("", "b", Observation::FromTensor(x));
+  (void)engine.SetExportMode("", "b", true);
+  (void)engine.DeleteSession("", "empty");
+  Write(dir / "records_observed", RecordFrames(engine));
+
+  // An engine whose idle sessions were evicted, and a journal-like history: puts,
+  // then an erase and an eviction of the same keys.
+  EngineOptions ttl;
+  ttl.session_ttl = absl::Hours(1);
+  Engine evicting(ttl);
+  (void)evicting.CreateSession("", "gone", "static", QuantSpec{}, std::nullopt);
+  (void)evicting.CreateSession("", "kept", "global_minmax", per_channel, std::nullopt);
+  (void)evicting.Observe("", "kept", Observation::FromTensor(x));
+  std::string history = RecordFrames(evicting);
+  evicting.EvictIdle(absl::Now() + absl::Hours(2));
+  history += RecordFrames(evicting);
+  storage::v1::Record erase;
+  erase.mutable_erase()->set_name("kept");
+  history += fuzz::EncodeFrames({{0, erase.SerializeAsString()}});
+  Write(dir / "records_evicted_and_erased", history);
+}
+
+void CoreSeeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::mt19937 rng(20261130);
+  for (size_t size : {32, 64, 128, 256, 512, 768, 1024, 2048}) {
+    std::string bytes(size, '\0');
+    for (char& b : bytes) b = static_cast<char>(rng() & 0xff);
+    Write(dir / ("random_" + std::to_string(size)), bytes);
+  }
+}
+
+}  // namespace
+}  // namespace qparams
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr,
+                 "usage: %s DIR  (writes DIR/fuzz_requests, DIR/fuzz_restore, DIR/fuzz_core)\n",
+                 argv[0]);
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  qparams::RequestSeeds(dir / "fuzz_requests");
+  qparams::RestoreSeeds(dir / "fuzz_restore");
+  qparams::CoreSeeds(dir / "fuzz_core");
+  return 0;
+}

@@ -1,0 +1,433 @@
+// The in-process service harness of fuzz_requests and fuzz_restore: a
+// QParamsServiceImpl over an Engine, its unary methods called without gRPC's
+// transport (each on a test CallbackServerContext whose default reactor records the
+// status it finishes with: grpcpp/test/default_reactor_test_peer.h), and the contract
+// rules of shared/docs/api.md checked on every answer.
+
+#ifndef QPARAMS_FUZZ_SERVICE_HARNESS_H_
+#define QPARAMS_FUZZ_SERVICE_HARNESS_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/test/default_reactor_test_peer.h"
+#include "qparams/v1/qparams.pb.h"
+#include "server/engine.h"
+#include "server/qparams_service.h"
+
+namespace qparams::fuzz {
+
+using google::protobuf::util::MessageDifferencer;
+
+enum Method : uint8_t {
+  kCompute = 0,
+  kCreateSession,
+  kObserve,
+  kListSessions,
+  kSetGranularity,
+  kSetExportMode,
+  kGetSession,
+  kDeleteSession,
+  kGetQParams,
+  kListCalculators,
+  kMethods,
+};
+
+constexpr int64_t kMaxSessions = 32;
+constexpr int64_t kMaxTensorElements = int64_t{1} << 16;
+
+// ---- Failure reporting ----
+
+// Called before a contract violation traps (fuzz_requests writes its history).
+inline void (*on_failure)() = nullptr;
+
+[[noreturn]] inline void Fail(const std::string& what, const google::protobuf::Message* message) {
+  std::fprintf(stderr, "fuzz: contract violated: %s\n", what.c_str());
+  if (message != nullptr) std::fprintf(stderr, "%s\n", message->DebugString().c_str());
+  if (on_failure != nullptr) on_failure();
+  __builtin_trap();
+}
+
+inline void Check(bool ok, const std::string& what,
+                  const google::protobuf::Message* message = nullptr) {
+  if (!ok) Fail(what, message);
+}
+
+// Protobuf logs every string field with invalid UTF-8 it parses; fuzz inputs are
+// full of them.
+inline void QuietProtobufLogs() {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
+                                     const std::string&) {});
+}
+
+// ---- Framing ----
+
+// Inputs made of several messages: records of [tag byte][uint32 LE length][bytes].
+inline std::string EncodeFrames(const std::vector<std::pair<uint8_t, std::string>>& frames) {
+  std::string out;
+  for (const auto& [tag, bytes] : frames) {
+    out.push_back(static_cast<char>(tag));
+    const uint32_t n = static_cast<uint32_t>(bytes.size());
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    out += bytes;
+  }
+  return out;
+}
+
+// The frames of data[0, size); a short last length takes what is left.
+inline std::vector<std::pair<uint8_t, std::string_view>> DecodeFrames(const uint8_t* data,
+                                                                      size_t size) {
+  std::vector<std::pair<uint8_t, std::string_view>> frames;
+  size_t at = 0;
+  while (at + 5 <= size) {
+    const uint8_t tag = data[at];
+    uint32_t n = 0;
+    for (int i = 0; i < 4; ++i) n |= uint32_t{data[at + 1 + i]} << (8 * i);
+    at += 5;
+    if (n > size - at) n = static_cast<uint32_t>(size - at);
+    frames.emplace_back(tag, std::string_view(reinterpret_cast<const char*>(data + at), n));
+    at += n;
+  }
+  return frames;
+}
+
+// ---- The service under test ----
+
+struct Service {
+  Engine engine;
+  QParamsServiceImpl service;
+
+  static EngineOptions MakeEngineOptions() {
+    EngineOptions options;
+    options.max_sessions = kMaxSessions;
+    return options;
+  }
+  static ServiceOptions MakeServiceOptions() {
+    ServiceOptions options;
+    options.max_tensor_elements = kMaxTensorElements;
+    options.log_failed_rpcs = false;
+    return options;
+  }
+  Service() : engine(MakeEngineOptions()), service(&engine, MakeServiceOptions()) {}
+};
+
+// Calls a unary method as gRPC's callback server would, and returns the status the
+// handler finished with.
+template <typename Request, typename Response>
+grpc::Status Call(QParamsServiceImpl& service,
+                  grpc::ServerUnaryReactor* (QParamsServiceImpl::*method)(
+                      grpc::CallbackServerContext*, const Request*, Response*),
+                  const Request& request, Response* response) {
+  grpc::CallbackServerContext context;
+  grpc::testing::DefaultReactorTestPeer peer(&context);
+  grpc::ServerUnaryReactor* reactor = (service.*method)(&context, &request, response);
+  Check(reactor == peer.reactor(), "a unary handler returned a reactor of its own", &request);
+  Check(peer.test_status_set(), "a unary handler returned without finishing", &request);
+  const grpc::Status status = peer.test_status();
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK:
+      break;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      Check(!status.error_message().empty(), "an error without a message", &request);
+      break;
+    default:
+      Fail("status code " + std::to_string(status.error_code()) +
+               " is not one the contract documents for this server: " + status.error_message(),
+           &request);
+  }
+  // The response goes on the wire.
+  std::string wire;
+  Check(response->SerializeToString(&wire), "a response that does not serialize", response);
+  return status;
+}
+
+// ---- Invariants of responses ----
+
+// prod(shape) with every dim >= 0 and no overflow, or -1.
+inline int64_t Product(const google::protobuf::RepeatedField<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d != 0 && n > INT64_MAX / d)) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+inline void CheckQParams(const v1::QParams& q, const google::protobuf::Message& context) {
+  const int64_t n = Product(q.shape());
+  Check(n >= 0, "qparams.shape is malformed", &context);
+  const bool empty = q.shape_size() == 1 && q.shape(0) == 0;
+  Check(n > 0 || empty, "qparams.shape has no blocks but is not the empty [0]", &context);
+  Check(q.scale_size() == n, "qparams.scale does not hold prod(shape) values", &context);
+  Check(q.zero_point_size() == (q.has_zero_point() ? n : 0), "qparams.zero_point size", &context);
+  Check(q.minval_size() == (q.has_minval() ? n : 0), "qparams.minval size", &context);
+  Check(q.has_zero_point() == q.has_minval(), "has_zero_point != has_minval", &context);
+  Check(empty == (q.precision() == v1::DTYPE_UNSPECIFIED),
+        "qparams.precision is set exactly when the buffers are filled", &context);
+  for (float s : q.scale()) Check(!(s <= 0), "a scale <= 0", &context);
+}
+
+inline void CheckSession(const v1::Session& s) {
+  Check(!s.name().empty(), "a session without a name", &s);
+  Check(s.calculator() == "static" || s.calculator() == "moving_average" ||
+            s.calculator() == "global_minmax",
+        "a session of a calculator that is not a stateful built-in", &s);
+  Check(s.spec().range_calculator() == "minmax", "an unresolved spec.range_calculator", &s);
+  Check(s.spec().has_quant_min() && s.spec().has_quant_max(), "an unresolved quant range", &s);
+  Check(s.spec().granularity().kind_case() != v1::Granularity::KIND_NOT_SET,
+        "an unresolved granularity", &s);
+  Check(s.observation_count() >= 0, "a negative observation_count", &s);
+  Check(s.initialized() == (s.observation_count() > 0),
+        "initialized differs from observation_count > 0", &s);
+  CheckQParams(s.qparams(), s);
+  Check(s.initialized() == (s.qparams().precision() != v1::DTYPE_UNSPECIFIED),
+        "initialized differs from filled buffers", &s);
+  Check(s.running_min_size() == s.running_max_size(), "running_min/max sizes differ", &s);
+  if (s.calculator() != "static" && s.initialized()) {
+    Check(s.running_min_size() == s.qparams().scale_size(), "running range size", &s);
+  }
+  Check(s.initialized() == (s.input_dtype() != v1::DTYPE_UNSPECIFIED),
+        "input_dtype is set exactly when initialized", &s);
+}
+
+// The session as GetSession shows it, or nullopt-like empty name when absent.
+inline v1::Session Snapshot(Service& s, const std::string& name) {
+  v1::GetSessionRequest request;
+  request.set_name(name);
+  v1::Session session;
+  if (!Call(s.service, &QParamsServiceImpl::GetSession, request, &session).ok()) session.Clear();
+  return session;
+}
+
+inline void CheckUnchanged(const v1::Session& before, const v1::Session& after,
+                    const google::protobuf::Message& request) {
+  if (!MessageDifferencer::Equals(before, after)) {
+    std::fprintf(stderr, "before:\n%s\nafter:\n%s\n", before.DebugString().c_str(),
+                 after.DebugString().c_str());
+    Fail("a failed call changed its session", &request);
+  }
+}
+
+// ---- One request ----
+
+template <typename Request>
+bool Parse(const uint8_t* data, size_t size, Request* request) {
+  return request->ParseFromArray(data, static_cast<int>(size));
+}
+
+// Runs one request on `s`; returns false if the bytes are not that message.
+inline bool Handle(Service& s, uint8_t method, const uint8_t* data, size_t size) {
+  QParamsServiceImpl& svc = s.service;
+  switch (method % kMethods) {
+    case kCompute: {
+      v1::ComputeRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::ComputeResponse response;
+      if (Call(svc, &QParamsServiceImpl::Compute, request, &response).ok()) {
+        CheckQParams(response.qparams(), response);
+        Check(response.qparams().shape_size() == request.tensor().shape_size(),
+              "Compute's qparams rank differs from the tensor's", &request);
+      }
+      return true;
+    }
+    case kCreateSession: {
+      v1::CreateSessionRequest request;
+      if (!Parse(data, size, &request)) return false;
+      const v1::Session before = Snapshot(s, request.name());
+      v1::Session response;
+      const grpc::Status status = Call(svc, &QParamsServiceImpl::CreateSession, request, &response);
+      if (!status.ok()) {
+        CheckUnchanged(before, Snapshot(s, request.name()), request);
+        return true;
+      }
+      CheckSession(response);
+      Check(response.name() == request.name(), "CreateSession named the session otherwise",
+            &response);
+      Check(response.observation_count() == 0 && !response.initialized(),
+            "a new session is not empty", &response);
+      // "Sending a session's spec back to CreateSession gives an identical session."
+      v1::CreateSessionRequest again;
+      again.set_name("zz.fuzz.respec");
+      again.set_calculator(response.calculator());
+      *again.mutable_spec() = response.spec();
+      if (response.calculator() == "moving_average") {
+        again.set_averaging_constant(response.averaging_constant());
+      }
+      v1::Session copy;
+      const grpc::Status copied = Call(svc, &QParamsServiceImpl::CreateSession, again, &copy);
+      if (copied.ok()) {
+        Check(MessageDifferencer::Equals(copy.spec(), response.spec()) &&
+                  copy.calculator() == response.calculator() &&
+                  copy.averaging_constant() == response.averaging_constant() &&
+                  copy.description() == response.description(),
+              "the resolved spec sent back gives another session", &copy);
+        v1::DeleteSessionRequest del;
+        del.set_name(again.name());
+        v1::DeleteSessionResponse deleted;
+        Check(Call(svc, &QParamsServiceImpl::DeleteSession, del, &deleted).ok(),
+              "cannot delete a session just created", &del);
+      } else {
+        Check(copied.error_code() == grpc::StatusCode::ALREADY_EXISTS ||
+                  copied.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED,
+              "the resolved spec sent back is refused: " + copied.error_message(), &again);
+      }
+      return true;
+    }
+    case kObserve: {
+      v1::ObserveRequest request;
+      if (!Parse(data, size, &request)) return false;
+      const v1::Session before = Snapshot(s, request.name());
+      v1::ObserveResponse response;
+      const grpc::Status status = Call(svc, &QParamsServiceImpl::Observe, request, &response);
+      const v1::Session after = Snapshot(s, request.name());
+      if (!status.ok()) {
+        CheckUnchanged(before, after, request);
+        Check(response.observation_count() == before.observation_count(),
+              "a failed Observe reports another observation_count", &response);
+        return true;
+      }
+      CheckQParams(response.qparams(), response);
+      CheckSession(after);
+      Check(response.observation_count() == after.observation_count(),
+            "Observe's observation_count differs from the session's", &response);
+      Check(MessageDifferencer::Equals(response.qparams(), after.qparams()),
+            "Observe's qparams differ from the session's buffers", &response);
+      const bool cached = before.export_mode() ||
+                          (before.initialized() && before.spec().float_range().has_min() &&
+                           before.spec().float_range().has_max());
+      Check(after.observation_count() == before.observation_count() + (cached ? 0 : 1),
+            "Observe did not count exactly the computing forward", &response);
+      return true;
+    }
+    case kListSessions: {
+      v1::ListSessionsRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::ListSessionsResponse response;
+      if (!Call(svc, &QParamsServiceImpl::ListSessions, request, &response).ok()) return true;
+      const int limit = request.page_size() == 0 ? Engine::kDefaultPageSize
+                                                 : std::min(request.page_size(),
+                                                            Engine::kMaxPageSize);
+      Check(response.sessions_size() <= limit, "a page larger than page_size", &response);
+      for (int i = 0; i < response.sessions_size(); ++i) {
+        CheckSession(response.sessions(i));
+        Check(response.sessions(i).name().compare(0, request.filter().size(), request.filter()) ==
+                  0,
+              "a listed session does not match the filter", &response);
+        if (i > 0) {
+          Check(response.sessions(i - 1).name() < response.sessions(i).name(),
+                "sessions are not in byte order", &response);
+        }
+      }
+      if (!response.next_page_token().empty()) {
+        Check(response.sessions_size() == limit, "a page before the last is not full", &response);
+        v1::ListSessionsRequest next = request;
+        next.set_page_token(response.next_page_token());
+        v1::ListSessionsResponse next_response;
+        Check(Call(svc, &QParamsServiceImpl::ListSessions, next, &next_response).ok(),
+              "the next_page_token is refused", &next);
+        if (next_response.sessions_size() > 0 && response.sessions_size() > 0) {
+          Check(response.sessions(response.sessions_size() - 1).name() <
+                    next_response.sessions(0).name(),
+                "the next page does not continue the previous one", &next_response);
+        }
+      }
+      return true;
+    }
+    case kSetGranularity: {
+      v1::SetGranularityRequest request;
+      if (!Parse(data, size, &request)) return false;
+      const v1::Session before = Snapshot(s, request.name());
+      v1::Session response;
+      const grpc::Status status =
+          Call(svc, &QParamsServiceImpl::SetGranularity, request, &response);
+      if (!status.ok()) {
+        CheckUnchanged(before, Snapshot(s, request.name()), request);
+        return true;
+      }
+      CheckSession(response);
+      Check(!before.initialized(), "SetGranularity succeeded on an initialized session",
+            &response);
+      return true;
+    }
+    case kSetExportMode: {
+      v1::SetExportModeRequest request;
+      if (!Parse(data, size, &request)) return false;
+      const v1::Session before = Snapshot(s, request.name());
+      v1::Session response;
+      const grpc::Status status = Call(svc, &QParamsServiceImpl::SetExportMode, request, &response);
+      if (!status.ok()) {
+        CheckUnchanged(before, Snapshot(s, request.name()), request);
+        return true;
+      }
+      CheckSession(response);
+      Check(response.export_mode() == request.enabled(), "export_mode not as set", &response);
+      Check(MessageDifferencer::Equals(response.qparams(), before.qparams()),
+            "SetExportMode changed the buffers", &response);
+      return true;
+    }
+    case kGetSession: {
+      v1::GetSessionRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::Session response;
+      if (Call(svc, &QParamsServiceImpl::GetSession, request, &response).ok()) {
+        CheckSession(response);
+        Check(response.name() == request.name(), "GetSession answered another session",
+              &response);
+      }
+      return true;
+    }
+    case kDeleteSession: {
+      v1::DeleteSessionRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::DeleteSessionResponse response;
+      if (Call(svc, &QParamsServiceImpl::DeleteSession, request, &response).ok()) {
+        v1::GetSessionRequest get;
+        get.set_name(request.name());
+        v1::Session session;
+        Check(Call(svc, &QParamsServiceImpl::GetSession, get, &session).error_code() ==
+                  grpc::StatusCode::NOT_FOUND,
+              "a deleted session is still there", &request);
+      }
+      return true;
+    }
+    case kGetQParams: {
+      v1::GetQParamsRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::GetQParamsResponse response;
+      if (Call(svc, &QParamsServiceImpl::GetQParams, request, &response).ok()) {
+        CheckQParams(response.qparams(), response);
+        const v1::Session session = Snapshot(s, request.name());
+        Check(MessageDifferencer::Equals(response.qparams(), session.qparams()) &&
+                  response.initialized() == session.initialized(),
+              "GetQParams differs from GetSession", &response);
+      }
+      return true;
+    }
+    case kListCalculators: {
+      v1::ListCalculatorsRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::ListCalculatorsResponse response;
+      Check(Call(svc, &QParamsServiceImpl::ListCalculators, request, &response).ok(),
+            "ListCalculators failed", &request);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace qparams::fuzz
+
+#endif  // QPARAMS_FUZZ_SERVICE_HARNESS_H_
