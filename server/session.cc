@@ -36,76 +36,59 @@ absl::Time Session::last_access() const {
 
 absl::Status Session::CheckLive() const { return gone_; }
 
-absl::StatusOr<uint64_t> Session::MutateLocked(const std::function<absl::Status()>& mutate) {
-  if (absl::Status live = CheckLive(); !live.ok()) return live;
-  // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
-  std::optional<CalculatorState> before;
-  if (journal_ != nullptr) before = calculator_->ExportState();
-  if (absl::Status s = mutate(); !s.ok()) return s;
-  const absl::Time previous_update = update_time_;
-  update_time_ = absl::Now();
-  if (journal_ == nullptr) return 0;
-  storage::v1::Record record;
-  *record.mutable_put() =
-      EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
-  absl::StatusOr<uint64_t> sequence = journal_->Append(record);
-  if (!sequence.ok()) {
-    absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> restored = CreateFromState(*before);
-    if (restored.ok()) {
-      calculator_.reset(static_cast<StatefulQParamsCalculatorBase*>(restored->release()));
-      update_time_ = previous_update;
-    } else {  // cannot happen: the state was exported by this very calculator
-      LogError(absl::StrCat("session \"", key_.name, "\": cannot undo a mutation the journal "
-                            "refused: ", restored.status().message()));
+absl::Status Session::Mutate(const std::function<absl::Status()>& mutate) {
+  Touch();
+  uint64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status live = CheckLive(); !live.ok()) return live;
+    // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
+    std::optional<CalculatorState> before;
+    if (journal_ != nullptr) before = calculator_->ExportState();
+    if (absl::Status s = mutate(); !s.ok()) return s;
+    const absl::Time previous_update = update_time_;
+    update_time_ = absl::Now();
+    if (journal_ == nullptr) return absl::OkStatus();
+    storage::v1::Record record;
+    *record.mutable_put() =
+        EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
+    absl::StatusOr<uint64_t> appended = journal_->Append(record);
+    if (!appended.ok()) {
+      absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> restored = CreateFromState(*before);
+      if (restored.ok()) {
+        calculator_.reset(static_cast<StatefulQParamsCalculatorBase*>(restored->release()));
+        update_time_ = previous_update;
+      } else {  // cannot happen: the state was exported by this very calculator
+        LogError(absl::StrCat("session \"", key_.name, "\": cannot undo a mutation the journal "
+                              "refused: ", restored.status().message()));
+      }
+      return appended.status();
     }
-    return sequence.status();
+    sequence = *appended;
   }
-  return *sequence;
-}
-
-absl::Status Session::SyncJournal(uint64_t sequence) const {
-  return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(sequence);
+  // Outside the lock: other mutations may append while this one waits for the disk.
+  return journal_->Sync(sequence);
 }
 
 absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {
-  Touch();
   ObserveResult result;
-  absl::StatusOr<uint64_t> sequence;
-  {
-    absl::MutexLock lock(&mu_);
-    sequence = MutateLocked([&]() -> absl::Status {
-      absl::StatusOr<QParams> qparams = calculator_->Forward(x);
-      if (!qparams.ok()) return qparams.status();
-      result.qparams = *std::move(qparams);
-      return absl::OkStatus();
-    });
-    if (!sequence.ok()) return sequence.status();
+  absl::Status status = Mutate([&]() -> absl::Status {
+    absl::StatusOr<QParams> qparams = calculator_->Forward(x);
+    if (!qparams.ok()) return qparams.status();
+    result.qparams = *std::move(qparams);
     result.observation_count = calculator_->observation_count();
-  }
-  if (absl::Status s = SyncJournal(*sequence); !s.ok()) return s;
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
   return result;
 }
 
 absl::Status Session::SetExportMode(bool enabled) {
-  Touch();
-  absl::StatusOr<uint64_t> sequence;
-  {
-    absl::MutexLock lock(&mu_);
-    sequence = MutateLocked([&] { return calculator_->SetExportMode(enabled); });
-  }
-  if (!sequence.ok()) return sequence.status();
-  return SyncJournal(*sequence);
+  return Mutate([&] { return calculator_->SetExportMode(enabled); });
 }
 
 absl::Status Session::SetGranularity(const Granularity& granularity) {
-  Touch();
-  absl::StatusOr<uint64_t> sequence;
-  {
-    absl::MutexLock lock(&mu_);
-    sequence = MutateLocked([&] { return calculator_->SetGranularity(granularity); });
-  }
-  if (!sequence.ok()) return sequence.status();
-  return SyncJournal(*sequence);
+  return Mutate([&] { return calculator_->SetGranularity(granularity); });
 }
 
 std::pair<QParams, bool> Session::GetQParams() const {

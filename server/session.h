@@ -105,11 +105,10 @@ class Session {
  private:
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Touch() const;
-  // Runs `mutate` on the calculator and journals the result; undoes it if either
-  // fails. Returns the journal sequence to Sync (0 without a journal).
-  absl::StatusOr<uint64_t> MutateLocked(const std::function<absl::Status()>& mutate)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status SyncJournal(uint64_t sequence) const;
+  // Runs `mutate` on the calculator under the session's lock and journals the new
+  // state; undoes it if either fails. Then, outside the lock, waits for the journal
+  // to have the record on disk (Durability::kAlways).
+  absl::Status Mutate(const std::function<absl::Status()>& mutate) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionKey key_;
   const absl::Time create_time_;

@@ -149,11 +149,11 @@ int SessionStore::EvictIdle(absl::Time idle_since) {
   }
   int evicted = 0;
   for (const std::shared_ptr<Session>& session : idle) {
+    // A call that named the session since the scan keeps it.
+    if (session->last_access() >= idle_since) continue;
     storage::v1::Record why;
     *why.mutable_evicted()->mutable_key() = EncodeKey(session->key());
     *why.mutable_evicted()->mutable_evict_time() = wire::TimeToProto(absl::Now());
-    // A call that named the session since the scan keeps it.
-    if (session->last_access() >= idle_since) continue;
     if (Remove(session, why).ok()) ++evicted;
   }
   return evicted;
