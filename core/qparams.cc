@@ -221,6 +221,39 @@ WorkingRange GlobalMinMaxUpdate(const WorkingRange& range, const WorkingRange& r
   return next;
 }
 
+void StoredRange::Assign(const WorkingRange& range) {
+  precision_ = range.precision;
+  shape_ = range.shape;
+  auto fits_float = [](const std::vector<double>& values) {
+    return std::all_of(values.begin(), values.end(), [](double v) {
+      return std::isnan(v) || static_cast<double>(static_cast<float>(v)) == v;
+    });
+  };
+  if (fits_float(range.lo) && fits_float(range.hi)) {
+    lo32_.assign(range.lo.begin(), range.lo.end());
+    hi32_.assign(range.hi.begin(), range.hi.end());
+    lo64_ = {};
+    hi64_ = {};
+  } else {
+    lo32_ = {};
+    hi32_ = {};
+    lo64_.assign(range.lo.begin(), range.lo.end());
+    hi64_.assign(range.hi.begin(), range.hi.end());
+  }
+}
+
+WorkingRange StoredRange::Get() const {
+  WorkingRange range{precision_, shape_, {}, {}};
+  if (lo64_.empty() && hi64_.empty()) {
+    range.lo.assign(lo32_.begin(), lo32_.end());
+    range.hi.assign(hi32_.begin(), hi32_.end());
+  } else {
+    range.lo = lo64_;
+    range.hi = hi64_;
+  }
+  return range;
+}
+
 QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range) {
   return DispatchPrecision(
       range.precision, [&](auto ops) { return QParamsFromRangeIn<decltype(ops)>(recipe, range); });

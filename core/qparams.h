@@ -43,6 +43,28 @@ struct WorkingRange {
   std::vector<double> hi;
 };
 
+// A WorkingRange kept for a long time (a calculator's running range) in four bytes a
+// value when float holds every value exactly, as it does for float32, float16 and
+// bfloat16 precisions, and in eight otherwise: a session's running range then costs
+// what coreai_opt's two float32 buffers do.
+class StoredRange {
+ public:
+  StoredRange() = default;
+  explicit StoredRange(const WorkingRange& range) { Assign(range); }
+
+  // Replaces the stored range, reusing the storage when the size is unchanged.
+  void Assign(const WorkingRange& range);
+
+  // The range, exactly as stored.
+  WorkingRange Get() const;
+
+ private:
+  DType precision_ = DType::kFloat32;
+  Shape shape_;
+  std::vector<float> lo32_, hi32_;   // when every value fits a float exactly
+  std::vector<double> lo64_, hi64_;  // otherwise
+};
+
 // The constants qparams_from_range needs, taken from a resolved spec.
 struct QParamsRecipe {
   bool symmetric = true;  // SYMMETRIC and SYMMETRIC_WITH_CLIPPING

@@ -120,7 +120,23 @@ absl::Status QParamsCalculatorBase::RestoreState(const CalculatorState& state) {
 absl::StatusOr<QParams> StatefulQParamsCalculatorBase::Forward(const Observation& x) {
   if (initialized_ && spec_.float_range.frozen()) return buffers_;  // frozen range
   if (export_mode_) return buffers_;
+  const bool initializing = !initialized_;
+  absl::StatusOr<QParams> q = ComputingForward(x);
+  // The first computing forward allocates the buffers amid its own temporaries. Once
+  // those are freed, the buffers move out of the gaps between them: glibc's malloc
+  // would split the gaps around the buffers and leave sub-page holes that no later
+  // buffer fits (a fifth more resident memory for many small sessions). Later
+  // forwards reuse the buffers' storage.
+  if (initializing && initialized_) ReallocateBuffers();
+  return q;
+}
 
+void StatefulQParamsCalculatorBase::ReallocateBuffers() {
+  QParams fresh = buffers_;
+  buffers_ = std::move(fresh);
+}
+
+absl::StatusOr<QParams> StatefulQParamsCalculatorBase::ComputingForward(const Observation& x) {
   absl::StatusOr<Shape> block = BlockShapeFor(x);
   if (!block.ok()) return block.status();
   if (initialized_) {
@@ -233,19 +249,27 @@ QParams StaticQParamsCalculator::ComputeQParams(const WorkingRange& range) {
 // ---- Running range ----
 
 QParams RunningRangeQParamsCalculator::ComputeQParams(const WorkingRange& range) {
-  running_ = initialized_ ? UpdateRunningRange(range) : range;
-  return QParamsFromRange(recipe_, running_);
+  WorkingRange running = initialized_ ? UpdateRunningRange(range) : range;
+  running_.Assign(running);
+  return QParamsFromRange(recipe_, running);
 }
 
 std::string RunningRangeQParamsCalculator::Description() const {
+  const WorkingRange running = running_range();
   return absl::StrCat(StatefulQParamsCalculatorBase::Description(),
-                      "\nrunning_min=", WorkingRangeRepr(running_.lo, running_),
-                      ", running_max=", WorkingRangeRepr(running_.hi, running_));
+                      "\nrunning_min=", WorkingRangeRepr(running.lo, running),
+                      ", running_max=", WorkingRangeRepr(running.hi, running));
+}
+
+void RunningRangeQParamsCalculator::ReallocateBuffers() {
+  StatefulQParamsCalculatorBase::ReallocateBuffers();
+  StoredRange fresh = running_;
+  running_ = std::move(fresh);
 }
 
 CalculatorState RunningRangeQParamsCalculator::ExportState() const {
   CalculatorState state = StatefulQParamsCalculatorBase::ExportState();
-  if (initialized_) state.running = running_;
+  if (initialized_) state.running = running_range();
   return state;
 }
 
@@ -278,7 +302,7 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
     }
   }
   if (absl::Status s = StatefulQParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
-  running_ = state.running.value_or(WorkingRange());
+  running_ = StoredRange(state.running.value_or(WorkingRange()));
   return absl::OkStatus();
 }
 

@@ -110,8 +110,12 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // Whether the kind keeps running_min/running_max (and so may restore them).
   virtual bool has_running_range() const { return false; }
   absl::Status RestoreState(const CalculatorState& state) override;
+  // Moves every buffer the calculator keeps into a fresh allocation of its own.
+  virtual void ReallocateBuffers();
 
  private:
+  absl::StatusOr<QParams> ComputingForward(const Observation& x);
+
   QParams buffers_ = QParams::Empty(recipe_.has_zero_point, recipe_.has_zero_point);
   bool export_mode_ = false;
   int64_t observation_count_ = 0;
@@ -132,7 +136,7 @@ class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
 class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
  public:
   // running_min / running_max in working precision (empty before initialization).
-  const WorkingRange& running_range() const { return running_; }
+  WorkingRange running_range() const { return running_.Get(); }
   std::string Description() const override;
   CalculatorState ExportState() const override;
 
@@ -142,9 +146,10 @@ class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
   bool has_running_range() const final { return true; }
   virtual WorkingRange UpdateRunningRange(const WorkingRange& range) const = 0;
   absl::Status RestoreState(const CalculatorState& state) override;
+  void ReallocateBuffers() override;
 
  private:
-  WorkingRange running_;
+  StoredRange running_;
 };
 
 class MovingAverageQParamsCalculator final : public RunningRangeQParamsCalculator {

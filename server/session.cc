@@ -118,8 +118,9 @@ SessionInfo Session::Info() const {
   info.observation_count = c.observation_count();
   info.qparams = c.GetQParams();
   if (auto* running = dynamic_cast<const RunningRangeQParamsCalculator*>(&c)) {
-    info.running_min = ToFloats(running->running_range().lo);
-    info.running_max = ToFloats(running->running_range().hi);
+    const WorkingRange range = running->running_range();
+    info.running_min = ToFloats(range.lo);
+    info.running_max = ToFloats(range.hi);
   }
   if (c.initialized()) info.input_dtype = c.compute_dtype_for_export();
   info.create_time = create_time_;

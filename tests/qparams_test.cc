@@ -508,5 +508,36 @@ TEST(QParams, EmptyBuffersAndBitwiseEquality) {
   EXPECT_FALSE(a == b);
 }
 
+TEST(StoredRange, KeepsFloatPrecisionRangesExactly) {
+  const WorkingRange range{DType::kBFloat16, {3}, {-1.5, -0.0, -3e38}, {2.25, 0.0, 3e38f}};
+  const WorkingRange back = StoredRange(range).Get();
+  EXPECT_EQ(back.precision, DType::kBFloat16);
+  EXPECT_EQ(back.shape, Shape{3});
+  EXPECT_EQ(back.lo, range.lo);
+  EXPECT_EQ(back.hi, range.hi);
+  EXPECT_TRUE(std::signbit(back.lo[1]));
+}
+
+TEST(StoredRange, KeepsDoublesThatFloatCannotHold) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const WorkingRange range{DType::kFloat64, {2}, {-0.1, -inf}, {1e300, inf}};
+  const WorkingRange back = StoredRange(range).Get();
+  EXPECT_EQ(back.lo, range.lo);
+  EXPECT_EQ(back.hi, range.hi);
+}
+
+TEST(StoredRange, AssignReplacesEitherRepresentation) {
+  StoredRange stored(WorkingRange{DType::kFloat64, {1}, {-0.1}, {0.1}});
+  const WorkingRange small{DType::kFloat32, {2}, {-1, -2}, {1, 2}};
+  stored.Assign(small);
+  EXPECT_EQ(stored.Get().lo, small.lo);
+  EXPECT_EQ(stored.Get().hi, small.hi);
+  const WorkingRange wide{DType::kFloat64, {1}, {-0.1}, {0.3}};
+  stored.Assign(wide);
+  EXPECT_EQ(stored.Get().lo, wide.lo);
+  EXPECT_EQ(stored.Get().hi, wide.hi);
+  EXPECT_EQ(stored.Get().precision, DType::kFloat64);
+}
+
 }  // namespace
 }  // namespace qparams::testing
