@@ -19,6 +19,7 @@
 #include "core/range.h"
 #include "core/tensor.h"
 #include "server/log.h"
+#include "server/process_tuning.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -58,6 +59,7 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
 
 int main(int argc, char** argv) {
+  qparams::TuneProcessForServing();
   absl::SetProgramUsageMessage(
       "quantization parameters (scale, zero point, minval) as a gRPC service.\n"
       "Usage: qparams-server [--listen=127.0.0.1:50051] [flags]");

@@ -1,0 +1,16 @@
+#include "server/process_tuning.h"
+
+#include <malloc.h>
+
+#include "absl/synchronization/mutex.h"
+
+namespace qparams {
+
+void TuneProcessForServing() {
+  constexpr int kLargeBufferBytes = 256 << 20;
+  mallopt(M_MMAP_THRESHOLD, kLargeBufferBytes);
+  mallopt(M_TRIM_THRESHOLD, kLargeBufferBytes);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
+}  // namespace qparams
