@@ -1,0 +1,312 @@
+// qparams-bench: a load generator for any server speaking qparams.v1 (by default one
+// started in this process), optionally measured side by side with an in-process echo
+// server of the same gRPC build, the ceiling the service can reach. `--mode memory`
+// instead fills an in-process server with initialized sessions and prints its
+// resident memory against the raw bytes of their buffers.
+
+#include <algorithm>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "bench/echo_server.h"
+#include "bench/load_generator.h"
+#include "bench/session_fill.h"
+#include "client/cli.h"
+#include "server/process_tuning.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, mode, "observe", "compute, observe, stream, range or memory");
+ABSL_FLAG(std::string, target, "",
+          "host:port of the server to load; empty starts a qparams server in this process");
+ABSL_FLAG(int, concurrency, 1, "Workers, each with its own session, calling back to back");
+ABSL_FLAG(absl::Duration, duration, absl::Seconds(4),
+          "Measured time per server (split over --rounds)");
+ABSL_FLAG(absl::Duration, warmup, absl::Milliseconds(300), "Unmeasured time before each round");
+ABSL_FLAG(int, rounds, 3,
+          "With --compare_echo or --compare_full, the servers take turns this many times, "
+          "so that the machine's drift affects both alike");
+ABSL_FLAG(std::string, shape, "64", "The tensor's shape, e.g. 4096,4096");
+ABSL_FLAG(std::string, dtype, "float32", "The tensor's dtype: float32, float16, bfloat16, float64");
+ABSL_FLAG(std::string, granularity, "per_tensor",
+          "per_tensor, per_channel:AXIS or per_block:AXIS:SIZE (int8 asymmetric, activation)");
+ABSL_FLAG(std::string, calculator, "moving_average", "The sessions' calculator");
+ABSL_FLAG(bool, compare_echo, false, "Also measure an in-process echo server, and the ratio");
+ABSL_FLAG(bool, compare_full, false,
+          "Range mode: also measure Observe of the whole tensor, and the ratio of covered bytes");
+ABSL_FLAG(bool, json, false, "Print one JSON object instead of a table");
+ABSL_FLAG(int64_t, sessions, 100000, "Memory mode: sessions to create");
+ABSL_FLAG(int64_t, channels, 1024, "Memory mode: channels of each session");
+
+namespace qparams::bench {
+namespace {
+
+constexpr int kDefaultMaxMessageBytes = 64 << 20;
+
+absl::StatusOr<Shape> ParseShape(absl::string_view text) {
+  Shape shape;
+  for (absl::string_view dim : absl::StrSplit(text, ',')) {
+    int64_t d;
+    if (!absl::SimpleAtoi(dim, &d) || d < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shape is \"", text, "\"; it must be dims >= 1 joined by commas"));
+    }
+    shape.push_back(d);
+  }
+  return shape;
+}
+
+absl::StatusOr<std::unique_ptr<QParamsServer>> StartServer(int64_t max_message_bytes,
+                                                           int64_t max_sessions) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.max_message_bytes = static_cast<int>(max_message_bytes);
+  options.engine.max_sessions = max_sessions;
+  return QParamsServer::Start(options);
+}
+
+// Runs `generator` against each target in turn, `rounds` times, adding up each
+// target's runs.
+absl::StatusOr<std::vector<LoadResult>> TakeTurns(
+    const std::vector<std::pair<const LoadGenerator*, std::string>>& runs, int rounds,
+    absl::Duration duration) {
+  std::vector<LoadResult> results(runs.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      absl::StatusOr<LoadResult> result = runs[i].first->Run(runs[i].second, duration / rounds);
+      if (!result.ok()) return result.status();
+      results[i].Merge(*result);
+    }
+  }
+  return results;
+}
+
+void AddFigures(const std::string& prefix, const LoadResult& r, std::vector<std::string>* json) {
+  json->push_back(absl::StrFormat("\"%sqps\": %.1f", prefix, r.qps()));
+  json->push_back(absl::StrFormat("\"%sp50_us\": %.1f", prefix, r.LatencyUs(0.50)));
+  json->push_back(absl::StrFormat("\"%sp90_us\": %.1f", prefix, r.LatencyUs(0.90)));
+  json->push_back(absl::StrFormat("\"%sp99_us\": %.1f", prefix, r.LatencyUs(0.99)));
+  json->push_back(absl::StrFormat("\"%smax_us\": %.1f", prefix, r.LatencyUs(1.0)));
+  json->push_back(absl::StrFormat("\"%smb_per_s\": %.2f", prefix, r.mb_per_s()));
+  json->push_back(absl::StrFormat("\"%scovered_mb_per_s\": %.2f", prefix, r.covered_mb_per_s()));
+}
+
+std::string TableRow(absl::string_view server, const LoadResult& r) {
+  return absl::StrFormat("%-8s %10.1f %9.1f %9.1f %9.1f %9.1f %10.2f %12.2f %9d\n", server,
+                         r.qps(), r.LatencyUs(0.5), r.LatencyUs(0.9), r.LatencyUs(0.99),
+                         r.LatencyUs(1.0), r.mb_per_s(), r.covered_mb_per_s(), r.requests);
+}
+
+absl::Status RunLoad(Mode mode) {
+  LoadSpec spec;
+  spec.mode = mode;
+  absl::StatusOr<Shape> shape = ParseShape(absl::GetFlag(FLAGS_shape));
+  if (!shape.ok()) return shape.status();
+  spec.shape = *shape;
+  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  spec.dtype = *dtype;
+  absl::StatusOr<v1::Granularity> granularity =
+      cli::ParseGranularity(absl::GetFlag(FLAGS_granularity));
+  if (!granularity.ok()) return granularity.status();
+  spec.granularity = *granularity;
+  spec.calculator = absl::GetFlag(FLAGS_calculator);
+  spec.concurrency = absl::GetFlag(FLAGS_concurrency);
+  spec.warmup = absl::GetFlag(FLAGS_warmup);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const absl::Duration duration = absl::GetFlag(FLAGS_duration);
+  if (rounds < 1 || duration <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--rounds must be >= 1 and --duration > 0");
+  }
+  const bool compare_full = absl::GetFlag(FLAGS_compare_full);
+  if (compare_full && mode != Mode::kRange) {
+    return absl::InvalidArgumentError("--compare_full needs --mode=range");
+  }
+
+  absl::StatusOr<LoadGenerator> generator = LoadGenerator::Create(spec);
+  if (!generator.ok()) return generator.status();
+  std::optional<LoadGenerator> full;
+  if (compare_full) {
+    LoadSpec full_spec = spec;
+    full_spec.mode = Mode::kObserve;
+    absl::StatusOr<LoadGenerator> created = LoadGenerator::Create(full_spec);
+    if (!created.ok()) return created.status();
+    full = *std::move(created);
+  }
+  const int64_t max_bytes =
+      std::max<int64_t>(kDefaultMaxMessageBytes,
+                        (full ? full->max_request_bytes() : generator->max_request_bytes()) +
+                            (1 << 20));
+
+  std::unique_ptr<QParamsServer> server;
+  std::string target = absl::GetFlag(FLAGS_target);
+  if (target.empty()) {
+    absl::StatusOr<std::unique_ptr<QParamsServer>> started =
+        StartServer(max_bytes, ServerOptions().engine.max_sessions);
+    if (!started.ok()) return started.status();
+    server = *std::move(started);
+    target = server->address();
+  }
+  std::unique_ptr<EchoServer> echo;
+  if (absl::GetFlag(FLAGS_compare_echo)) {
+    absl::StatusOr<std::unique_ptr<EchoServer>> started = EchoServer::Start(max_bytes);
+    if (!started.ok()) return started.status();
+    echo = *std::move(started);
+  }
+
+  std::vector<std::pair<const LoadGenerator*, std::string>> runs = {{&*generator, target}};
+  if (echo) runs.push_back({&*generator, echo->address()});
+  if (full) runs.push_back({&*full, target});
+  for (const LoadGenerator* g : {&*generator, full ? &*full : nullptr}) {
+    if (g == nullptr) continue;
+    if (absl::Status s = g->CreateSessions(target); !s.ok()) return s;
+  }
+  absl::StatusOr<std::vector<LoadResult>> results = TakeTurns(runs, rounds, duration);
+  for (const LoadGenerator* g : {&*generator, full ? &*full : nullptr}) {
+    if (g == nullptr) continue;
+    if (absl::Status s = g->DeleteSessions(target); !s.ok()) return s;
+  }
+  if (!results.ok()) return results.status();
+  const LoadResult& service = (*results)[0];
+  const LoadResult* echo_result = echo ? &(*results)[1] : nullptr;
+  const LoadResult* full_result = full ? &results->back() : nullptr;
+
+  if (absl::GetFlag(FLAGS_json)) {
+    std::vector<std::string> json = {
+        absl::StrFormat("\"mode\": \"%s\"", ModeName(mode)),
+        absl::StrFormat("\"shape\": \"%s\"", absl::GetFlag(FLAGS_shape)),
+        absl::StrFormat("\"dtype\": \"%s\"", DTypeName(spec.dtype)),
+        absl::StrFormat("\"granularity\": \"%s\"", absl::GetFlag(FLAGS_granularity)),
+        absl::StrFormat("\"concurrency\": %d", spec.concurrency),
+        absl::StrFormat("\"requests\": %d", service.requests),
+        absl::StrFormat("\"request_bytes\": %d", service.request_bytes)};
+    AddFigures("", service, &json);
+    if (echo_result != nullptr) {
+      AddFigures("echo_", *echo_result, &json);
+      json.push_back(absl::StrFormat("\"ratio\": %.4f", service.qps() / echo_result->qps()));
+    }
+    if (full_result != nullptr) {
+      AddFigures("full_", *full_result, &json);
+      json.push_back(absl::StrFormat("\"covered_ratio\": %.2f",
+                                     service.covered_mb_per_s() / full_result->covered_mb_per_s()));
+    }
+    std::cout << "{" << absl::StrJoin(json, ", ") << "}" << std::endl;
+    return absl::OkStatus();
+  }
+  std::cout << absl::StrFormat(
+      "%s of shape (%s) %s %s, concurrency %d, %s in %d round(s), request %d bytes\n",
+      ModeName(mode), absl::GetFlag(FLAGS_shape), DTypeName(spec.dtype),
+      absl::GetFlag(FLAGS_granularity), spec.concurrency, absl::FormatDuration(duration),
+      rounds, service.request_bytes);
+  std::cout << absl::StrFormat("%-8s %10s %9s %9s %9s %9s %10s %12s %9s\n", "server", "qps",
+                               "p50_us", "p90_us", "p99_us", "max_us", "MB/s", "covered_MB/s",
+                               "requests");
+  std::cout << TableRow("qparams", service);
+  if (echo_result != nullptr) {
+    std::cout << TableRow("echo", *echo_result);
+    std::cout << absl::StrFormat("ratio qparams/echo: %.3f (QPS and MB/s alike)\n",
+                                 service.qps() / echo_result->qps());
+  }
+  if (full_result != nullptr) {
+    std::cout << TableRow("full", *full_result);
+    std::cout << absl::StrFormat(
+        "range observations cover %.1fx the input bytes/s of full-tensor Observe\n",
+        service.covered_mb_per_s() / full_result->covered_mb_per_s());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunMemory() {
+  if (!absl::GetFlag(FLAGS_target).empty()) {
+    return absl::InvalidArgumentError(
+        "--mode=memory measures a server in this process; it takes no --target");
+  }
+  FillSpec spec;
+  spec.sessions = absl::GetFlag(FLAGS_sessions);
+  spec.channels = absl::GetFlag(FLAGS_channels);
+  spec.concurrency = absl::GetFlag(FLAGS_concurrency);
+  if (spec.sessions < 1 || spec.channels < 1 || spec.concurrency < 1) {
+    return absl::InvalidArgumentError("--sessions, --channels and --concurrency must be >= 1");
+  }
+  absl::StatusOr<std::unique_ptr<QParamsServer>> server =
+      StartServer(kDefaultMaxMessageBytes, spec.sessions);
+  if (!server.ok()) return server.status();
+  absl::StatusOr<int64_t> before = ResidentBytes();
+  if (!before.ok()) return before.status();
+  const absl::Time start = absl::Now();
+  if (absl::Status s = FillSessions((*server)->address(), spec); !s.ok()) return s;
+  const absl::Duration took = absl::Now() - start;
+  absl::StatusOr<int64_t> after = ResidentBytes();
+  if (!after.ok()) return after.status();
+  const int64_t raw = RawStateBytes(spec);
+  const double ratio = static_cast<double>(*after) / raw;
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << absl::StrFormat(
+                     "{\"mode\": \"memory\", \"sessions\": %d, \"channels\": %d, "
+                     "\"raw_bytes\": %d, \"rss_bytes\": %d, \"rss_before_bytes\": %d, "
+                     "\"rss_ratio\": %.4f, \"fill_seconds\": %.1f}",
+                     spec.sessions, spec.channels, raw, *after, *before, ratio,
+                     absl::ToDoubleSeconds(took))
+              << std::endl;
+  } else {
+    std::cout << absl::StrFormat(
+        "%d initialized moving_average per-channel sessions of %d channels in %.1f s\n"
+        "raw buffer bytes (5 float32 buffers each): %.1f MB\n"
+        "process RSS (server and bench client): %.1f MB (%.1f MB before the sessions)\n"
+        "RSS / raw: %.3f\n",
+        spec.sessions, spec.channels, absl::ToDoubleSeconds(took), raw / 1e6, *after / 1e6,
+        *before / 1e6, ratio);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace qparams::bench
+
+int main(int argc, char** argv) {
+  qparams::TuneProcessForServing();
+  absl::SetProgramUsageMessage(
+      "qparams-bench --mode=observe|compute|stream|range|memory [--target=HOST:PORT] "
+      "[--compare-echo] ...");
+  // Accepts --compare-echo for --compare_echo (and so on) as ghz-style spellings.
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> arg_ptrs;
+  for (std::string& arg : args) {
+    if (arg.rfind("--", 0) == 0) {
+      const size_t end = std::min(arg.find('='), arg.size());
+      std::replace(arg.begin() + 2, arg.begin() + end, '-', '_');
+    }
+    arg_ptrs.push_back(arg.data());
+  }
+  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  absl::Status status;
+  if (mode == "memory") {
+    status = qparams::bench::RunMemory();
+  } else if (absl::StatusOr<qparams::bench::Mode> load = qparams::bench::ParseMode(mode);
+             load.ok()) {
+    status = qparams::bench::RunLoad(*load);
+  } else {
+    status = load.status();
+  }
+  if (!status.ok()) {
+    std::cerr << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+              << std::endl;
+    return 1;
+  }
+  return 0;
+}
