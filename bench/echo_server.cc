@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "qparams/v1/qparams.pb.h"
+#include "server/server.h"
 
 namespace qparams::bench {
 namespace {
@@ -73,7 +74,7 @@ absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(int max_message_by
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterCallbackGenericService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  ApplyTransportSettings(max_message_bytes, &builder);  // the qparams server's
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
     return absl::UnavailableError("the echo server cannot listen on 127.0.0.1");

@@ -53,6 +53,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
 
 }  // namespace
 
+void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder) {
+  constexpr int kMaxFrameBytes = (1 << 24) - 1;  // the largest HTTP/2 allows
+  constexpr int kStreamWindowBytes = 8 << 20;
+  builder->SetMaxReceiveMessageSize(max_message_bytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxFrameBytes);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+}
+
 QParamsServer::~QParamsServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
@@ -122,7 +130,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  ApplyTransportSettings(options.max_message_bytes, &builder);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(

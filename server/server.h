@@ -46,6 +46,12 @@ struct ServerOptions {
   std::string auth_tokens_file;
 };
 
+// The transport settings of a qparams server, on `builder`: requests of up to
+// `max_message_bytes`, and HTTP/2 frames and stream windows sized for tensors of
+// megabytes. gRPC's defaults (16 KiB frames, a 64 KiB window grown by probing) cut a
+// 1 MiB tensor into 64 frames and stall the sender on window updates.
+void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder);
+
 class QParamsServer {
  public:
   // The name health reports for the service (besides "" for the whole server).
