@@ -38,7 +38,10 @@ void SessionToProto(const SessionInfo& info, v1::Session* out) {
 }  // namespace
 
 QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
-    : engine_(engine), options_(options) {}
+    : engine_(engine), options_(options) {
+  SetMessageAllocatorFor_Observe(&observe_allocator_);
+  SetMessageAllocatorFor_Compute(&compute_allocator_);
+}
 
 void QParamsServiceImpl::LogFailure(grpc::CallbackServerContext* context,
                                     absl::string_view method, const absl::Status& status) const {

@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "grpcpp/grpcpp.h"
 #include "qparams/v1/qparams.grpc.pb.h"
+#include "server/arena_allocator.h"
 #include "server/auth.h"
 #include "server/engine.h"
 
@@ -85,6 +86,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
 
   Engine* const engine_;
   const ServiceOptions options_;
+  // The hot unary calls parse and answer on an arena.
+  ArenaMessageAllocator<v1::ObserveRequest, v1::ObserveResponse> observe_allocator_;
+  ArenaMessageAllocator<v1::ComputeRequest, v1::ComputeResponse> compute_allocator_;
 };
 
 }  // namespace qparams
