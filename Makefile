@@ -24,8 +24,11 @@ test: build
 run: build
 	exec $(BUILD_DIR)/server/qparams-server --listen=127.0.0.1:50051 --data_dir=./data
 
+# The core and service benchmarks, their targets checked; tables in
+# $(BUILD_DIR)/bench-results/RESULTS.md, plus a latency plot (bench/run.sh).
 bench: build
-	$(BUILD_DIR)/bench/core_bench
+	scripts/install-deps.sh bench
+	bench/run.sh $(BUILD_DIR)
 
 # scripts/ci-hardening.sh, each stage in its own build-* directory: ASan+UBSan on every
 # test and TSan on the concurrency tests (sanitize), the fuzz targets for

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages qparams builds and tests with. Idempotent and quick
-# when everything is present: apt runs only for what dpkg reports missing.
+# Installs the Debian 12 packages qparams builds and tests with (and, given the
+# argument `bench`, those `make bench` needs too). Idempotent and quick when
+# everything is present: apt runs only for what dpkg reports missing.
 set -euo pipefail
 
 packages=(
@@ -15,6 +16,9 @@ packages=(
   # <fuzzer/FuzzedDataProvider.h>), and LLVM's OpenMP (with the Archer TSan tool).
   clang-14 libclang-rt-14-dev libomp-14-dev
 )
+if [ "${1:-}" = bench ]; then
+  packages+=(jq gnuplot-nox)  # bench/run.sh: reading qparams-bench's JSON, the plot
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# make bench: the core benchmark, then the service against the in-process echo server
+# (qparams-bench), each target checked; writes OUT/RESULTS.md (tables), the raw
+# outputs, and OUT/latency_vs_concurrency.png.
+#   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
+# DURATION (default 6s) and ROUNDS (6) set each comparison's length.
+set -euo pipefail
+
+build=${1:-build}
+out=${2:-$build/bench-results}
+duration=${DURATION:-6s}
+rounds=${ROUNDS:-6}
+qb="$build/bench/qparams-bench"
+mkdir -p "$out"
+rm -f "$out/service.jsonl"
+
+echo "== core_bench (bench/core_bench.cc)"
+"$build/bench/core_bench" --benchmark_color=false | tee "$out/core_bench.txt"
+
+# Runs qparams-bench with --json and the given flags, appending its object to
+# service.jsonl, with the scenario's name.
+scenario() {
+  local name=$1
+  shift
+  echo "== $name: qparams-bench $*" >&2
+  "$qb" --json "$@" | jq -c --arg name "$name" '. + {scenario: $name}' | tee -a "$out/service.jsonl"
+}
+
+compare=(--compare-echo --duration="$duration" --rounds="$rounds")
+scenario small_c1 --mode=observe --shape=64 --concurrency=1 "${compare[@]}"
+scenario small_c8 --mode=observe --shape=64 --concurrency=8 "${compare[@]}"
+scenario mib_c1 --mode=observe --shape=262144 --concurrency=1 "${compare[@]}"
+scenario mib_c8 --mode=observe --shape=262144 --concurrency=8 "${compare[@]}"
+scenario range --mode=range --shape=2048,4096 --granularity=per_channel:0 --compare-full \
+  --duration="$duration" --rounds="$rounds"
+for c in 1 2 4 8 16 32; do
+  scenario "latency_c$c" --mode=observe --shape=64 --concurrency="$c" --compare-echo \
+    --duration=3s --rounds=3
+done
+scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
+
+get() { jq -r "select(.scenario == \"$1\") | $2" "$out/service.jsonl"; }
+verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
+  'BEGIN { ok = (op == ">=") ? (v >= t) : (v < t); print ok ? "met" : "MISSED" }'; }
+
+{
+  echo "# qparams benchmark results"
+  echo
+  echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')."
+  echo
+  echo "## Core: range pass vs read-and-sum (core_bench)"
+  sed -n '/^| dtype/,$p' "$out/core_bench.txt"
+  echo
+  echo "## Service vs the in-process echo server (qparams-bench)"
+  echo
+  echo "| scenario | qparams | echo | ratio | target | |"
+  echo "|---|---|---|---|---|---|"
+  for s in small_c1 small_c8; do
+    r=$(get $s .ratio)
+    echo "| Observe, 64 floats, concurrency ${s#small_c} | $(get $s .qps) QPS | $(get $s .echo_qps) QPS | $r | >= 0.85 | $(verdict "$r" 0.85 '>=') |"
+  done
+  for s in mib_c1 mib_c8; do
+    r=$(get $s .ratio)
+    echo "| Observe, 1 MiB float32, concurrency ${s#mib_c} | $(get $s .mb_per_s) MB/s | $(get $s .echo_mb_per_s) MB/s | $r | >= 0.90 | $(verdict "$r" 0.90 '>=') |"
+  done
+  r=$(get range .covered_ratio)
+  echo "| Range observations of (2048, 4096) float32 per_channel vs full Observe, input bytes covered | $(get range .covered_mb_per_s) MB/s | full: $(get range .full_covered_mb_per_s) MB/s | ${r}x | >= 50x | $(verdict "$r" 50 '>=') |"
+  r=$(get memory .rss_ratio)
+  echo "| 100,000 moving_average sessions x 1,024 channels: RSS / raw buffer bytes | $(get memory '.rss_bytes / 1e6 | floor') MB | raw: $(get memory '.raw_bytes / 1e6 | floor') MB | $r | < 1.25 | $(verdict "$r" 1.25 '<') |"
+  echo
+  echo "## Latency vs concurrency (Observe, 64 floats)"
+  echo
+  echo "| concurrency | qparams QPS | p50 µs | p99 µs | echo QPS | echo p50 µs | echo p99 µs | ratio |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for c in 1 2 4 8 16 32; do
+    jq -r "select(.scenario == \"latency_c$c\") | \"| \(.concurrency) | \(.qps) | \(.p50_us) | \(.p99_us) | \(.echo_qps) | \(.echo_p50_us) | \(.echo_p99_us) | \(.ratio) |\"" "$out/service.jsonl"
+  done
+} > "$out/RESULTS.md"
+
+jq -r 'select(.scenario | startswith("latency_c")) | "\(.concurrency) \(.p50_us) \(.p99_us) \(.echo_p50_us) \(.echo_p99_us)"' \
+  "$out/service.jsonl" > "$out/latency.dat"
+gnuplot -e "datafile='$out/latency.dat'; outfile='$out/latency_vs_concurrency.png'" \
+  bench/plot_latency.gp
+
+echo
+cat "$out/RESULTS.md"
+echo
+echo "bench: wrote $out/RESULTS.md and $out/latency_vs_concurrency.png"
