@@ -31,9 +31,10 @@ ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(int64_t, max_tensor_elements, qparams::kDefaultMaxTensorElements,
           "Most elements of one tensor (or of a range observation's input shape); more is "
           "RESOURCE_EXHAUSTED.");
-ABSL_FLAG(int32_t, omp_threads, 0,
+ABSL_FLAG(int32_t, omp_threads, qparams::ServerOptions().omp_threads,
           "OpenMP threads for the range pass of one large tensor; 0 = OpenMP's default "
-          "(OMP_NUM_THREADS, else the number of cores).");
+          "(OMP_NUM_THREADS, else the number of cores). One core outpaces the transport, "
+          "and parallel passes from many gRPC threads oversubscribe the cores.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
           "On SIGTERM/SIGINT, how long in-flight calls may run before they are cancelled.");
 ABSL_FLAG(bool, log_failed_rpcs, false,
@@ -112,7 +113,7 @@ int main(int argc, char** argv) {
         "--shutdown_grace and --session_ttl >= 0, --flush_interval > 0");
     return 2;
   }
-  qparams::SetRangeThreads(absl::GetFlag(FLAGS_omp_threads));
+  options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
 
   qparams::LogInfo(absl::StrCat("starting: max_sessions=", options.engine.max_sessions,
                                 " max_message_bytes=", options.max_message_bytes,

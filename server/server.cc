@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/range.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -77,6 +78,10 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes is ", options.max_message_bytes, "; it must be > 0"));
   }
+  if (options.omp_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("omp_threads is ", options.omp_threads, "; it must be >= 0"));
+  }
   if (options.durability != Durability::kNone && options.data_dir.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--durability=", DurabilityName(options.durability), " needs --data_dir"));
@@ -84,6 +89,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
   if (!credentials.ok()) return credentials.status();
 
+  SetRangeThreads(options.omp_threads);
   std::unique_ptr<QParamsServer> server(new QParamsServer());
   ServiceOptions service_options = options.service;
   if (!options.auth_tokens_file.empty()) {
