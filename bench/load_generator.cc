@@ -1,5 +1,7 @@
 #include "bench/load_generator.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -72,6 +74,13 @@ absl::Status FromGrpc(absl::string_view method, const grpc::Status& status) {
                       absl::StrCat(method, ": ", status.error_message()));
 }
 
+double ProcessCpuSeconds() {
+  rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 // Collects the first failure of any worker.
 class FirstError {
  public:
@@ -124,6 +133,7 @@ double LoadResult::LatencyUs(double q) const {
 void LoadResult::Merge(const LoadResult& other) {
   requests += other.requests;
   seconds += other.seconds;
+  cpu_seconds += other.cpu_seconds;
   std::vector<int64_t> merged;
   merged.reserve(latency_ns.size() + other.latency_ns.size());
   std::merge(latency_ns.begin(), latency_ns.end(), other.latency_ns.begin(),
@@ -299,10 +309,14 @@ absl::StatusOr<LoadResult> LoadGenerator::Run(const std::string& target,
 
   std::vector<std::thread> threads;
   for (int i = 0; i < spec_.concurrency; ++i) threads.emplace_back(worker, i);
+  std::this_thread::sleep_until(measure_begin);
+  const double cpu_begin = ProcessCpuSeconds();
   for (std::thread& t : threads) t.join();
+  const double cpu_end = ProcessCpuSeconds();
   if (absl::Status s = error.Get(); !s.ok()) return s;
 
   LoadResult result = result_template_;
+  result.cpu_seconds = cpu_end - cpu_begin;
   const Clock::time_point window_end = *std::max_element(last_done.begin(), last_done.end());
   result.seconds = std::chrono::duration<double>(window_end - measure_begin).count();
   for (const std::vector<int64_t>& mine : latencies) {

@@ -45,10 +45,13 @@ struct LoadResult {
   std::vector<int64_t> latency_ns;   // of each request, sorted
   int64_t request_bytes = 0;         // one request, serialized
   int64_t covered_bytes = 0;         // the input tensor bytes one request stands for
+  double cpu_seconds = 0;            // this process's CPU time in the window (all threads)
 
   double qps() const { return seconds > 0 ? requests / seconds : 0; }
   double mb_per_s() const { return qps() * request_bytes / 1e6; }
   double covered_mb_per_s() const { return qps() * covered_bytes / 1e6; }
+  // Process CPU time (client and any in-process server) per request.
+  double cpu_us_per_request() const { return requests > 0 ? 1e6 * cpu_seconds / requests : 0; }
   // The q-quantile (0..1) of the latencies, in microseconds.
   double LatencyUs(double q) const;
 

@@ -102,12 +102,14 @@ void AddFigures(const std::string& prefix, const LoadResult& r, std::vector<std:
   json->push_back(absl::StrFormat("\"%smax_us\": %.1f", prefix, r.LatencyUs(1.0)));
   json->push_back(absl::StrFormat("\"%smb_per_s\": %.2f", prefix, r.mb_per_s()));
   json->push_back(absl::StrFormat("\"%scovered_mb_per_s\": %.2f", prefix, r.covered_mb_per_s()));
+  json->push_back(absl::StrFormat("\"%scpu_us_per_request\": %.1f", prefix, r.cpu_us_per_request()));
 }
 
 std::string TableRow(absl::string_view server, const LoadResult& r) {
-  return absl::StrFormat("%-8s %10.1f %9.1f %9.1f %9.1f %9.1f %10.2f %12.2f %9d\n", server,
-                         r.qps(), r.LatencyUs(0.5), r.LatencyUs(0.9), r.LatencyUs(0.99),
-                         r.LatencyUs(1.0), r.mb_per_s(), r.covered_mb_per_s(), r.requests);
+  return absl::StrFormat("%-8s %10.1f %9.1f %9.1f %9.1f %9.1f %10.2f %12.2f %9d %8.1f\n",
+                         server, r.qps(), r.LatencyUs(0.5), r.LatencyUs(0.9), r.LatencyUs(0.99),
+                         r.LatencyUs(1.0), r.mb_per_s(), r.covered_mb_per_s(), r.requests,
+                         r.cpu_us_per_request());
 }
 
 absl::Status RunLoad(Mode mode) {
@@ -211,9 +213,9 @@ absl::Status RunLoad(Mode mode) {
       ModeName(mode), absl::GetFlag(FLAGS_shape), DTypeName(spec.dtype),
       absl::GetFlag(FLAGS_granularity), spec.concurrency, absl::FormatDuration(duration),
       rounds, service.request_bytes);
-  std::cout << absl::StrFormat("%-8s %10s %9s %9s %9s %9s %10s %12s %9s\n", "server", "qps",
+  std::cout << absl::StrFormat("%-8s %10s %9s %9s %9s %9s %10s %12s %9s %8s\n", "server", "qps",
                                "p50_us", "p90_us", "p99_us", "max_us", "MB/s", "covered_MB/s",
-                               "requests");
+                               "requests", "cpu_us");
   std::cout << TableRow("qparams", service);
   if (echo_result != nullptr) {
     std::cout << TableRow("echo", *echo_result);
