@@ -16,10 +16,14 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "core/range_kernels.h"
 
 #define QPARAMS_AVX2 __attribute__((target("avx2")))
 #define QPARAMS_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
+#define QPARAMS_AVX2_LAMBDA __attribute__((target("avx2"), always_inline))
 
 namespace qparams::range_internal {
 namespace {
@@ -67,20 +71,20 @@ struct Lanes<Format<uint32_t, int32_t, kExponentMask>> {
     if constexpr (kOp == Op::kMaxSigned) return _mm_max_epi32(a, b);
     return _mm_max_epu32(a, b);
   }
-  // Lane b of the result: kOp over the lanes of v[b], for kCount vectors.
-  template <Op kOp>
-  QPARAMS_AVX2_INLINE static __m256i Transpose(const __m256i* v) {
-    __m256i a[4], b[2];
-    for (int i = 0; i < 4; ++i) {
-      a[i] = Apply<kOp>(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                        _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  // Level kLevel of the transposing tree (Fold, below): kOp over the neighbouring
+  // groups of 2^(kLevel-1) lanes of a and of b, the results of a and b interleaved.
+  // kLevels = log2(kCount) levels leave one lane per input row.
+  static constexpr int kLevels = 3;
+  template <int kLevel, Op kOp>
+  QPARAMS_AVX2_INLINE static __m256i Pair(__m256i a, __m256i b) {
+    if constexpr (kLevel == 1) {
+      return Apply<kOp>(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    } else if constexpr (kLevel == 2) {
+      return Apply<kOp>(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+    } else {
+      return Apply<kOp>(_mm256_permute2x128_si256(a, b, 0x20),
+                        _mm256_permute2x128_si256(a, b, 0x31));
     }
-    for (int i = 0; i < 2; ++i) {
-      b[i] = Apply<kOp>(_mm256_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
-                        _mm256_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
-    }
-    return Apply<kOp>(_mm256_permute2x128_si256(b[0], b[1], 0x20),
-                      _mm256_permute2x128_si256(b[0], b[1], 0x31));
   }
 };
 
@@ -119,23 +123,19 @@ struct Lanes<Format<uint16_t, int16_t, kExponentMask>> {
     if constexpr (kOp == Op::kMaxSigned) return _mm_max_epi16(a, b);
     return _mm_max_epu16(a, b);
   }
-  template <Op kOp>
-  QPARAMS_AVX2_INLINE static __m256i Transpose(const __m256i* v) {
-    __m256i a[8], b[4], c[2];
-    for (int i = 0; i < 8; ++i) {
-      a[i] = Apply<kOp>(_mm256_unpacklo_epi16(v[2 * i], v[2 * i + 1]),
-                        _mm256_unpackhi_epi16(v[2 * i], v[2 * i + 1]));
+  static constexpr int kLevels = 4;
+  template <int kLevel, Op kOp>
+  QPARAMS_AVX2_INLINE static __m256i Pair(__m256i a, __m256i b) {
+    if constexpr (kLevel == 1) {
+      return Apply<kOp>(_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
+    } else if constexpr (kLevel == 2) {
+      return Apply<kOp>(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    } else if constexpr (kLevel == 3) {
+      return Apply<kOp>(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+    } else {
+      return Apply<kOp>(_mm256_permute2x128_si256(a, b, 0x20),
+                        _mm256_permute2x128_si256(a, b, 0x31));
     }
-    for (int i = 0; i < 4; ++i) {
-      b[i] = Apply<kOp>(_mm256_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
-                        _mm256_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
-    }
-    for (int i = 0; i < 2; ++i) {
-      c[i] = Apply<kOp>(_mm256_unpacklo_epi64(b[2 * i], b[2 * i + 1]),
-                        _mm256_unpackhi_epi64(b[2 * i], b[2 * i + 1]));
-    }
-    return Apply<kOp>(_mm256_permute2x128_si256(c[0], c[1], 0x20),
-                      _mm256_permute2x128_si256(c[0], c[1], 0x31));
   }
 };
 
@@ -207,8 +207,9 @@ QPARAMS_AVX2_INLINE bool Any(__m256i mask) { return !_mm256_testz_si256(mask, ma
 // How far ahead the loops prefetch where the hardware prefetcher falls short:
 // ReduceRow run row after row (each row's loop exit is mispredicted, which empties
 // the pipeline of loads; bfloat16 per_channel(0), 8 KiB rows: 65% -> 85% of the read
-// bandwidth on one core), and CombineRows' 16 side-by-side row streams (float32
-// per_channel(-1): 69% -> 75%). Long contiguous spans need none.
+// bandwidth on one core), and CombineRows' 8 side-by-side row streams (a plain sum
+// of 8 rows read side by side: 86% -> 93% on one core). Long contiguous spans need
+// none, and far NTA prefetches on them measured slower too.
 inline constexpr int64_t kPrefetchAhead = 1024;
 // Rows longer than this stream on like one span, which the prefetches only slow.
 inline constexpr size_t kPrefetchRowBytes = size_t{64} << 10;
@@ -260,50 +261,128 @@ QPARAMS_AVX2 void ReduceSpanAvx2(const uint8_t* p, int64_t n, typename F::Key& l
   ReduceRow<F>(p, n, lo, hi);
 }
 
-// Accumulators stay in registers across a batch of 16 rows: one load and store of
-// lo/hi per column vector per batch, not per row. (Batches of 8 or 32 rows, and
-// streaming single rows against L1-resident extremes, all measured slower.)
+// Rows side by side in batches of 8, one cache line of each per step. (Rows whose
+// length is a multiple of 4 KiB put their lines in one L1 set: 16 of them evicted each
+// other before use, 8 fit.) Between batches each column vector's extremes wait in a
+// scratch array as the three patterns, so a batch costs three loads and stores per
+// vector rather than a round trip through keys. (float32 per_channel(-1) of 16384 x
+// 4096: 76-88% -> 100% of the read-and-sum bandwidth; 2x the speed from cache.)
+inline constexpr int64_t kCombineBatch = 8;
+
 template <typename F>
 QPARAMS_AVX2 void CombineRowsAvx2(const uint8_t* p, int64_t n, int64_t rows, typename F::Key* lo,
                                   typename F::Key* hi) {
+  using Bits = typename F::Bits;
   using L = Lanes<F>;
-  constexpr int64_t kBatch = 16;
-  for (int64_t r0 = 0; r0 < rows; r0 += kBatch) {
-    const int64_t batch = rows - r0 < kBatch ? rows - r0 : kBatch;
-    const uint8_t* base = p + r0 * n * sizeof(typename F::Bits);
-    int64_t j = 0;
-    for (; j + L::kCount <= n; j += L::kCount) {
-      __m256i* lv = reinterpret_cast<__m256i*>(lo + j);
-      __m256i* hv = reinterpret_cast<__m256i*>(hi + j);
-      const __m256i lo_key = _mm256_loadu_si256(lv), hi_key = _mm256_loadu_si256(hv);
-      // Keys decode to patterns with the same map; an empty lane (identity keys,
-      // lo > hi) starts from the first row alone.
-      const __m256i empty = L::Greater(lo_key, hi_key);
-      Extremes e = Start<F>(Load<F>(base, j));
-      const __m256i lo_bits = _mm256_blendv_epi8(Key<F>(lo_key), e.smin, empty);
-      const __m256i hi_bits = _mm256_blendv_epi8(Key<F>(hi_key), e.smin, empty);
-      Add<F>(e, lo_bits);
-      Add<F>(e, hi_bits);
-      for (int64_t r = 1; r < batch; ++r) Add<F>(e, Load<F>(base, r * n + j));
-      if ((j * sizeof(typename F::Bits)) % 64 == 0) {  // once per cache line of each row
-        for (int64_t r = 0; r < batch; ++r) {
-          _mm_prefetch(
-              reinterpret_cast<const char*>(base + (r * n + j) * sizeof(typename F::Bits)) +
-                  kPrefetchAhead,
-              _MM_HINT_T0);
+  constexpr int64_t kCount = L::kCount;
+  if (n < kCount) return CombineRowsPortable<F>(p, n, rows, lo, hi);
+  // Column vectors ("slots") at 0, kCount, ...; a partial last one ends at n,
+  // overlapping its neighbour (min and max do not mind seeing a column twice).
+  const int64_t full = n / kCount;
+  const int64_t slots = full + (n % kCount != 0);
+  auto column = [full, n](int64_t s) { return s < full ? s * kCount : n - kCount; };
+  std::vector<Bits> scratch(3 * kCount * slots);
+  auto get = [&scratch](int64_t s) QPARAMS_AVX2_LAMBDA {
+    const __m256i* q = reinterpret_cast<const __m256i*>(scratch.data()) + 3 * s;
+    return Extremes{_mm256_loadu_si256(q), _mm256_loadu_si256(q + 1), _mm256_loadu_si256(q + 2)};
+  };
+  auto put = [&scratch](int64_t s, const Extremes& e) QPARAMS_AVX2_LAMBDA {
+    __m256i* q = reinterpret_cast<__m256i*>(scratch.data()) + 3 * s;
+    _mm256_storeu_si256(q, e.smin);
+    _mm256_storeu_si256(q + 1, e.smax);
+    _mm256_storeu_si256(q + 2, e.umax);
+  };
+
+  // Keys decode to patterns with the same map; an empty lane (identity keys, lo > hi)
+  // starts from the identities of the three extremes.
+  const __m256i no_smin = L::Splat(static_cast<Bits>(F::kMaxKey));
+  const __m256i no_smax = L::Splat(static_cast<Bits>(F::kMinKey));
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t j = column(s);
+    const __m256i lo_key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + j));
+    const __m256i hi_key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + j));
+    const __m256i empty = L::Greater(lo_key, hi_key);
+    Extremes e = Start<F>(Key<F>(lo_key));
+    Add<F>(e, Key<F>(hi_key));
+    put(s, {_mm256_blendv_epi8(e.smin, no_smin, empty), _mm256_blendv_epi8(e.smax, no_smax, empty),
+            _mm256_andnot_si256(empty, e.umax)});
+  }
+
+  const int64_t row_bytes = n * sizeof(Bits);
+  for (int64_t r0 = 0; r0 < rows; r0 += kCombineBatch) {
+    const uint8_t* base = p + r0 * row_bytes;
+    int64_t s = 0;
+    if (rows - r0 >= kCombineBatch) {
+      for (; s + 2 <= full; s += 2) {
+        const int64_t offset = s * kCount * sizeof(Bits);
+        const uint8_t* q = base + offset;
+        Extremes e0 = get(s), e1 = get(s + 1);
+        for (int64_t r = 0; r < kCombineBatch; ++r) {
+          Add<F>(e0, Load<F>(q + r * row_bytes, 0));
+          Add<F>(e1, Load<F>(q + r * row_bytes, kCount));
         }
+        // Ahead along this batch's walk, which past the row ends goes on in the next
+        // batch's rows.
+        const uint8_t* ahead = q + kPrefetchAhead;
+        if (offset + kPrefetchAhead >= row_bytes) ahead += (kCombineBatch - 1) * row_bytes;
+        for (int64_t r = 0; r < kCombineBatch; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + r * row_bytes), _MM_HINT_T0);
+        }
+        put(s, e0);
+        put(s + 1, e1);
       }
-      __m256i new_lo, new_hi;
-      Decode<F>(e, new_lo, new_hi);
-      _mm256_storeu_si256(lv, Key<F>(new_lo));
-      _mm256_storeu_si256(hv, Key<F>(new_hi));
     }
-    if (j < n) {
-      for (int64_t r = 0; r < batch; ++r) {
-        CombineRowsPortable<F>(base + (r * n + j) * sizeof(typename F::Bits), n - j, 1, lo + j,
-                               hi + j);
-      }
+    const int64_t batch = std::min(rows - r0, kCombineBatch);
+    for (; s < slots; ++s) {
+      Extremes e = get(s);
+      for (int64_t r = 0; r < batch; ++r) Add<F>(e, Load<F>(base + r * row_bytes, column(s)));
+      put(s, e);
     }
+  }
+
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t j = column(s);
+    __m256i new_lo, new_hi;
+    Decode<F>(get(s), new_lo, new_hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + j), Key<F>(new_lo));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + j), Key<F>(new_hi));
+  }
+}
+
+// Calls reading at least this much write their block minima and maxima past the
+// cache: the data streaming in would evict them before anyone reads them, and a
+// normal store first reads its line in. (float32 per_block 32, whose output is 1/16
+// of the input: 73% -> 85% of the read bandwidth on one core.)
+inline constexpr int64_t kStreamInputMinBytes = int64_t{4} << 20;
+
+QPARAMS_AVX2_INLINE bool Aligned16(const uint8_t* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Stores 32 bytes to p, 16-byte aligned, with non-temporal stores.
+QPARAMS_AVX2_INLINE void Stream(uint8_t* p, __m256i v) {
+  _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(v));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(p) + 1, _mm256_extracti128_si256(v, 1));
+}
+
+// The extremes of 2^kLevel consecutive rows of n elements (a multiple of kCount) from
+// `row` on, folded through the levels of a transposing tree: at level kLevels, lane b
+// holds those of row b. Depth first, so that few vectors are live at a time (reducing
+// all rows before transposing spilled them to the stack: bfloat16 per_block 32 ran at
+// half the speed from cache).
+template <typename F, int kLevel>
+QPARAMS_AVX2_INLINE Extremes Fold(const uint8_t* row, int64_t n) {
+  using L = Lanes<F>;
+  if constexpr (kLevel == 0) {
+    Extremes e = Start<F>(Load<F>(row, 0));
+    for (int64_t i = L::kCount; i < n; i += L::kCount) Add<F>(e, Load<F>(row, i));
+    return e;
+  } else {
+    const int64_t half_bytes = (int64_t{1} << (kLevel - 1)) * n * sizeof(typename F::Bits);
+    const Extremes a = Fold<F, kLevel - 1>(row, n), b = Fold<F, kLevel - 1>(row + half_bytes, n);
+    return {L::template Pair<kLevel, Op::kMinSigned>(a.smin, b.smin),
+            L::template Pair<kLevel, Op::kMaxSigned>(a.smax, b.smax),
+            L::template Pair<kLevel, Op::kMaxUnsigned>(a.umax, b.umax)};
   }
 }
 
@@ -315,31 +394,8 @@ QPARAMS_AVX2 bool StoreRowsAvx2(const uint8_t* p, int64_t n, int64_t r0, int64_t
                                 uint8_t* hi) {
   using Bits = typename F::Bits;
   using L = Lanes<F>;
-  int64_t r = r0;
-  __m256i bad = _mm256_setzero_si256();
-  if (n % L::kCount == 0 && n <= 8 * L::kCount) {
-    for (; r + L::kCount <= r1; r += L::kCount) {
-      __m256i smin[L::kCount], smax[L::kCount], umax[L::kCount];
-      for (int b = 0; b < L::kCount; ++b) {
-        const uint8_t* row = p + (r + b) * n * sizeof(Bits);
-        Extremes e = Start<F>(Load<F>(row, 0));
-        for (int64_t i = L::kCount; i < n; i += L::kCount) Add<F>(e, Load<F>(row, i));
-        smin[b] = e.smin;
-        smax[b] = e.smax;
-        umax[b] = e.umax;
-      }
-      const Extremes blocks = {L::template Transpose<Op::kMinSigned>(smin),
-                               L::template Transpose<Op::kMaxSigned>(smax),
-                               L::template Transpose<Op::kMaxUnsigned>(umax)};
-      bad = _mm256_or_si256(bad, NonFinite<F>(blocks));
-      __m256i block_lo, block_hi;
-      Decode<F>(blocks, block_lo, block_hi);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + r * sizeof(Bits)), block_lo);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * sizeof(Bits)), block_hi);
-    }
-  }
-  bool any = Any(bad);
-  for (; r < r1; ++r) {
+  bool any = false;
+  auto store_row = [&](int64_t r) QPARAMS_AVX2_LAMBDA {
     typename F::Key l = F::kMaxKey, h = F::kMinKey;
     if (n * sizeof(Bits) <= kPrefetchRowBytes) {
       ReduceRow<F, /*kPrefetch=*/true>(p + r * n * sizeof(Bits), n, l, h);
@@ -347,7 +403,35 @@ QPARAMS_AVX2 bool StoreRowsAvx2(const uint8_t* p, int64_t n, int64_t r0, int64_t
       ReduceRow<F>(p + r * n * sizeof(Bits), n, l, h);
     }
     any |= StoreBlock<F>(l, h, r, lo, hi);
+  };
+  int64_t r = r0;
+  bool stream = false;
+  if (n % L::kCount == 0 && n <= 8 * L::kCount) {
+    if ((r1 - r0) * n * sizeof(Bits) >= kStreamInputMinBytes) {
+      // Single rows up to a 16-byte boundary of the output.
+      constexpr int64_t kAlignRows = 16 / sizeof(Bits);
+      for (; r < r1 && r % kAlignRows != 0; ++r) store_row(r);
+      stream = Aligned16(lo + r * sizeof(Bits)) && Aligned16(hi + r * sizeof(Bits));
+    }
+    __m256i bad = _mm256_setzero_si256();
+    for (; r + L::kCount <= r1; r += L::kCount) {
+      const Extremes blocks = Fold<F, L::kLevels>(p + r * n * sizeof(Bits), n);
+      bad = _mm256_or_si256(bad, NonFinite<F>(blocks));
+      __m256i block_lo, block_hi;
+      Decode<F>(blocks, block_lo, block_hi);
+      if (stream) {
+        Stream(lo + r * sizeof(Bits), block_lo);
+        Stream(hi + r * sizeof(Bits), block_hi);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + r * sizeof(Bits)), block_lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * sizeof(Bits)), block_hi);
+      }
+    }
+    any = Any(bad) || any;
   }
+  for (; r < r1; ++r) store_row(r);
+  // Orders the non-temporal stores before whatever the caller does next.
+  if (stream) _mm_sfence();
   return any;
 }
 

@@ -192,14 +192,27 @@ TEST(ObserveRange, SmallLayoutsMatchNaiveReference) {
 }
 
 // Row lengths 1..70 in each dtype: every tail length of a vectorized inner loop, for
-// rows reduced whole (per_channel(0)) and combined elementwise (per_channel(-1)).
+// rows reduced whole (per_channel(0)) and combined elementwise (per_channel(-1)), the
+// latter both in fewer rows than a batch and in whole batches plus a partial one.
 TEST(ObserveRange, EveryShortRowLength) {
   std::vector<Layout> layouts;
   for (int64_t n = 1; n <= 70; ++n) {
     layouts.push_back({{3, n}, Granularity::PerChannel(0)});
     layouts.push_back({{3, n}, Granularity::PerChannel(-1)});
+    layouts.push_back({{19, n}, Granularity::PerChannel(-1)});
   }
   CheckLayouts(layouts, {1});
+}
+
+// Passes large enough to write their output with non-temporal stores: short rows in
+// transposing batches, on one thread and on three (whose chunks start at rows off the
+// 16-byte boundary of the output).
+TEST(ObserveRange, LargeShortRowPassesMatchNaiveReference) {
+  const std::vector<Layout> layouts = {
+      {{3200, 1024}, Granularity::PerBlock(-1, 32)},
+      {{1543, 2048}, Granularity::PerBlock(-1, 64)},
+  };
+  CheckLayouts(layouts, {1, 3}, /*one_dataset=*/true);
 }
 
 // Tensors above the 65536-element threshold, on several thread counts so that each
@@ -309,6 +322,7 @@ TEST(ObserveRange, RejectsNonFiniteValuesInEveryDtype) {
       {{300, 700}, {1, 700}},    // large: a row per block
       {{300, 700}, {300, 1}},    // large: strided
       {{64, 1024}, {1, 32}},     // large: short rows, batched
+      {{64, 37}, {64, 1}},       // rows combined in batches, a partial last vector
   };
   ScopedThreads threads(4);
   for (const Bad& b : bad) {
@@ -325,6 +339,33 @@ TEST(ObserveRange, RejectsNonFiniteValuesInEveryDtype) {
           EXPECT_EQ(FindNonFinite(t.view()), pos);
           EXPECT_CODE(ObserveRange(t.view(), block), kInvalid);
         }
+      }
+    }
+  }
+}
+
+// The same in passes whose output is stored non-temporally.
+TEST(ObserveRange, RejectsNonFiniteValuesInLargeShortRowPasses) {
+  struct Case {
+    DType dtype;
+    Shape shape, block;
+    uint64_t bits[2];
+  };
+  const Case cases[] = {
+      {DType::kFloat32, {3200, 1024}, {1, 32}, {0x7fc00000u, 0xff800000u}},
+      {DType::kBFloat16, {1543, 2048}, {1, 64}, {0xff81u, 0x7f80u}},
+  };
+  ScopedThreads threads(1);
+  for (const Case& c : cases) {
+    const Tensor base = RandomNormal(c.dtype, c.shape, 7);
+    ASSERT_OK(ObserveRange(base.view(), c.block).status());
+    const int64_t n = Count(c.shape);
+    for (uint64_t bits : c.bits) {
+      for (int64_t pos : {int64_t{0}, n / 2 + 5, n - 1}) {
+        Tensor t = base;
+        std::memcpy(t.data.data() + pos * ItemSize(c.dtype), &bits, ItemSize(c.dtype));
+        SCOPED_TRACE(absl::StrCat(DTypeName(c.dtype), " bits ", absl::Hex(bits), " at ", pos));
+        EXPECT_CODE(ObserveRange(t.view(), c.block), kInvalid);
       }
     }
   }
