@@ -165,6 +165,21 @@ std::pair<int64_t, int64_t> Partition(int64_t count, int64_t part, int64_t parts
   return {count * part / parts, count * (part + 1) / parts};
 }
 
+// Runs chunk(c) for every c in [0, chunks), first come first served on `threads`
+// OpenMP threads; returns whether any returned true. One thread runs them inline:
+// starting even a one-thread OpenMP team costs more than the pass of a small tensor.
+template <typename Chunk>
+bool ForEachChunk(int threads, int64_t chunks, const Chunk& chunk) {
+  bool any = false;
+  if (threads == 1) {
+    for (int64_t c = 0; c < chunks; ++c) any = chunk(c) || any;
+    return any;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(|| : any)
+  for (int64_t c = 0; c < chunks; ++c) any = chunk(c) || any;
+  return any;
+}
+
 // Fills lo_out/hi_out (`blocks` values of F::Bits each) with the block minima and
 // maxima of x; returns whether a block holds a non-finite value.
 template <typename F>
@@ -186,13 +201,10 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
 
   if (layout.RowIsBlock() && (threads == 1 || layout.rows >= threads)) {
     const int64_t chunks = chunks_of(layout.rows);
-    bool bad = false;
-#pragma omp parallel for num_threads(threads) schedule(dynamic) reduction(|| : bad)
-    for (int64_t c = 0; c < chunks; ++c) {
+    return ForEachChunk(threads, chunks, [&](int64_t c) {
       auto [r0, r1] = Partition(layout.rows, c, chunks);
-      bad = kernel.StoreRows(r0, r1, lo_out, hi_out) || bad;
-    }
-    return bad;
+      return kernel.StoreRows(r0, r1, lo_out, hi_out);
+    });
   }
 
   // Keys are accumulated in place of the output bits (same width), then decoded.
@@ -206,11 +218,11 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
     const int64_t count = std::max<int64_t>(slices, 1);
     const int64_t slice_elements = elements / count;
     const int64_t chunks = chunks_of(count);
-#pragma omp parallel for num_threads(threads) schedule(dynamic)
-    for (int64_t c = 0; c < chunks; ++c) {
+    ForEachChunk(threads, chunks, [&](int64_t c) {
       auto [s0, s1] = Partition(count, c, chunks);
       kernel.Accumulate(s0 * slice_elements, s1 * slice_elements, lo, hi);
-    }
+      return false;
+    });
   } else {
     // Threads share blocks: each reduces the chunks it takes into private keys,
     // merged afterwards (the blocks are few when the outermost dim is reduced).
