@@ -2,6 +2,9 @@
 
 #include <malloc.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/synchronization/mutex.h"
 
 namespace qparams {
@@ -10,6 +13,7 @@ void TuneProcessForServing() {
   constexpr int kLargeBufferBytes = 256 << 20;
   mallopt(M_MMAP_THRESHOLD, kLargeBufferBytes);
   mallopt(M_TRIM_THRESHOLD, kLargeBufferBytes);
+  mallopt(M_ARENA_MAX, std::max(1u, std::thread::hardware_concurrency()));
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 

@@ -12,6 +12,11 @@ namespace qparams {
 //   buffer over 32 MiB (and, adaptively, smaller ones) is a fresh mmap whose pages
 //   fault in on first touch: a large tensor's receive, parse and range pass then
 //   spend most of their time in page faults (10x slower for 32 MiB in a VM).
+// - One malloc arena per core instead of eight: a buffer freed after one call is
+//   reused by the next call on another thread while still in cache, instead of
+//   waiting in the arena of a thread gRPC may not run again soon (1 MiB Observe at
+//   concurrency 8: 84-87% -> 95% of the echo server's throughput; small requests
+//   unchanged).
 // - absl::Mutex deadlock detection off: Debian builds Abseil without NDEBUG, which
 //   leaves the detector on and makes every lock, gRPC's included, update a global
 //   lock graph under a global mutex.
