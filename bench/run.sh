@@ -3,13 +3,14 @@
 # (qparams-bench), each target checked; writes OUT/RESULTS.md (tables), the raw
 # outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
-# DURATION (default 6s) and ROUNDS (6) set each comparison's length.
+# DURATION (default 8s) and ROUNDS (16) set each comparison's length: many short
+# turns, so that the bursts of load a shared VM sees fall on both servers alike.
 set -euo pipefail
 
 build=${1:-build}
 out=${2:-$build/bench-results}
-duration=${DURATION:-6s}
-rounds=${ROUNDS:-6}
+duration=${DURATION:-8s}
+rounds=${ROUNDS:-16}
 qb="$build/bench/qparams-bench"
 mkdir -p "$out"
 rm -f "$out/service.jsonl"
@@ -26,16 +27,16 @@ scenario() {
   "$qb" --json "$@" | jq -c --arg name "$name" '. + {scenario: $name}' | tee -a "$out/service.jsonl"
 }
 
-compare=(--compare-echo --duration="$duration" --rounds="$rounds")
+compare=(--compare-echo --duration="$duration" --rounds="$rounds" --warmup=100ms)
 scenario small_c1 --mode=observe --shape=64 --concurrency=1 "${compare[@]}"
 scenario small_c8 --mode=observe --shape=64 --concurrency=8 "${compare[@]}"
 scenario mib_c1 --mode=observe --shape=262144 --concurrency=1 "${compare[@]}"
 scenario mib_c8 --mode=observe --shape=262144 --concurrency=8 "${compare[@]}"
 scenario range --mode=range --shape=2048,4096 --granularity=per_channel:0 --compare-full \
-  --duration="$duration" --rounds="$rounds"
+  --duration="$duration" --rounds="$rounds" --warmup=100ms
 for c in 1 2 4 8 16 32; do
   scenario "latency_c$c" --mode=observe --shape=64 --concurrency="$c" --compare-echo \
-    --duration=3s --rounds=3
+    --duration=4s --rounds=8 --warmup=100ms
 done
 scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
 
