@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -198,37 +199,37 @@ absl::StatusOr<LoadGenerator> LoadGenerator::Create(const LoadSpec& spec) {
 }
 
 absl::Status LoadGenerator::CreateSessions(const std::string& target) const {
-  if (spec_.mode == Mode::kCompute) return absl::OkStatus();
-  auto stub = v1::QParamsService::NewStub(NewChannel(target, max_request_bytes()));
-  for (const std::string& name : sessions_) {
+  return ForEachSession(target, [&](v1::QParamsService::Stub& stub, const std::string& name,
+                                    grpc::ClientContext* context) {
     v1::CreateSessionRequest request;
     request.set_name(name);
     request.set_calculator(spec_.calculator);
     *request.mutable_spec() = quant_spec_;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::Session session;
-    if (absl::Status s = FromGrpc("CreateSession", stub->CreateSession(&context, request, &session));
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+    return FromGrpc("CreateSession", stub.CreateSession(context, request, &session));
+  });
 }
 
 absl::Status LoadGenerator::DeleteSessions(const std::string& target) const {
+  return ForEachSession(target, [&](v1::QParamsService::Stub& stub, const std::string& name,
+                                    grpc::ClientContext* context) {
+    v1::DeleteSessionRequest request;
+    request.set_name(name);
+    v1::DeleteSessionResponse response;
+    return FromGrpc("DeleteSession", stub.DeleteSession(context, request, &response));
+  });
+}
+
+absl::Status LoadGenerator::ForEachSession(
+    const std::string& target,
+    const std::function<absl::Status(v1::QParamsService::Stub&, const std::string&,
+                                     grpc::ClientContext*)>& call) const {
   if (spec_.mode == Mode::kCompute) return absl::OkStatus();
   auto stub = v1::QParamsService::NewStub(NewChannel(target, max_request_bytes()));
   for (const std::string& name : sessions_) {
-    v1::DeleteSessionRequest request;
-    request.set_name(name);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::DeleteSessionResponse response;
-    if (absl::Status s = FromGrpc("DeleteSession", stub->DeleteSession(&context, request, &response));
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = call(*stub, name, &context); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #define QPARAMS_BENCH_LOAD_GENERATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
+#include "qparams/v1/qparams.grpc.pb.h"
 #include "qparams/v1/qparams.pb.h"
 
 namespace qparams::bench {
@@ -81,6 +83,13 @@ class LoadGenerator {
 
  private:
   LoadGenerator() = default;
+
+  // Calls `call` for each worker's session over one channel to `target`, each with a
+  // 30 s deadline; the first failure ends it. Nothing to do for Compute.
+  absl::Status ForEachSession(
+      const std::string& target,
+      const std::function<absl::Status(v1::QParamsService::Stub&, const std::string&,
+                                       grpc::ClientContext*)>& call) const;
 
   LoadSpec spec_;
   v1::QuantSpec quant_spec_;
