@@ -35,14 +35,18 @@ CONFIGURE=(-DCMAKE_CXX_COMPILER="$CLANGXX" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
-# The executables that the ctest entries matching $2 (a -R regex, "" for all) run (a
-# target is named like its executable). Before the build ctest says it cannot find
-# them, after it it shows them in the test command.
+# The executables of this build that the ctest entries matching $2 (a -R regex, ""
+# for all) run, as the command or an argument of it (bench_smoke runs a script on
+# qparams-bench); a target is named like its executable. Before the build ctest says
+# it cannot find a missing command, after it it shows it in the test command.
 test_targets() {
   local dir=$1 regex=$2
+  local build
+  build=$(cd "$dir" && pwd)
   ctest --test-dir "$dir" -N -V ${regex:+-R "$regex"} |
     sed -n -e 's/^Could not find executable \(.*\)$/\1/p' \
-      -e 's/^[0-9]*: Test command: \([^ "][^ ]*\).*$/\1/p' |
+      -e 's/^[0-9]*: Test command: \(.*\)$/\1/p' |
+    tr ' ' '\n' | tr -d '"' | grep "^$build/" |
     xargs -r -n1 basename | sort -u
 }
 
