@@ -54,8 +54,6 @@ ABSL_FLAG(int64_t, channels, 1024, "Memory mode: channels of each session");
 namespace qparams::bench {
 namespace {
 
-constexpr int kDefaultMaxMessageBytes = 64 << 20;
-
 absl::StatusOr<Shape> ParseShape(absl::string_view text) {
   Shape shape;
   for (absl::string_view dim : absl::StrSplit(text, ',')) {
@@ -149,7 +147,7 @@ absl::Status RunLoad(Mode mode) {
     full = *std::move(created);
   }
   const int64_t max_bytes =
-      std::max<int64_t>(kDefaultMaxMessageBytes,
+      std::max<int64_t>(ServerOptions().max_message_bytes,
                         (full ? full->max_request_bytes() : generator->max_request_bytes()) +
                             (1 << 20));
 
@@ -172,13 +170,13 @@ absl::Status RunLoad(Mode mode) {
   std::vector<std::pair<const LoadGenerator*, std::string>> runs = {{&*generator, target}};
   if (echo) runs.push_back({&*generator, echo->address()});
   if (full) runs.push_back({&*full, target});
-  for (const LoadGenerator* g : {&*generator, full ? &*full : nullptr}) {
-    if (g == nullptr) continue;
+  std::vector<const LoadGenerator*> generators = {&*generator};
+  if (full) generators.push_back(&*full);
+  for (const LoadGenerator* g : generators) {
     if (absl::Status s = g->CreateSessions(target); !s.ok()) return s;
   }
   absl::StatusOr<std::vector<LoadResult>> results = TakeTurns(runs, rounds, duration);
-  for (const LoadGenerator* g : {&*generator, full ? &*full : nullptr}) {
-    if (g == nullptr) continue;
+  for (const LoadGenerator* g : generators) {
     if (absl::Status s = g->DeleteSessions(target); !s.ok()) return s;
   }
   if (!results.ok()) return results.status();
@@ -244,7 +242,7 @@ absl::Status RunMemory() {
     return absl::InvalidArgumentError("--sessions, --channels and --concurrency must be >= 1");
   }
   absl::StatusOr<std::unique_ptr<QParamsServer>> server =
-      StartServer(kDefaultMaxMessageBytes, spec.sessions);
+      StartServer(ServerOptions().max_message_bytes, spec.sessions);
   if (!server.ok()) return server.status();
   absl::StatusOr<int64_t> before = ResidentBytes();
   if (!before.ok()) return before.status();

@@ -16,7 +16,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "core/range.h"
 #include "core/tensor.h"
 #include "server/log.h"
 #include "server/process_tuning.h"
