@@ -237,6 +237,62 @@ TEST(ObserveRange, LargeLayoutsMatchNaiveReferenceOnEveryThreadCount) {
   CheckLayouts(layouts, {1, 2, 3, 4}, /*one_dataset=*/true);
 }
 
+// Spans of 64 KiB and more drop the signed minimum once they have shown both signs
+// (ReduceRow in range_kernels_avx2.cc). Spans whose signs mix late, never, or only in
+// the tail, with their extremes placed before, at and after the switch; as one
+// per_tensor span and as the two rows of per_channel(0).
+TEST(ObserveRange, LongSpansWhoseSignsMixLateOrNever) {
+  struct Case {
+    const char* name;
+    std::vector<std::pair<int64_t, double>> writes;  // (index, value) over a base fill
+    double fill;
+  };
+  constexpr int64_t kN = 80000;  // rows of 40000: 80 KB in 16-bit formats
+  auto spread = [](double base) {  // distinct values of one sign, both extremes mid-row
+    std::vector<std::pair<int64_t, double>> w;
+    for (int64_t i = 7; i < kN; i += 7) w.push_back({i, base + 1 + (i % 97) / 8.0});
+    w.push_back({20001, base});
+    w.push_back({50001, base + 20});
+    return w;
+  };
+  // Index 20001 and 50001 are mid-row in both layouts, past the first sign check.
+  std::vector<Case> cases = {
+      {"all positive, smallest mid-row and last", {{20001, 0.5}, {50001, 0.25}, {kN - 1, 0.75}},
+       3.0},
+      {"all negative, extremes mid-row and last",
+       {{20001, -0.5}, {50001, -0.25}, {20002, -90.0}, {50002, -96.0}, {kN - 1, -0.375}},
+       -3.0},
+      {"positive, negatives late", {{31000, -2.0}, {71000, -2.5}, {75000, 0.5}}, 3.0},
+      {"negative, positives late", {{31000, 2.0}, {71000, 2.5}, {75000, -0.5}, {78000, -64.0}},
+       -3.0},
+      {"mixed early, extremes after the switch",
+       {{1, -1.0}, {40001, -1.0}, {35000, -80.0}, {76000, 90.0}},
+       3.0},
+      {"signs mix only in the tails", {{39997, -5.0}, {kN - 3, -5.0}, {kN - 1, -0.0}}, 4.0},
+      {"negative zero among positives mid-row", {{20001, -0.0}, {50001, -0.0}}, 1.5},
+      {"varied positives", spread(1.0), 2.0},
+      {"varied negatives", spread(-20.0), -2.0},
+  };
+  ScopedThreads threads(1);
+  for (const Case& c : cases) {
+    std::vector<double> values(kN, c.fill);
+    for (const auto& [i, v] : c.writes) values[i] = v;
+    for (DType dtype : kAllDTypes) {
+      for (const auto& [shape, block] :
+           {std::pair<Shape, Shape>{{kN}, {kN}}, std::pair<Shape, Shape>{{2, kN / 2}, {1, kN / 2}}}) {
+        const Tensor t = MakeTensor(dtype, shape, values);
+        const NaiveRange ref = NaiveBlockRange(t.view(), block);
+        for (range_internal::KernelLevel level : KernelLevels()) {
+          SCOPED_TRACE(absl::StrCat(c.name, ", ", DTypeName(dtype), " ", ShapeString(shape),
+                                    ", kernel level ", static_cast<int>(level)));
+          ScopedKernelLevel scoped_level(level);
+          ExpectMatchesNaive(t, block, ref);
+        }
+      }
+    }
+  }
+}
+
 // semantics.md §9.4: integer 10x10 inputs containing both ends of [low, high].
 TEST(ObserveRange, OldRangeCalculatorVectors) {
   const std::pair<int, int> ranges[] = {{0, 10}, {-10, 0}, {-10, 10}, {-20, -10}, {10, 20}};
