@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -40,6 +41,8 @@ TEST(Concurrency, SixteenClientsOnOneSessionEndInTheSerialState) {
   };
 
   std::atomic<int> failures{0};
+  absl::Mutex mu;
+  std::string first_failure;  // guarded by mu
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -50,12 +53,16 @@ TEST(Concurrency, SixteenClientsOnOneSessionEndInTheSerialState) {
         request.set_name("shared");
         *request.mutable_tensor() = wire::TensorToProto(input(t, i).view());
         v1::ObserveResponse response;
-        if (!stub->Observe(&context, request, &response).ok()) ++failures;
+        const grpc::Status status = stub->Observe(&context, request, &response);
+        if (!status.ok() && failures++ == 0) {
+          absl::MutexLock lock(&mu);
+          first_failure = absl::StrCat(status.error_code(), ": ", status.error_message());
+        }
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  ASSERT_EQ(failures, 0);
+  ASSERT_EQ(failures, 0) << "first failure: " << first_failure;
 
   // The same observations applied serially in the core.
   ASSERT_OK_AND_ASSIGN(auto serial, Create("global_minmax", *wire::SpecFromProto(spec)));
