@@ -72,21 +72,8 @@ struct Lanes<Format<uint32_t, int32_t, kExponentMask>> {
     if constexpr (kOp == Op::kMaxSigned) return _mm_max_epi32(a, b);
     return _mm_max_epu32(a, b);
   }
-  // Level kLevel of the transposing tree (Fold, below): kOp over the neighbouring
-  // groups of 2^(kLevel-1) lanes of a and of b, the results of a and b interleaved.
-  // kLevels = log2(kCount) levels leave one lane per input row.
+  // Levels of the transposing tree (Pair, below): log2(kCount).
   static constexpr int kLevels = 3;
-  template <int kLevel, Op kOp>
-  QPARAMS_AVX2_INLINE static __m256i Pair(__m256i a, __m256i b) {
-    if constexpr (kLevel == 1) {
-      return Apply<kOp>(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-    } else if constexpr (kLevel == 2) {
-      return Apply<kOp>(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
-    } else {
-      return Apply<kOp>(_mm256_permute2x128_si256(a, b, 0x20),
-                        _mm256_permute2x128_si256(a, b, 0x31));
-    }
-  }
 };
 
 template <uint16_t kExponentMask>
@@ -125,20 +112,31 @@ struct Lanes<Format<uint16_t, int16_t, kExponentMask>> {
     return _mm_max_epu16(a, b);
   }
   static constexpr int kLevels = 4;
-  template <int kLevel, Op kOp>
-  QPARAMS_AVX2_INLINE static __m256i Pair(__m256i a, __m256i b) {
-    if constexpr (kLevel == 1) {
-      return Apply<kOp>(_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
-    } else if constexpr (kLevel == 2) {
-      return Apply<kOp>(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-    } else if constexpr (kLevel == 3) {
-      return Apply<kOp>(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
-    } else {
-      return Apply<kOp>(_mm256_permute2x128_si256(a, b, 0x20),
-                        _mm256_permute2x128_si256(a, b, 0x31));
-    }
-  }
 };
+
+// The even and the odd groups of kBits bits of a and b, each interleaved a, b, a, b
+// within the 128-bit halves (for 128, the halves themselves).
+struct Interleaved {
+  __m256i even, odd;
+};
+
+template <int kBits>
+QPARAMS_AVX2_INLINE Interleaved Interleave(__m256i a, __m256i b) {
+  static_assert(kBits == 16 || kBits == 32 || kBits == 64 || kBits == 128);
+  if constexpr (kBits == 16) return {_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b)};
+  if constexpr (kBits == 32) return {_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b)};
+  if constexpr (kBits == 64) return {_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)};
+  return {_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31)};
+}
+
+// Level kLevel of the transposing tree (Fold, below): kOp over the neighbouring
+// groups of 2^(kLevel-1) lanes of a and of b, the results of a and b interleaved.
+// Lanes<F>::kLevels levels leave one lane per input row.
+template <typename F, int kLevel, Op kOp>
+QPARAMS_AVX2_INLINE __m256i Pair(__m256i a, __m256i b) {
+  const Interleaved groups = Interleave<(F::kWidth << (kLevel - 1))>(a, b);
+  return Lanes<F>::template Apply<kOp>(groups.even, groups.odd);
+}
 
 template <typename F>
 QPARAMS_AVX2_INLINE __m256i Load(const uint8_t* p, int64_t i) {
@@ -431,9 +429,9 @@ QPARAMS_AVX2_INLINE Extremes Fold(const uint8_t* row, int64_t n) {
   } else {
     const int64_t half_bytes = (int64_t{1} << (kLevel - 1)) * n * sizeof(typename F::Bits);
     const Extremes a = Fold<F, kLevel - 1>(row, n), b = Fold<F, kLevel - 1>(row + half_bytes, n);
-    return {L::template Pair<kLevel, Op::kMinSigned>(a.smin, b.smin),
-            L::template Pair<kLevel, Op::kMaxSigned>(a.smax, b.smax),
-            L::template Pair<kLevel, Op::kMaxUnsigned>(a.umax, b.umax)};
+    return {Pair<F, kLevel, Op::kMinSigned>(a.smin, b.smin),
+            Pair<F, kLevel, Op::kMaxSigned>(a.smax, b.smax),
+            Pair<F, kLevel, Op::kMaxUnsigned>(a.umax, b.umax)};
   }
 }
 
