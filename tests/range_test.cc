@@ -293,6 +293,101 @@ TEST(ObserveRange, LongSpansWhoseSignsMixLateOrNever) {
   }
 }
 
+// Batches of short rows fold the two extremes enough for the batch before, and the
+// third where they are not (StoreRowsAvx2 in range_kernels_avx2.cc). Groups of 16
+// blocks of 32, each of one kind, in every ordered pair of kinds, so that each kind
+// follows each other; a kind's odd block out sits in several lanes of the batch (a
+// float32 batch is 8 rows).
+TEST(ObserveRange, ShortRowBatchesWhoseBlocksChangeSign) {
+  constexpr int64_t kBlock = 32, kGroup = 16;
+  enum Block { kMixed, kPositive, kNegative, kZeros, kPositiveAndNegativeZero };
+  struct Kind {
+    Block all, odd;
+    int odd_lane;  // -1: none
+  };
+  const std::vector<Kind> kinds = {
+      {kMixed, kMixed, -1},
+      {kPositive, kPositive, -1},
+      {kNegative, kNegative, -1},
+      {kZeros, kZeros, -1},
+      {kMixed, kPositive, 0},
+      {kMixed, kNegative, 15},
+      {kMixed, kZeros, 8},
+      {kPositive, kMixed, 7},
+      {kPositive, kNegative, 15},
+      {kPositive, kPositiveAndNegativeZero, 3},
+      {kNegative, kPositive, 0},
+      {kNegative, kMixed, 9},
+      {kZeros, kPositiveAndNegativeZero, 12},
+  };
+  std::mt19937 gen(5);
+  auto magnitude = [&gen] { return 0.25 + (gen() % 1000) / 128.0; };
+  auto append_block = [&](Block b, std::vector<double>& values) {
+    for (int64_t i = 0; i < kBlock; ++i) {
+      double v = b == kZeros ? 0.0 : magnitude();
+      if (b == kNegative || (b == kMixed && (i == 5 || gen() % 2 == 0))) v = -v;
+      if (b == kMixed && i == 20) v = std::abs(v);
+      if (b == kPositiveAndNegativeZero && i == 11) v = -0.0;
+      values.push_back(v);
+    }
+  };
+  std::vector<double> values;
+  for (const Kind& a : kinds) {
+    for (const Kind& b : kinds) {
+      for (const Kind& k : {a, b}) {
+        for (int lane = 0; lane < kGroup; ++lane) {
+          append_block(lane == k.odd_lane ? k.odd : k.all, values);
+        }
+      }
+    }
+  }
+  const int64_t blocks = static_cast<int64_t>(values.size()) / kBlock;
+  const Shape shape = {blocks / 2, 2 * kBlock}, block = {1, kBlock};
+  for (DType dtype : kAllDTypes) {
+    const Tensor t = MakeTensor(dtype, shape, values);
+    const NaiveRange ref = NaiveBlockRange(t.view(), block);
+    for (int threads : {1, 3}) {
+      for (range_internal::KernelLevel level : KernelLevels()) {
+        SCOPED_TRACE(absl::StrCat(DTypeName(dtype), ", ", threads, " threads, kernel level ",
+                                  static_cast<int>(level)));
+        ScopedThreads scoped(threads);
+        ScopedKernelLevel scoped_level(level);
+        ExpectMatchesNaive(t, block, ref);
+      }
+    }
+  }
+}
+
+// Non-finite values in batches folded through two extremes: +Inf and NaN among
+// non-negative blocks, -Inf and a negative NaN among mixed ones.
+TEST(ObserveRange, RejectsNonFiniteValuesInBatchesOfOneSign) {
+  constexpr int64_t kRows = 256, kBlock = 32;
+  ScopedThreads threads(1);
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const Tensor mixed = RandomNormal(dtype, {kRows, kBlock}, 3);
+    std::vector<double> positive = Values(mixed.view());
+    for (double& v : positive) v = std::abs(v);
+    const Tensor non_negative = MakeTensor(dtype, {kRows, kBlock}, positive);
+    const double inf = std::numeric_limits<double>::infinity();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const std::pair<const Tensor*, double> cases[] = {
+        {&non_negative, inf}, {&non_negative, nan}, {&mixed, -inf}, {&mixed, -nan}};
+    for (const auto& [base, bad] : cases) {
+      for (int64_t pos : {int64_t{0}, kRows * kBlock / 2 + 37, kRows * kBlock - 1}) {
+        std::vector<double> v = Values(base->view());
+        v[pos] = bad;
+        const Tensor t = MakeTensor(dtype, {kRows, kBlock}, v);
+        for (range_internal::KernelLevel level : KernelLevels()) {
+          SCOPED_TRACE(absl::StrCat(DTypeName(dtype), " ", bad, " at ", pos, ", kernel level ",
+                                    static_cast<int>(level)));
+          ScopedKernelLevel scoped_level(level);
+          EXPECT_CODE(ObserveRange(t.view(), {1, kBlock}), kInvalid);
+        }
+      }
+    }
+  }
+}
+
 // semantics.md §9.4: integer 10x10 inputs containing both ends of [low, high].
 TEST(ObserveRange, OldRangeCalculatorVectors) {
   const std::pair<int, int> ranges[] = {{0, 10}, {-10, 0}, {-10, 10}, {-20, -10}, {10, 20}};
