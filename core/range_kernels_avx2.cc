@@ -465,14 +465,24 @@ QPARAMS_AVX2_INLINE bool Fits(const Extremes& e) {
   return _mm256_testz_si256(e.smin, sign);
 }
 
+// The fewest extremes enough for every lane of e, which holds all three: kMixed,
+// kNonNegative, or kAll (a lane whose values are all negative needs all three).
+template <typename F>
+QPARAMS_AVX2_INLINE int Needed(const Extremes& e) {
+  if (Fits<F, kMixed>(e)) return kMixed;
+  if (Fits<F, kNonNegative>(e)) return kNonNegative;
+  return kAll;
+}
+
 // Short rows (blocks of up to 8 vectors) spend more on the horizontal reductions than
 // on the data; batches of kCount rows share transposing reductions instead, and their
 // results are decoded, checked and stored as whole vectors. The tree's shuffles
-// outweigh the loads, so a batch folds two of the three extremes, those enough for
-// the batch before, and only where they are not enough folds the third (in a second
-// pass over the batch, from L1). Per_block 32 from cache on one core: bfloat16 66 ->
-// 89 GB/s, float32 84 -> 107; data whose sign kind flips at every batch, the worst
-// case, pays the second pass and a mispredicted branch each time (float32: 58 GB/s).
+// outweigh the loads, so a batch folds only the extremes that were enough for the
+// batch before (Needed), and where two are not enough folds the third in a second
+// pass over the batch, from L1. Per_block 32 from cache on one core: bfloat16 66 ->
+// 89 GB/s, float32 84 -> 107; all-negative blocks, which need all three, as before;
+// data whose sign kind flips at every batch, the worst case, pays the second pass and
+// a mispredicted branch each time (float32: 66 GB/s).
 template <typename F>
 QPARAMS_AVX2 bool StoreRowsAvx2(const uint8_t* p, int64_t n, int64_t r0, int64_t r1, uint8_t* lo,
                                 uint8_t* hi) {
@@ -510,22 +520,26 @@ QPARAMS_AVX2 bool StoreRowsAvx2(const uint8_t* p, int64_t n, int64_t r0, int64_t
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + r * sizeof(Bits)), block_hi);
       }
     };
-    bool mixed = true;  // whether the batch before fitted kMixed, else kNonNegative
+    int keep = kMixed;  // the extremes enough for the batch before
     for (; r + L::kCount <= r1; r += L::kCount) {
       const uint8_t* rows = p + r * n * sizeof(Bits);
-      if (mixed) {
+      if (keep == kMixed) {
         Extremes blocks = Fold<F, kMixed, L::kLevels>(rows, n);
         if (!Fits<F, kMixed>(blocks)) {
           blocks.smin = FoldRare<F, kSignedMin>(rows, n);
-          mixed = !Fits<F, kNonNegative>(blocks);
+          keep = Needed<F>(blocks);
         }
         store(r, blocks);
-      } else {
+      } else if (keep == kNonNegative) {
         Extremes blocks = Fold<F, kNonNegative, L::kLevels>(rows, n);
         if (!Fits<F, kNonNegative>(blocks)) {
           blocks.umax = FoldRare<F, kUnsignedMax>(rows, n);
-          mixed = Fits<F, kMixed>(blocks);
+          keep = Needed<F>(blocks);
         }
+        store(r, blocks);
+      } else {
+        const Extremes blocks = Fold<F, kAll, L::kLevels>(rows, n);
+        keep = Needed<F>(blocks);
         store(r, blocks);
       }
     }

@@ -293,11 +293,11 @@ TEST(ObserveRange, LongSpansWhoseSignsMixLateOrNever) {
   }
 }
 
-// Batches of short rows fold the two extremes enough for the batch before, and the
-// third where they are not (StoreRowsAvx2 in range_kernels_avx2.cc). Groups of 16
-// blocks of 32, each of one kind, in every ordered pair of kinds, so that each kind
-// follows each other; a kind's odd block out sits in several lanes of the batch (a
-// float32 batch is 8 rows).
+// Batches of short rows fold the extremes enough for the batch before (two, or all
+// three after all-negative blocks), and the third where two are not (StoreRowsAvx2 in
+// range_kernels_avx2.cc). Groups of 16 blocks of 32, each of one kind, in every
+// ordered pair of kinds, so that each kind follows each other; a kind's odd block out
+// sits in several lanes of the batch (a float32 batch is 8 rows).
 TEST(ObserveRange, ShortRowBatchesWhoseBlocksChangeSign) {
   constexpr int64_t kBlock = 32, kGroup = 16;
   enum Block { kMixed, kPositive, kNegative, kZeros, kPositiveAndNegativeZero };
