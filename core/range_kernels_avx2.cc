@@ -521,24 +521,29 @@ QPARAMS_AVX2 bool StoreRowsAvx2(const uint8_t* p, int64_t n, int64_t r0, int64_t
       }
     };
     int keep = kMixed;  // the extremes enough for the batch before
-    for (; r + L::kCount <= r1; r += L::kCount) {
+    // The batch of rows from r on through the pair kPair, completed with the third
+    // extreme where the pair is not enough.
+    auto store_through_pair = [&](int64_t r, auto pair) QPARAMS_AVX2_LAMBDA {
+      constexpr int kPair = decltype(pair)::value;
       const uint8_t* rows = p + r * n * sizeof(Bits);
-      if (keep == kMixed) {
-        Extremes blocks = Fold<F, kMixed, L::kLevels>(rows, n);
-        if (!Fits<F, kMixed>(blocks)) {
+      Extremes blocks = Fold<F, kPair, L::kLevels>(rows, n);
+      if (!Fits<F, kPair>(blocks)) {
+        if constexpr (kPair == kMixed) {
           blocks.smin = FoldRare<F, kSignedMin>(rows, n);
-          keep = Needed<F>(blocks);
-        }
-        store(r, blocks);
-      } else if (keep == kNonNegative) {
-        Extremes blocks = Fold<F, kNonNegative, L::kLevels>(rows, n);
-        if (!Fits<F, kNonNegative>(blocks)) {
+        } else {
           blocks.umax = FoldRare<F, kUnsignedMax>(rows, n);
-          keep = Needed<F>(blocks);
         }
-        store(r, blocks);
+        keep = Needed<F>(blocks);
+      }
+      store(r, blocks);
+    };
+    for (; r + L::kCount <= r1; r += L::kCount) {
+      if (keep == kMixed) {
+        store_through_pair(r, std::integral_constant<int, kMixed>());
+      } else if (keep == kNonNegative) {
+        store_through_pair(r, std::integral_constant<int, kNonNegative>());
       } else {
-        const Extremes blocks = Fold<F, kAll, L::kLevels>(rows, n);
+        const Extremes blocks = Fold<F, kAll, L::kLevels>(p + r * n * sizeof(Bits), n);
         keep = Needed<F>(blocks);
         store(r, blocks);
       }
