@@ -224,15 +224,20 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
   }
   // Only finite inputs are observed, but a finite range wider than float32 (or a
   // float_range bound beyond it) gives an infinite scale and minval, and then a zero
-  // point from inf/inf: states a restored calculator must carry on with.
+  // point from inf/inf: states a restored calculator must carry on with. The e8m0
+  // path ignores quant_min/quant_max (§7): its zero point is always 0.
+  const bool e8m0 = recipe_.e8m0_target.has_value();
   for (int64_t i = 0; i < *n; ++i) {
-    if (!(q.scale[i] > 0) || (q.has_minval && std::isnan(q.minval[i])) ||
-        (q.has_zero_point && std::isfinite(q.scale[i]) &&
-         (q.zero_point[i] < recipe_.quant_min || q.zero_point[i] > recipe_.quant_max))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("state.qparams[", i,
-                       "]: scale must be > 0, minval not NaN and the zero point within "
-                       "[quant_min, quant_max]"));
+    const bool zero_point_ok =
+        !q.has_zero_point || (e8m0 ? q.zero_point[i] == 0
+                                   : !std::isfinite(q.scale[i]) ||
+                                         (q.zero_point[i] >= recipe_.quant_min &&
+                                          q.zero_point[i] <= recipe_.quant_max));
+    if (!(q.scale[i] > 0) || (q.has_minval && std::isnan(q.minval[i])) || !zero_point_ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state.qparams[", i,
+          "]: scale must be > 0, minval not NaN and the zero point within [quant_min, "
+          "quant_max] (0 with an e8m0 scale)"));
     }
   }
   if (absl::Status s = QParamsCalculatorBase::RestoreState(state); !s.ok()) return s;

@@ -353,7 +353,16 @@ std::string Describe(const CalculatorState& s) {
   for (size_t i = 0; i < s.qparams.scale.size() && i < 4; ++i) {
     out += " scale[" + std::to_string(i) + "]=" + std::to_string(s.qparams.scale[i]);
     if (s.qparams.has_zero_point) out += " zp=" + std::to_string(s.qparams.zero_point[i]);
+    if (s.qparams.has_minval) out += " minval=" + std::to_string(s.qparams.minval[i]);
   }
+  if (s.running) {
+    for (size_t i = 0; i < s.running->lo.size() && i < 4; ++i) {
+      out += " running[" + std::to_string(i) + "]=[" + std::to_string(s.running->lo[i]) + ", " +
+             std::to_string(s.running->hi[i]) + "]";
+    }
+  }
+  if (s.spec.quant_min) out += " quant_min=" + std::to_string(*s.spec.quant_min);
+  if (s.spec.quant_max) out += " quant_max=" + std::to_string(*s.spec.quant_max);
   if (s.spec.float_range.min) out += " float_range.min=" + std::to_string(*s.spec.float_range.min);
   if (s.spec.float_range.max) out += " float_range.max=" + std::to_string(*s.spec.float_range.max);
   return out;

@@ -167,6 +167,25 @@ TEST(State, InfiniteFloatRangeBoundsRestore) {
   }
 }
 
+// The e8m0 path ignores quant_min/quant_max (§7), so an int8 zero point of 0 restores
+// even outside a custom quant range; any other zero point does not.
+TEST(State, E8m0ZeroPointIgnoresTheQuantRange) {
+  QuantSpec spec = MakeSpec("int8", QS::kSymmetric);
+  spec.scale_dtype = "float8_e8m0fnu";
+  spec.quant_min = 4;
+  spec.quant_max = 84;
+  for (const char* key : {"static", "global_minmax", "moving_average"}) {
+    ASSERT_OK_AND_ASSIGN(Calc calc, Create(key, spec));
+    ASSERT_OK(calc->Forward(Obs(Vec({-3, 25632}))));
+    CalculatorState state = calc->ExportState();
+    ASSERT_EQ(state.qparams.zero_point, std::vector<int32_t>{0}) << key;
+    ASSERT_OK_AND_ASSIGN(Calc restored, CreateFromState(state));
+    EXPECT_TRUE(SameState(restored->ExportState(), state)) << key;
+    state.qparams.zero_point[0] = 44;
+    EXPECT_CODE(CreateFromState(state), kInvalid) << key;
+  }
+}
+
 TEST(State, ExportedFieldsOfARunningCalculator) {
   ASSERT_OK_AND_ASSIGN(Calc calc, Create("moving_average", MakeSpec("int8", QS::kSymmetric),
                                          CalculatorOptions{0.5}));
