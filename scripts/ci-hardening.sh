@@ -7,10 +7,13 @@
 #   tsan  TSan build (build-tsan); the concurrency tests and service_unit
 #   fuzz  libFuzzer build (build-fuzz); every fuzz target (fuzz/README.md) for
 #         $FUZZ_SECONDS, side by side, each on a copy of its committed seed corpus
-#         (fuzz/corpus/<target>; the repo is never written)
+#         (fuzz/corpus/<target>; the repo is never written), from seed $FUZZ_SEED
 #
 # Usage: scripts/ci-hardening.sh [asan] [tsan] [fuzz]   (no argument: all three)
-# Environment: JOBS (2), FUZZ_SECONDS (60 per target), CLANGXX (clang++-14).
+# Environment: JOBS (2), FUZZ_SECONDS (60 per target), FUZZ_SEED (1), CLANGXX (clang++-14).
+# A fixed seed makes CI's fuzzing repeatable: it runs a prefix of the same input
+# sequence every time, so a run that passed here passes there, and a crash it finds
+# reproduces. FUZZ_SEED=0 lets libFuzzer pick one, for exploring (fuzz/README.md).
 # Every stage runs even if an earlier one failed; the exit status is 1 if any failed.
 # Sanitizer builds compile only the targets their tests run. A sanitizer report or a
 # fuzzer crash fails the stage; the fuzzer's reproducer lands in
@@ -21,6 +24,7 @@ ROOT=$PWD
 
 JOBS=${JOBS:-2}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_SEED=${FUZZ_SEED:-1}
 CLANGXX=${CLANGXX:-clang++-14}
 FUZZ_TARGETS=(fuzz_requests fuzz_restore fuzz_core)
 
@@ -96,7 +100,7 @@ stage_fuzz() {
       cd "$run" &&
         QPARAMS_FUZZ_HISTORY=artifacts/history.seq \
         ASAN_OPTIONS="$ASAN_OPTIONS:detect_stack_use_after_return=0" \
-        "$ROOT/build-fuzz/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -timeout=30 \
+        "$ROOT/build-fuzz/fuzz/$target" -seed="$FUZZ_SEED" -max_total_time="$FUZZ_SECONDS" -timeout=30 \
           -rss_limit_mb=4096 -print_final_stats=1 -dict="$ROOT/fuzz/$target.dict" \
           -artifact_prefix=artifacts/ corpus >fuzz.log 2>&1
     ) &
