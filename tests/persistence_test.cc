@@ -119,11 +119,17 @@ void PersistenceTest::Populate() {
   frozen.mutable_float_range()->set_max(2.25);
   v1::QuantSpec fp8;
   fp8.set_dtype("float8_e4m3fn");
+  // The e8m0 path ignores the quant range: its zero point 0 lies outside this one.
+  v1::QuantSpec e8m0;
+  e8m0.set_scale_dtype("float8_e8m0fnu");
+  e8m0.set_quant_min(4);
+  e8m0.set_quant_max(84);
 
   ASSERT_OK(Create("ma", "moving_average", per_channel));
   ASSERT_OK(Create("gm", "global_minmax", bf16_block));
   ASSERT_OK(Create("st", "static", fp8));
   ASSERT_OK(Create("frozen", "moving_average", frozen));
+  ASSERT_OK(Create("e8m0", "moving_average", e8m0));
   ASSERT_OK(Create("empty", "static", {}));
   ASSERT_OK(Create("gone", "static", {}));
   for (uint32_t i = 0; i < 5; ++i) {
@@ -131,6 +137,7 @@ void PersistenceTest::Populate() {
     ASSERT_OK(client.Observe("gm", MakeTensor(DType::kBFloat16, {2, 4}, RandN(8, 10 + i)).view()));
     ASSERT_OK(client.Observe("st", MakeTensor(DType::kFloat64, {5}, RandN(5, 20 + i)).view()));
     ASSERT_OK(client.Observe("frozen", Vec(RandN(4, 30 + i)).view()));
+    ASSERT_OK(client.Observe("e8m0", Vec(RandN(4, 40 + i)).view()));
   }
   ASSERT_OK(client.SetExportMode("st", true));
   v1::Granularity g;
@@ -149,6 +156,7 @@ std::string Continue(Client& client) {
           std::pair{"gm", MakeTensor(DType::kBFloat16, {2, 4}, RandN(8, 110 + i))},
           std::pair{"st", MakeTensor(DType::kFloat64, {5}, RandN(5, 120 + i))},
           std::pair{"frozen", Vec(RandN(4, 130 + i))},
+          std::pair{"e8m0", Vec(RandN(4, 150 + i))},
           std::pair{"empty", F32({2, 3}, RandN(6, 140 + i))}}) {
       absl::StatusOr<v1::ObserveResponse> r = client.Observe(name, tensor.view());
       out += r.ok() ? r->SerializeAsString() : r.status().ToString();
