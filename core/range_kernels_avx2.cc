@@ -256,7 +256,7 @@ QPARAMS_AVX2_INLINE void ReduceRow(const uint8_t* p, int64_t n, typename F::Key&
   if (n < L::kCount) return ReduceSpanPortable<F>(p, n, lo, hi);
   Extremes e0 = Start<F>(Load<F>(p, 0)), e1 = e0;
   constexpr int64_t kStep = 4 * L::kCount;
-  auto prefetch = [p](int64_t i) QPARAMS_AVX2_LAMBDA {
+  auto prefetch = [=](int64_t i) QPARAMS_AVX2_LAMBDA {
     if constexpr (kPrefetch) {
       _mm_prefetch(reinterpret_cast<const char*>(p + i * sizeof(typename F::Bits)) + kPrefetchAhead,
                    _MM_HINT_T0);
