@@ -12,8 +12,9 @@
 # Usage: scripts/ci-hardening.sh [asan] [tsan] [fuzz]   (no argument: all three)
 # Environment: JOBS (2), FUZZ_SECONDS (60 per target), FUZZ_SEED (1), CLANGXX (clang++-14).
 # A fixed seed makes CI's fuzzing repeatable: it runs a prefix of the same input
-# sequence every time, so a run that passed here passes there, and a crash it finds
-# reproduces. FUZZ_SEED=0 lets libFuzzer pick one, for exploring (fuzz/README.md).
+# sequence every time, so a local run that got further has tried every input CI will,
+# and a crash CI finds reproduces. FUZZ_SEED=0 lets libFuzzer pick one, for exploring
+# (fuzz/README.md).
 # Every stage runs even if an earlier one failed; the exit status is 1 if any failed.
 # Sanitizer builds compile only the targets their tests run. A sanitizer report or a
 # fuzzer crash fails the stage; the fuzzer's reproducer lands in
