@@ -12,6 +12,9 @@ packages=(
   zlib1g-dev openssl
   libgtest-dev libgmock-dev
   libbenchmark-dev
+  # The Python client (client/python) and its tests, on Debian's own interpreter;
+  # torch is optional for users of the package but the observers' tests need it.
+  python3 python3-grpcio python3-protobuf python3-numpy python3-torch python3-pytest
   # scripts/ci-hardening.sh: clang, its sanitizer and libFuzzer runtimes (with
   # <fuzzer/FuzzedDataProvider.h>), and LLVM's OpenMP (with the Archer TSan tool).
   clang-14 libclang-rt-14-dev libomp-14-dev

@@ -1,0 +1,33 @@
+"""qparams: the Python client of the qparams service, which computes quantization
+parameters (scale, zero point, minval) bit for bit as coreai_opt does.
+
+    import numpy as np
+    import qparams
+
+    with qparams.Client() as client:            # $QPARAMS_TARGET, else 127.0.0.1:50051
+        client.create_session("demo", dtype="int8", qscheme="asymmetric",
+                              granularity="per_channel:0", calculator="global_minmax")
+        client.observe("demo", np.random.randn(4, 16).astype(np.float32))
+        print(client.get_qparams("demo").scale)
+
+PyTorch observers (torch.ao.quantization) are in qparams.torch.
+"""
+
+from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
+                             FailedPrecondition, Internal, InvalidArgument, NotFound,
+                             OutOfRange, PermissionDenied, QParamsError, ResourceExhausted,
+                             Unauthenticated, Unavailable, Unimplemented, Unknown)
+from qparams._results import ObserveResult, QParams
+from qparams._spec import block_shape, granularity, quant_spec
+from qparams.client import DEFAULT_TARGET, Client
+from qparams.v1 import qparams_pb2 as pb
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "DEFAULT_TARGET", "QParams", "ObserveResult", "quant_spec", "granularity",
+    "block_shape", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
+    "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
+    "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable",
+    "DataLoss", "Unauthenticated",
+]

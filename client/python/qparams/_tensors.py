@@ -1,0 +1,126 @@
+"""Tensors onto the wire: numpy arrays and torch tensors as qparams.v1.Tensor raw
+bytes, and their block minima and maxima as a RangeObservation.
+
+torch is imported only when a torch tensor is passed, so numpy users need no torch.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from qparams._spec import block_shape
+from qparams.v1 import qparams_pb2 as pb
+
+__all__ = ["TensorLike", "is_torch_tensor", "to_wire", "range_request", "tensor_request"]
+
+#: A numpy array (float32, float16, float64) or a torch tensor (float32, float16,
+#: bfloat16, float64; any device, any strides).
+TensorLike = Any
+
+_NUMPY_DTYPES = {np.dtype(np.float32): pb.FLOAT32, np.dtype(np.float16): pb.FLOAT16,
+                 np.dtype(np.float64): pb.FLOAT64}
+_NUMPY_NAMES = "float32, float16 or float64"
+_TORCH_NAMES = "float32, float16, bfloat16 or float64"
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """Whether x is a torch.Tensor (without importing torch when nobody has)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _torch_dtypes() -> dict:
+    import torch
+    return {torch.float32: pb.FLOAT32, torch.float16: pb.FLOAT16,
+            torch.bfloat16: pb.BFLOAT16, torch.float64: pb.FLOAT64}
+
+
+def _wire_dtype(x: Any) -> int:
+    """The wire DType of x. TypeError for anything that is not a supported tensor."""
+    if is_torch_tensor(x):
+        dtype = _torch_dtypes().get(x.dtype)
+        if dtype is None:
+            raise TypeError(f"tensor dtype {x.dtype} is not supported; qparams observes "
+                            f"{_TORCH_NAMES} tensors")
+        return dtype
+    if isinstance(x, np.ndarray):
+        dtype = _NUMPY_DTYPES.get(x.dtype.newbyteorder("=")) if x.dtype.kind == "f" else None
+        if dtype is None:
+            raise TypeError(f"array dtype {x.dtype} is not supported; qparams observes "
+                            f"{_NUMPY_NAMES} arrays")
+        return dtype
+    raise TypeError(f"expected a numpy array or a torch tensor, not {type(x).__name__}")
+
+
+def _raw_bytes(x: Any) -> bytes:
+    """x's values as little-endian, row-major bytes (the wire's layout)."""
+    if is_torch_tensor(x):
+        import torch
+        x = x.detach().to("cpu").contiguous()
+        if x.dtype == torch.bfloat16:  # numpy has no bfloat16: send its 16 bits as they are
+            x = x.view(torch.int16)
+        return x.numpy().tobytes()
+    return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).tobytes()
+
+
+def to_wire(x: TensorLike, dtype: int | None = None) -> pb.Tensor:
+    """x as a qparams.v1.Tensor. Raises TypeError for an unsupported type or dtype."""
+    dtype = _wire_dtype(x) if dtype is None else dtype
+    return pb.Tensor(dtype=dtype, shape=list(x.shape), data=_raw_bytes(x))
+
+
+def _block_ranges(x: TensorLike, block: Sequence[int]) -> tuple[Any, Any]:
+    """The min and max of every block of x, where x's dims are whole multiples of block:
+    x viewed as (N0, B0, N1, B1, ...) and reduced over the B axes, on x's own device."""
+    shape = tuple(x.shape)
+    counts = [s // b for s, b in zip(shape, block)]
+    split = [v for n, b in zip(counts, block) for v in (n, b)]
+    inner = tuple(range(1, 2 * len(shape), 2))
+    if is_torch_tensor(x):
+        blocks = x.detach().reshape(split)
+        return blocks.amin(dim=inner), blocks.amax(dim=inner)
+    blocks = x.reshape(split)
+    return blocks.min(axis=inner), blocks.max(axis=inner)
+
+
+def _all_finite(t: Any) -> bool:
+    if is_torch_tensor(t):
+        import torch
+        return bool(torch.isfinite(t).all())
+    return bool(np.isfinite(t).all())
+
+
+def tensor_request(name: str, x: TensorLike) -> pb.ObserveRequest:
+    """An ObserveRequest carrying x whole."""
+    return pb.ObserveRequest(name=name, tensor=to_wire(x))
+
+
+def range_request(name: str, x: TensorLike, spec: pb.QuantSpec, reduce: str) -> pb.ObserveRequest:
+    """The ObserveRequest for x on a session whose resolved spec is `spec`.
+
+    reduce: "always" sends each block's min and max, "never" the tensor, "auto" the
+    smaller of the two. The tensor goes whole whenever the server's answer would be an
+    error (no elements, a granularity that does not fit the shape, a NaN or Inf), so that
+    the error is exactly the one the tensor itself gets; otherwise the results are
+    bit-identical, the min and max of a block being exact in any precision.
+    """
+    dtype = _wire_dtype(x)
+    if reduce == "never":
+        return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
+    shape = tuple(int(s) for s in x.shape)
+    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    block = block_shape(spec.granularity, spec.target, shape) if shape and numel else None
+    if block is None:
+        return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
+    blocks = numel // int(np.prod(block, dtype=np.int64))
+    if reduce == "auto" and 2 * blocks >= numel:
+        return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
+    lo, hi = _block_ranges(x, block)
+    if not (_all_finite(lo) and _all_finite(hi)):
+        return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
+    return pb.ObserveRequest(name=name, range=pb.RangeObservation(
+        input_shape=shape, min=to_wire(lo, dtype), max=to_wire(hi, dtype)))

@@ -1,0 +1,357 @@
+"""qparams.Client: one object for the whole qparams.v1 service, one method per RPC.
+
+Modelled on tritonclient's gRPC client: a typed result per call, exceptions named
+after the gRPC codes (qparams.NotFound, ...) carrying the server's message unchanged,
+and streaming helpers (observe_many; observe_async over one background stream).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import grpc
+
+from qparams._background import ObserveQueue
+from qparams._errors import NotFound, QParamsError, error_from_rpc, error_from_status
+from qparams._health.v1 import health_pb2, health_pb2_grpc
+from qparams._results import ObserveResult, QParams
+from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
+from qparams._tensors import TensorLike, range_request, tensor_request, to_wire
+from qparams.v1 import qparams_pb2 as pb
+from qparams.v1 import qparams_pb2_grpc as pb_grpc
+
+__all__ = ["Client", "DEFAULT_TARGET"]
+
+#: Where a Client connects without a target argument or $QPARAMS_TARGET (`make run`).
+DEFAULT_TARGET = "127.0.0.1:50051"
+_REDUCE = ("auto", "always", "never")
+
+
+def _check_reduce(reduce: str) -> None:
+    if reduce not in _REDUCE:
+        raise ValueError(f"reduce {reduce!r} is not one of {', '.join(_REDUCE)}")
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{what} {path!r} cannot be read: {e.strerror}") from None
+
+
+class Client:
+    """A client of a qparams server. Thread-safe; a context manager that closes it.
+
+    Args:
+        target: "host:port" or any gRPC target; default $QPARAMS_TARGET, else
+            127.0.0.1:50051.
+        token: a bearer token sent on every qparams call (not on health); default
+            $QPARAMS_TOKEN, else none. Use TLS beyond loopback.
+        tls: connect with TLS and the system's roots (implied by tls_ca/tls_cert).
+        tls_ca: PEM file of the roots the server's certificate must chain to.
+        tls_cert, tls_key: PEM files of a client certificate and its key (mutual TLS).
+        tls_server_name: the name the server's certificate must carry, if not the
+            target's host (e.g. "localhost" while connecting to 127.0.0.1).
+        timeout: the deadline of each unary call, in seconds.
+        max_message_bytes: the largest message sent or received (a tensor travels in
+            one message; the server's default limit is 64 MiB).
+
+    Raises:
+        ValueError: a bad argument (timeout <= 0, only one of tls_cert/tls_key, an
+            unreadable TLS file, a token metadata cannot carry).
+    """
+
+    def __init__(self, target: str | None = None, *, token: str | None = None,
+                 tls: bool = False, tls_ca: str | None = None, tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_server_name: str | None = None,
+                 timeout: float = 30.0, max_message_bytes: int = 64 << 20) -> None:
+        self.target = target or os.environ.get("QPARAMS_TARGET") or DEFAULT_TARGET
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
+        if max_message_bytes <= 0:
+            raise ValueError(f"max_message_bytes must be > 0, not {max_message_bytes!r}")
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together (a client certificate and its key)")
+        token = token if token is not None else os.environ.get("QPARAMS_TOKEN", "")
+        if token and not (len(token) <= 4096 and token.isascii() and token.isprintable()
+                          and " " not in token):
+            raise ValueError("token must be 1 to 4096 printable ASCII characters without spaces")
+        self.timeout = timeout
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+
+        options = [("grpc.max_send_message_length", max_message_bytes),
+                   ("grpc.max_receive_message_length", max_message_bytes)]
+        if tls or tls_ca or tls_cert:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca, "tls_ca") if tls_ca else None,
+                private_key=_read(tls_key, "tls_key") if tls_key else None,
+                certificate_chain=_read(tls_cert, "tls_cert") if tls_cert else None)
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._channel = grpc.secure_channel(self.target, credentials, options)
+        else:
+            if tls_server_name:
+                raise ValueError("tls_server_name needs TLS (tls, tls_ca or tls_cert)")
+            self._channel = grpc.insecure_channel(self.target, options)
+        self._stub = pb_grpc.QParamsServiceStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+        # Resolved specs of the sessions this client reduced tensors for, by name.
+        self._specs: dict[str, pb.QuantSpec] = {}
+        self._specs_lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: ObserveQueue | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Ends the background stream (after what it holds is sent) and the channel."""
+        with self._queue_lock:
+            queue, self._queue = self._queue, None
+        if queue is not None:
+            queue.close()
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"qparams.Client({self.target!r})"
+
+    def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
+
+    # ------------------------------------------------------------------ the RPCs
+
+    def list_calculators(self) -> list[pb.CalculatorInfo]:
+        """The calculator registry (key, stateful, description), sorted by key."""
+        return list(self._call(self._stub.ListCalculators,
+                               pb.ListCalculatorsRequest()).calculators)
+
+    def compute(self, x: TensorLike, spec: SpecLike | None = None, *, calculator: str = "",
+                **spec_fields: Any) -> QParams:
+        """The qparams of one tensor, stateless: calculator "" (= dynamic), "dynamic"
+        or "static". The spec is a mapping or QuantSpec and/or keywords (see
+        qparams.quant_spec), e.g. compute(x, dtype="int8", granularity="per_channel:0").
+
+        Raises:
+            TypeError: x is not a float32/float16/float64 array or supported tensor.
+            ValueError: a malformed spec value (see quant_spec).
+            InvalidArgument: a spec or tensor the server refuses (non-finite values...).
+        """
+        request = pb.ComputeRequest(calculator=calculator, spec=quant_spec(spec, **spec_fields),
+                                    tensor=to_wire(x))
+        return QParams.from_proto(self._call(self._stub.Compute, request).qparams)
+
+    def create_session(self, name: str, spec: SpecLike | None = None, *, calculator: str = "",
+                       averaging_constant: float | None = None,
+                       **spec_fields: Any) -> pb.Session:
+        """Creates the session `name` and returns it (its spec resolved).
+
+        calculator: "static", "moving_average", "global_minmax", or "" for the default
+        (static for weights, moving_average for activations). Choosing an observer as
+        a torch.ao user: global_minmax matches MinMaxObserver/PerChannelMinMaxObserver
+        bit for bit; moving_average averages the zero-clamped range (coreai_opt), not
+        torch.ao's raw one, and can differ from MovingAverage*MinMaxObserver by up to
+        0.5% per channel.
+
+        Raises:
+            AlreadyExists: the name is taken. InvalidArgument: a bad name or spec.
+            ResourceExhausted: the server's session limit.
+        """
+        request = pb.CreateSessionRequest(name=name, calculator=calculator,
+                                          spec=quant_spec(spec, **spec_fields))
+        if averaging_constant is not None:
+            request.averaging_constant = averaging_constant
+        session = self._call(self._stub.CreateSession, request)
+        self._remember(session)
+        return session
+
+    def get_session(self, name: str) -> pb.Session:
+        """The session `name` (NotFound if there is none)."""
+        session = self._call(self._stub.GetSession, pb.GetSessionRequest(name=name))
+        self._remember(session)
+        return session
+
+    def list_sessions(self, prefix: str = "", *, page_size: int = 0) -> Iterator[pb.Session]:
+        """Every session whose name starts with `prefix`, in name order, fetching page
+        after page (page_size 0: the server's default of 50; at most 1000)."""
+        token = ""
+        while True:
+            page = self._call(self._stub.ListSessions, pb.ListSessionsRequest(
+                page_size=page_size, page_token=token, filter=prefix))
+            yield from page.sessions
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_session(self, name: str) -> None:
+        """Deletes the session `name` (NotFound if there is none)."""
+        with self._specs_lock:
+            self._specs.pop(name, None)
+        self._call(self._stub.DeleteSession, pb.DeleteSessionRequest(name=name))
+
+    def observe(self, name: str, x: TensorLike, *, reduce: str = "auto") -> ObserveResult:
+        """One forward of the session `name` on x.
+
+        reduce: "always" sends each block's min and max, computed where x lives (its
+        torch device), "never" sends x itself, "auto" whichever is smaller. The results
+        are bit-identical either way, errors included (a tensor the server would refuse,
+        e.g. one holding NaN, is sent whole so that the error is the tensor's own).
+        Reducing needs the session's spec: the first observation of a name fetches it.
+
+        Raises:
+            TypeError: x is not a supported array or tensor. ValueError: a bad reduce.
+            NotFound, InvalidArgument, FailedPrecondition...: as the server answers.
+        """
+        _check_reduce(reduce)
+        cached = reduce != "never" and name in self._specs
+        request = self._request(name, x, reduce)
+        try:
+            response = self._call(self._stub.Observe, request)
+        except QParamsError as e:
+            # A spec cached from before another client changed the session's granularity
+            # reduces to the wrong blocks; fetch it again once and resend.
+            if not (cached and request.HasField("range")):
+                raise
+            old = self._specs.get(name)
+            if self.get_session(name).spec == old:
+                raise e from None
+            response = self._call(self._stub.Observe, self._request(name, x, reduce))
+        return ObserveResult(QParams.from_proto(response.qparams), response.observation_count)
+
+    def observe_many(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
+                     timeout: float | None = None) -> Iterator[ObserveResult | QParamsError]:
+        """Observes every (name, tensor) of `items`, on one or many sessions, over one
+        ObserveStream: requests are sent as fast as the stream takes them, not one round
+        trip each. Yields, in order, one ObserveResult or one QParamsError (the item's
+        refusal, with its `session`) per item; the stream goes on past a refused item.
+
+        `items` is read lazily, so it may be a generator. `timeout` bounds the whole
+        stream (default: none). A TypeError/ValueError of an item ends the stream after
+        the items before it and is raised; so is the stream's own failure.
+        """
+        _check_reduce(reduce)
+        names: collections.deque[str] = collections.deque()
+        failure: list[BaseException] = []
+
+        def requests() -> Iterator[pb.ObserveRequest]:
+            for name, x in items:
+                try:
+                    request = self._request(name, x, reduce)
+                except BaseException as e:  # raised below, after the answers before it
+                    failure.append(e)
+                    return
+                names.append(name)
+                yield request
+
+        call = self._stub.ObserveStream(requests(), timeout=timeout, metadata=self._metadata)
+        try:
+            for response in call:
+                name = names.popleft()
+                if response.status.code != 0:
+                    error = error_from_status(response.status.code, response.status.message)
+                    error.session = name
+                    yield error
+                else:
+                    yield ObserveResult(QParams.from_proto(response.qparams),
+                                        response.observation_count)
+        except grpc.RpcError as e:
+            if failure:
+                raise failure[0]
+            raise error_from_rpc(e) from None
+        finally:
+            call.cancel()
+        if failure:
+            raise failure[0]
+
+    def observe_async(self, name: str, x: TensorLike, *,
+                      reduce: str = "auto") -> concurrent.futures.Future:
+        """Queues one forward of the session `name` on x for the client's background
+        ObserveStream and returns at once with a Future of its ObserveResult.
+
+        x is reduced (see observe) and copied before this returns, so the caller may
+        change it. At most 64 observations wait at once; beyond that this blocks. The
+        first refused observation is also raised by the next observe_async or flush.
+        """
+        _check_reduce(reduce)
+        request = self._request(name, x, reduce)
+        with self._queue_lock:
+            if self._queue is None:
+                self._queue = ObserveQueue(
+                    lambda requests: self._stub.ObserveStream(requests, metadata=self._metadata),
+                    lambda r: ObserveResult(QParams.from_proto(r.qparams), r.observation_count))
+            queue = self._queue
+        return queue.submit(request)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Waits until every observe_async observation is answered; raises the first
+        failure among them not raised yet (a QParamsError with its `session`)."""
+        with self._queue_lock:
+            queue = self._queue
+        if queue is not None:
+            queue.flush(timeout)
+
+    def get_qparams(self, name: str) -> QParams:
+        """The cached qparams of the session `name`, as get_qparams: before the first
+        forward, empty with `initialized` False."""
+        response = self._call(self._stub.GetQParams, pb.GetQParamsRequest(name=name))
+        return QParams.from_proto(response.qparams, response.initialized)
+
+    def set_export_mode(self, name: str, enabled: bool = True) -> pb.Session:
+        """Freezes (enabled) or unfreezes the qparams of the session `name`."""
+        return self._call(self._stub.SetExportMode,
+                          pb.SetExportModeRequest(name=name, enabled=enabled))
+
+    def set_granularity(self, name: str, value: GranularityLike) -> pb.Session:
+        """Changes the session's granularity (FailedPrecondition once it computed a
+        forward). ValueError for a malformed granularity, before any call."""
+        session = self._call(self._stub.SetGranularity, pb.SetGranularityRequest(
+            name=name, granularity=granularity(value)))
+        self._remember(session)
+        return session
+
+    def health(self, service: str = "") -> str:
+        """The serving status of `service` ("" = the server; "qparams.v1.QParamsService"):
+        "SERVING" or "NOT_SERVING". Sends no token."""
+        try:
+            response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
+                                          timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _remember(self, session: pb.Session) -> None:
+        with self._specs_lock:
+            self._specs[session.name] = session.spec
+
+    def _spec(self, name: str) -> pb.QuantSpec | None:
+        with self._specs_lock:
+            spec = self._specs.get(name)
+        if spec is None:
+            try:
+                spec = self.get_session(name).spec
+            except NotFound:
+                return None  # the observation itself reports it
+        return spec
+
+    def _request(self, name: str, x: TensorLike, reduce: str) -> pb.ObserveRequest:
+        if reduce == "never":
+            return tensor_request(name, x)
+        spec = self._spec(name)
+        if spec is None:
+            return tensor_request(name, x)
+        return range_request(name, x, spec, reduce)

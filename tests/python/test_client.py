@@ -1,0 +1,500 @@
+"""qparams.Client against the real server: every method, every error class, tensors
+of every supported kind, reduce modes, streams, TLS and tokens."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pathlib
+import subprocess
+
+import grpc
+import numpy as np
+import pytest
+import torch
+
+import qparams
+from qparams._errors import error_from_status
+
+
+def bits(a: np.ndarray | None) -> list[int] | None:
+    return None if a is None else np.asarray(a, np.float32).view(np.uint32).ravel().tolist()
+
+
+def same(a: qparams.QParams, b: qparams.QParams) -> bool:
+    """Bit-identical qparams (-0.0 and NaN told apart by their bits)."""
+    return (a.shape == b.shape and bits(a.scale) == bits(b.scale)
+            and bits(a.minval) == bits(b.minval)
+            and (a.zero_point is None) == (b.zero_point is None)
+            and (a.zero_point is None or a.zero_point.tolist() == b.zero_point.tolist())
+            and a.precision == b.precision)
+
+
+def rng_array(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 3
+
+
+# ---------------------------------------------------------------- connecting
+
+def test_target_from_argument_environment_and_default(server, monkeypatch) -> None:
+    monkeypatch.delenv("QPARAMS_TARGET", raising=False)
+    assert qparams.Client().target == qparams.DEFAULT_TARGET == "127.0.0.1:50051"
+    monkeypatch.setenv("QPARAMS_TARGET", server.target)
+    with qparams.Client() as c:
+        assert c.target == server.target
+        assert c.health() == "SERVING"
+    assert qparams.Client("elsewhere:1").target == "elsewhere:1"
+
+
+def test_health_and_calculators(client) -> None:
+    assert client.health() == "SERVING"
+    assert client.health("qparams.v1.QParamsService") == "SERVING"
+    calculators = client.list_calculators()
+    assert [c.key for c in calculators] == ["default", "dynamic", "global_minmax",
+                                            "moving_average", "static"]
+    assert {c.key: c.stateful for c in calculators}["dynamic"] is False
+
+
+def test_bad_client_arguments_fail_before_any_call() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        qparams.Client("x:1", timeout=0)
+    with pytest.raises(ValueError, match="tls_cert and tls_key"):
+        qparams.Client("x:1", tls_cert="a.pem")
+    with pytest.raises(ValueError, match="printable"):
+        qparams.Client("x:1", token="has space")
+    with pytest.raises(ValueError, match="needs TLS"):
+        qparams.Client("x:1", tls_server_name="localhost")
+    with pytest.raises(ValueError, match="cannot be read"):
+        qparams.Client("x:1", tls_ca="/nonexistent.pem")
+
+
+# ---------------------------------------------------------------- compute
+
+@pytest.mark.parametrize("make", [
+    lambda a: a, lambda a: a.astype(np.float16), lambda a: a.astype(np.float64),
+    lambda a: torch.from_numpy(a), lambda a: torch.from_numpy(a).half(),
+    lambda a: torch.from_numpy(a).bfloat16(), lambda a: torch.from_numpy(a).double(),
+], ids=["np32", "np16", "np64", "t32", "t16", "tbf16", "t64"])
+def test_compute_takes_every_supported_tensor(client, make) -> None:
+    x = make(rng_array((4, 6)))
+    q = client.compute(x, dtype="int8", qscheme="asymmetric", granularity="per_channel:0")
+    assert q.shape == (4, 1) and q.scale.dtype == np.float32 and q.zero_point.dtype == np.int32
+    expected = {np.float16: "float16", torch.float16: "float16", torch.bfloat16: "bfloat16",
+                np.float64: "float64", torch.float64: "float64"}
+    assert q.precision == expected.get(getattr(x, "dtype", None), expected.get(
+        getattr(getattr(x, "dtype", None), "type", None), "float32"))
+
+
+def test_compute_spec_as_mapping_keywords_or_message(client) -> None:
+    x = rng_array((8, 4))
+    spec = {"dtype": "uint8", "qscheme": "asymmetric", "granularity": {"kind": "per_channel",
+                                                                     "axis": 1}}
+    a = client.compute(x, spec)
+    b = client.compute(x, dtype="uint8", qscheme="asymmetric", granularity="per_channel:1")
+    c = client.compute(x, qparams.quant_spec(spec))
+    d = client.compute(x, {"dtype": "int8"}, dtype="uint8", qscheme="ASYMMETRIC",
+                       granularity="per_channel:1")
+    assert same(a, b) and same(a, c) and same(a, d)
+    static = client.compute(x, spec, calculator="static")
+    assert same(a, static)
+
+
+def test_non_contiguous_and_transposed_tensors(client) -> None:
+    base = rng_array((6, 8), seed=3)
+    spec = dict(dtype="int8", qscheme="asymmetric", granularity="per_channel:1")
+    for view in (torch.from_numpy(base).t(), torch.from_numpy(base)[:, ::2],
+                 torch.from_numpy(base).bfloat16().t()[1::2]):
+        assert not view.is_contiguous()
+        dense = view.contiguous().clone()
+        assert same(client.compute(view, spec), client.compute(dense, spec))
+    view = base.T[::2]
+    assert not view.flags.c_contiguous
+    assert same(client.compute(view, spec), client.compute(np.ascontiguousarray(view), spec))
+    big_endian = base.astype(">f4")
+    assert same(client.compute(big_endian, spec), client.compute(base, spec))
+
+
+@pytest.mark.parametrize("x", [
+    np.arange(4, dtype=np.int64), np.arange(4, dtype=np.int32), np.ones(2, np.complex64),
+    np.ones(2, bool), torch.arange(4), torch.ones(2, dtype=torch.complex64), [1.0, 2.0], 3.0,
+], ids=["np-int64", "np-int32", "np-complex", "np-bool", "t-int64", "t-complex", "list",
+        "float"])
+def test_unsupported_tensors_raise_type_error_naming_the_dtype(client, name, x) -> None:
+    with pytest.raises(TypeError) as e:
+        client.compute(x)
+    dtype = getattr(x, "dtype", None)
+    assert (str(dtype) if dtype is not None else type(x).__name__) in str(e.value)
+    with pytest.raises(TypeError):
+        client.observe(name, x)
+
+
+def test_non_finite_values_are_the_servers_invalid_argument(client) -> None:
+    for bad in (np.nan, np.inf, -np.inf):
+        x = rng_array((3, 4))
+        x[1, 2] = bad
+        with pytest.raises(qparams.InvalidArgument) as e:
+            client.compute(x)
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "index 6" in e.value.message
+
+
+# ---------------------------------------------------------------- sessions
+
+def test_session_lifecycle(client, name) -> None:
+    session = client.create_session(name, calculator="global_minmax", dtype="int4",
+                                    qscheme="asymmetric", granularity="per_block:1:2",
+                                    target="activation")
+    assert session.name == name and session.calculator == "global_minmax"
+    assert session.spec.quant_min == -8 and session.spec.quant_max == 7
+    assert session.spec.range_calculator == "minmax"
+    assert client.get_session(name) == session
+    q = client.get_qparams(name)
+    assert not q.initialized and q.shape == (0,) and q.scale.size == 0
+    with pytest.raises(qparams.AlreadyExists):
+        client.create_session(name)
+    client.set_granularity(name, "per_channel:0")
+    assert client.get_session(name).spec.granularity.per_channel.axis == 0
+    r = client.observe(name, rng_array((3, 4)))
+    assert r.observation_count == 1 and r.qparams.shape == (3, 1)
+    with pytest.raises(qparams.FailedPrecondition):
+        client.set_granularity(name, "per_tensor")
+    frozen = client.set_export_mode(name, True)
+    assert frozen.export_mode
+    cached = client.observe(name, rng_array((3, 4), seed=9) * 100)
+    assert same(cached.qparams, r.qparams) and cached.observation_count == 1
+    client.set_export_mode(name, False)
+    client.delete_session(name)
+    with pytest.raises(qparams.NotFound):
+        client.get_session(name)
+    with pytest.raises(qparams.NotFound):
+        client.delete_session(name)
+
+
+def test_moving_average_takes_its_constant(client, name) -> None:
+    s = client.create_session(name, calculator="moving_average", averaging_constant=0.5,
+                              target="activation")
+    assert s.averaging_constant == 0.5
+    with pytest.raises(qparams.InvalidArgument, match="averaging_constant"):
+        client.create_session(name + "x", calculator="static", averaging_constant=0.5)
+
+
+def test_list_sessions_pages_through_every_session(client, name) -> None:
+    names = [f"{name}/{i:02d}" for i in range(7)]
+    for n in reversed(names):
+        client.create_session(n)
+    client.create_session(name + "-outside")
+    assert [s.name for s in client.list_sessions(name + "/", page_size=2)] == names
+    assert [s.name for s in client.list_sessions(name + "/")] == names
+    with pytest.raises(qparams.InvalidArgument, match="page_size"):
+        list(client.list_sessions(name, page_size=-1))
+
+
+def test_bad_names_and_specs_are_invalid_argument(client) -> None:
+    with pytest.raises(qparams.InvalidArgument, match="name"):
+        client.get_session("bad name!")
+    with pytest.raises(qparams.InvalidArgument):
+        client.create_session("t/badspec", dtype="int9")
+    with pytest.raises(qparams.InvalidArgument, match="Compute"):
+        client.create_session("t/dyn", calculator="dynamic")
+
+
+@pytest.mark.parametrize("bad", ["per_channel", "per_channel:x", "per_block:1:", "per_block:1,",
+                                 "per_block:a,b", "per_tensor:0", "channel:0", "per_block:1:+2",
+                                 ""])
+def test_malformed_granularity_strings_raise_value_error(client, name, bad) -> None:
+    with pytest.raises(ValueError, match="granularity"):
+        client.create_session(name, granularity=bad)
+    with pytest.raises(ValueError, match="granularity"):
+        client.set_granularity(name, bad)
+    with pytest.raises(qparams.NotFound):
+        client.get_session(name)  # nothing was sent
+
+
+def test_other_malformed_values_raise_before_any_call(client, name) -> None:
+    with pytest.raises(ValueError, match="qscheme"):
+        client.create_session(name, qscheme="sym")
+    with pytest.raises(ValueError, match="target"):
+        client.create_session(name, target="bias")
+    with pytest.raises(ValueError, match="unknown spec keys"):
+        client.create_session(name, dtyp="int8")
+    with pytest.raises(ValueError, match="float_range"):
+        client.create_session(name, float_range=1.0)
+    with pytest.raises(ValueError, match="reduce"):
+        client.observe(name, rng_array((2,)), reduce="sometimes")
+    with pytest.raises(qparams.NotFound):
+        client.get_session(name)
+
+
+# ---------------------------------------------------------------- reduce
+
+SPECS = [
+    dict(dtype="int8", qscheme="asymmetric"),
+    dict(dtype="int8", qscheme="symmetric", granularity="per_channel:-1"),
+    dict(dtype="uint4", qscheme="asymmetric", granularity="per_block:2:4"),
+    dict(dtype="int4", qscheme="symmetric", granularity="per_block:-1:2", target="activation"),
+    dict(dtype="int8", qscheme="asymmetric", granularity="per_block:2,-1,4"),
+    dict(dtype="float8_e4m3fn", granularity="per_channel:0"),
+    dict(dtype="float4_e2m1fn_x2", granularity="per_block:-1:4"),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: "-".join(map(str, s.values())))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_reduce_modes_give_bit_identical_results(client, name, spec, dtype) -> None:
+    results = {}
+    for reduce in ("never", "always", "auto"):
+        session = f"{name}/{reduce}"
+        client.create_session(session, calculator="global_minmax", **spec)
+        for seed in range(3):
+            x = torch.from_numpy(rng_array((4, 6, 8), seed)).to(dtype)
+            x[0, 0, 0] = -0.0
+            if seed == 2:  # the same shape, transposed from another layout
+                x = torch.from_numpy(rng_array((6, 4, 8), seed)).to(dtype).transpose(0, 1)
+            r = client.observe(session, x, reduce=reduce)
+        results[reduce] = r
+    assert same(results["never"].qparams, results["always"].qparams)
+    assert same(results["never"].qparams, results["auto"].qparams)
+
+
+def test_reduce_sends_the_smaller_message(client, name) -> None:
+    from qparams._tensors import range_request
+    spec = client.create_session(name, granularity="per_channel:0").spec
+    x = rng_array((4, 256))
+    assert range_request(name, x, spec, "auto").HasField("range")
+    assert range_request(name, x, spec, "never").HasField("tensor")
+    tiny = rng_array((4, 1))  # 8 range values for 4 tensor values
+    assert range_request(name, tiny, spec, "auto").HasField("tensor")
+    assert range_request(name, tiny, spec, "always").HasField("range")
+
+
+@pytest.mark.parametrize("reduce", ["never", "always", "auto"])
+def test_reduce_modes_fail_alike(client, name, reduce) -> None:
+    """The errors are the tensor's own whatever the mode: NaN/Inf, zero-size inputs,
+    granularities that do not fit, changed block counts."""
+    client.create_session(name, granularity="per_block:1:4", calculator="global_minmax")
+    outcomes = []
+    cases = [np.full((2, 8), np.nan, np.float32), np.zeros((0, 8), np.float32),
+             rng_array((2, 6)), rng_array((2, 8)), rng_array((3, 8)),
+             rng_array((2, 8)).astype(np.float16)]
+    for x in cases:
+        try:
+            client.observe(name, x, reduce=reduce)
+            outcomes.append("ok")
+        except qparams.QParamsError as e:
+            outcomes.append(f"{e.code.name}: {e.message}")
+    assert outcomes[3] == "ok"
+    assert [o.split(":")[0] for o in outcomes] == [
+        "INVALID_ARGUMENT", "INVALID_ARGUMENT", "INVALID_ARGUMENT", "ok",
+        "FAILED_PRECONDITION", "FAILED_PRECONDITION"]
+    if reduce == "never":
+        test_reduce_modes_fail_alike.never = outcomes
+    elif hasattr(test_reduce_modes_fail_alike, "never"):
+        assert outcomes == test_reduce_modes_fail_alike.never
+
+
+def test_a_granularity_changed_by_another_client_is_refetched(server, client, name) -> None:
+    client.create_session(name, granularity="per_channel:0")
+    client.observe(name, rng_array((2, 4)), reduce="always")  # caches the spec
+    with qparams.Client(server.target) as other:
+        other.delete_session(name)
+        other.create_session(name, granularity="per_channel:1")
+    r = client.observe(name, rng_array((2, 4)), reduce="always")
+    assert r.qparams.shape == (1, 4)
+
+
+# ---------------------------------------------------------------- streams
+
+def test_observe_many_yields_one_outcome_per_item_in_order(client, name) -> None:
+    a, b = f"{name}/a", f"{name}/b"
+    client.create_session(a, calculator="global_minmax", granularity="per_channel:0")
+    client.create_session(b, dtype="uint8", qscheme="asymmetric")
+    bad = rng_array((2, 3))
+    bad[0, 0] = np.inf
+    items = [(a, rng_array((2, 3), 1)), (b, rng_array((5,), 2)), (f"{name}/none", rng_array((2,))),
+             (a, bad), (a, torch.from_numpy(rng_array((2, 3), 3))), (b, rng_array((5,), 4))]
+    outcomes = list(client.observe_many(iter(items)))
+    assert [type(o).__name__ for o in outcomes] == [
+        "ObserveResult", "ObserveResult", "NotFound", "InvalidArgument", "ObserveResult",
+        "ObserveResult"]
+    assert outcomes[2].session == f"{name}/none" and outcomes[3].session == a
+    assert [o.observation_count for o in outcomes if isinstance(o, qparams.ObserveResult)] == \
+        [1, 1, 2, 2]
+    assert same(outcomes[4].qparams, client.get_qparams(a))
+
+
+def test_observe_many_matches_observe(client, name) -> None:
+    xs = [rng_array((8, 16), seed) for seed in range(20)]
+    client.create_session(name + "/one", calculator="moving_average", granularity="per_channel:1",
+                          target="activation")
+    client.create_session(name + "/many", calculator="moving_average", granularity="per_channel:1",
+                          target="activation")
+    for x in xs:
+        one = client.observe(name + "/one", x)
+    results = list(client.observe_many((name + "/many", x) for x in xs))
+    assert len(results) == 20 and same(results[-1].qparams, one.qparams)
+
+
+def test_observe_many_raises_a_bad_item_after_the_answers_before_it(client, name) -> None:
+    client.create_session(name)
+    seen = []
+    with pytest.raises(TypeError, match="int64"):
+        for outcome in client.observe_many([(name, rng_array((3,))),
+                                            (name, np.arange(3)), (name, rng_array((3,)))]):
+            seen.append(outcome)
+    assert len(seen) == 1
+    assert client.get_session(name).observation_count == 1
+
+
+def test_observe_async_and_flush(client, name) -> None:
+    client.create_session(name, calculator="global_minmax", granularity="per_channel:0")
+    futures = [client.observe_async(name, rng_array((4, 32), seed)) for seed in range(200)]
+    client.flush()
+    assert all(f.done() for f in futures)
+    assert futures[-1].result().observation_count == 200
+    assert client.get_session(name).observation_count == 200
+
+
+def test_background_errors_are_raised_once_and_never_lost(client, name) -> None:
+    client.create_session(name)
+    ok = client.observe_async(name, rng_array((3,)))
+    missing = client.observe_async(name + "/missing", rng_array((3,)))
+    with pytest.raises(qparams.NotFound) as e:
+        client.flush()
+    assert e.value.session == name + "/missing"
+    assert ok.result().observation_count == 1
+    assert isinstance(missing.exception(), qparams.NotFound)
+    client.flush()  # raised once
+    bad = rng_array((3,))
+    bad[0] = np.nan
+    client.observe_async(name, bad)
+    with pytest.raises(qparams.InvalidArgument):
+        # the next observe_async or flush raises it, whichever comes first
+        for _ in range(1000):
+            client.observe_async(name, rng_array((3,))).result()
+    client.flush()
+
+
+def test_a_broken_background_stream_fails_its_observations(start_server) -> None:
+    s = start_server()
+    c = qparams.Client(s.target)
+    c.create_session("s")
+    c.observe_async("s", rng_array((3,))).result()
+    s.stop()
+    with pytest.raises(qparams.Unavailable):
+        for _ in range(100):
+            c.observe_async("s", rng_array((3,)))
+        c.flush()
+    c.close()
+
+
+def test_client_is_thread_safe(client, name) -> None:
+    client.create_session(name, calculator="global_minmax")
+    xs = [rng_array((64,), seed) for seed in range(64)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda x: client.observe(name, x), xs))
+        list(pool.map(lambda x: client.observe_async(name, x), xs))
+    client.flush()
+    assert client.get_session(name).observation_count == 128
+    expected = np.max(np.abs(np.stack(xs))) / 127.5
+    assert abs(client.get_qparams(name).scale.item() - expected) < 1e-6
+
+
+# ---------------------------------------------------------------- errors
+
+def test_every_status_code_has_its_class() -> None:
+    for code in grpc.StatusCode:
+        if code == grpc.StatusCode.OK:
+            continue
+        cls_name = "".join(p.capitalize() for p in code.name.split("_"))
+        cls = getattr(qparams, cls_name)
+        assert issubclass(cls, qparams.QParamsError) and cls.code == code
+        e = error_from_status(code.value[0], "why")
+        assert type(e) is cls and e.message == "why" and str(e) == f"{code.name}: why"
+
+
+def test_transport_errors(name) -> None:
+    with qparams.Client("127.0.0.1:1", timeout=5) as c:
+        with pytest.raises(qparams.Unavailable):
+            c.get_session(name)
+
+
+def test_deadline_exceeded(server, name) -> None:
+    with qparams.Client(server.target, timeout=1e-6) as c:
+        with pytest.raises(qparams.DeadlineExceeded):
+            c.get_session(name)
+
+
+def test_resource_exhausted(start_server) -> None:
+    s = start_server("--max_tensor_elements=16", "--max_sessions=1")
+    with qparams.Client(s.target) as c:
+        with pytest.raises(qparams.ResourceExhausted):
+            c.compute(rng_array((17,)))
+        c.create_session("a")
+        with pytest.raises(qparams.ResourceExhausted):
+            c.create_session("b")
+
+
+def test_tokens_and_tenants(start_server, tmp_path, monkeypatch) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("token-of-tenant-a-0123 a\ntoken-of-tenant-b-0123 b\n")
+    s = start_server(f"--auth_tokens_file={tokens}")
+    with qparams.Client(s.target) as anonymous:
+        assert anonymous.health() == "SERVING"  # health needs no token
+        with pytest.raises(qparams.Unauthenticated):
+            anonymous.list_calculators()
+    with qparams.Client(s.target, token="wrong-token-0123456789") as wrong:
+        with pytest.raises((qparams.Unauthenticated, qparams.PermissionDenied)):
+            wrong.list_calculators()
+    monkeypatch.setenv("QPARAMS_TOKEN", "token-of-tenant-a-0123")
+    with qparams.Client(s.target) as a, qparams.Client(s.target, token="token-of-tenant-b-0123") as b:
+        a.create_session("shared-name")
+        with pytest.raises(qparams.NotFound):
+            b.get_session("shared-name")
+
+
+OPENSSL_CONFIG = """[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = qparams test
+[ca_ext]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign
+[server_ext]
+basicConstraints = critical, CA:FALSE
+extendedKeyUsage = serverAuth
+subjectAltName = DNS:localhost, IP:127.0.0.1
+[client_ext]
+basicConstraints = critical, CA:FALSE
+extendedKeyUsage = clientAuth
+"""
+
+
+def make_pki(d: pathlib.Path) -> None:
+    (d / "pki.cnf").write_text(OPENSSL_CONFIG)
+    req = ["openssl", "req", "-config", "pki.cnf", "-newkey", "ec", "-pkeyopt",
+           "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *argv: subprocess.run(argv, cwd=d, check=True, capture_output=True)
+    run(*req, "-x509", "-extensions", "ca_ext", "-days", "2", "-subj", "/CN=test CA",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    for who, cn, serial in (("server", "localhost", "2"), ("client", "test client", "3")):
+        run(*req, "-new", "-subj", f"/CN={cn}", "-keyout", f"{who}.key", "-out", f"{who}.csr")
+        run("openssl", "x509", "-req", "-in", f"{who}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-set_serial", serial, "-days", "2", "-extfile", "pki.cnf", "-extensions",
+            f"{who}_ext", "-out", f"{who}.pem")
+
+
+def test_mutual_tls(start_server, tmp_path) -> None:
+    make_pki(tmp_path)
+    p = lambda f: str(tmp_path / f)
+    s = start_server(f"--tls_cert={p('server.pem')}", f"--tls_key={p('server.key')}",
+                     f"--tls_client_ca={p('ca.pem')}")
+    with qparams.Client(s.target, tls_ca=p("ca.pem"), tls_cert=p("client.pem"),
+                        tls_key=p("client.key"), tls_server_name="localhost") as c:
+        assert [x.key for x in c.list_calculators()][0] == "default"
+    with qparams.Client(s.target, tls_ca=p("ca.pem"), tls_server_name="localhost",
+                        timeout=5) as no_cert:
+        with pytest.raises(qparams.Unavailable):
+            no_cert.list_calculators()
+    with qparams.Client(s.target, timeout=5) as plaintext:
+        with pytest.raises(qparams.Unavailable):
+            plaintext.list_calculators()

@@ -1,0 +1,185 @@
+"""The conformance vectors ($QPARAMS_VECTORS, default tests/data/vectors.jsonl) through
+the Python client, bit for bit: single-forward cases through compute, and every case
+through sessions four ways: observe with whole tensors, observe with block ranges
+(reduce="always"), the default reduce="auto", and observe_many (the forwards of a
+case pipelined over one stream). Prints `conformance: N of M cases match` per way and
+overall (a case matches when it matches every way)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import qparams
+from conftest import vectors_path
+
+ERRORS = {"invalid_argument": qparams.InvalidArgument,
+          "failed_precondition": qparams.FailedPrecondition}
+MODES = ("never", "always", "auto", "observe_many")
+
+
+def load_cases() -> list[dict]:
+    with open(vectors_path()) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def tensor(spec: dict) -> Any:
+    """The input of a step: a numpy array (float32/float16) or a torch bfloat16 tensor."""
+    shape, data = spec["shape"], base64.b64decode(spec["data"])
+    if spec["dtype"] == "bfloat16":
+        raw = np.frombuffer(data, np.int16).copy().reshape(shape)
+        return torch.from_numpy(raw).view(torch.bfloat16)
+    return np.frombuffer(data, {"float32": np.float32, "float16": np.float16}[spec["dtype"]]
+                         ).reshape(shape)
+
+
+def differs(expect: dict, q: qparams.QParams) -> str:
+    """What differs between an expected result and q; "" if nothing."""
+    def bits(a: np.ndarray | None) -> list[int] | None:
+        return None if a is None else np.asarray(a, np.float32).view(np.uint32).ravel().tolist()
+    zp = None if q.zero_point is None else q.zero_point.ravel().tolist()
+    for field, ours in (("shape", list(q.shape)), ("scale", bits(q.scale)), ("zero_point", zp),
+                        ("minval", bits(q.minval))):
+        if expect[field] != ours:
+            return f"{field}: expected {expect[field]}, got {ours}"
+    if "initialized" in expect and expect["initialized"] != q.initialized:
+        return f"initialized: expected {expect['initialized']}, got {q.initialized}"
+    return ""
+
+
+def judge(step: dict, outcome: qparams.QParams | Exception | None) -> str:
+    """Compares a step's outcome (qparams, an exception, or None for no result)."""
+    if "expect_error" in step:
+        wanted = ERRORS[step["expect_error"]]
+        # A ValueError is the client refusing a malformed value before any call.
+        if isinstance(outcome, wanted) or (isinstance(outcome, ValueError)
+                                           and wanted is qparams.InvalidArgument):
+            return ""
+        return f"expected {wanted.__name__}, got {outcome!r}"
+    if isinstance(outcome, Exception):
+        return f"expected success, got {outcome}"
+    if "expect" in step:
+        return differs(step["expect"], outcome)
+    return ""
+
+
+def spec_of(case: dict) -> dict:
+    spec = dict(case["spec"])
+    spec["float_range"] = tuple(spec["float_range"])
+    return spec
+
+
+def run_compute(client: qparams.Client, case: dict) -> str:
+    if "construct_error" in case:
+        try:
+            client.compute(np.zeros(1, np.float32), spec_of(case), calculator=case["calculator"])
+            return "compute: expected InvalidArgument"
+        except (qparams.InvalidArgument, ValueError):
+            return ""
+    step = case["steps"][0]
+    try:
+        outcome: Any = client.compute(tensor(step["input"]), spec_of(case),
+                                      calculator=case["calculator"])
+    except (qparams.QParamsError, ValueError) as e:
+        outcome = e
+    return judge(step, outcome)
+
+
+def run_session(client: qparams.Client, case: dict, name: str, mode: str) -> str:
+    try:
+        client.create_session(name, spec_of(case), calculator=case["calculator"],
+                              averaging_constant=case.get("averaging_constant"))
+    except (qparams.InvalidArgument, ValueError):
+        # Sessions refuse the stateless calculator as they refuse a bad spec.
+        if "construct_error" in case or case["calculator"] == "dynamic":
+            return ""
+        raise
+    if "construct_error" in case or case["calculator"] == "dynamic":
+        return "create_session: expected InvalidArgument"
+
+    steps = case["steps"]
+    i = 0
+    while i < len(steps):
+        step = steps[i]
+        if step["op"] == "forward" and mode == "observe_many":
+            j = i
+            while j < len(steps) and steps[j]["op"] == "forward":
+                j += 1
+            outcomes = list(client.observe_many((name, tensor(s["input"])) for s in steps[i:j]))
+            for k, outcome in enumerate(outcomes):
+                q = outcome.qparams if isinstance(outcome, qparams.ObserveResult) else outcome
+                if d := judge(steps[i + k], q):
+                    return f"step {i + k}: {d}"
+            i = j
+            continue
+        before = client.get_session(name)
+        call: Callable[[], Any] = {
+            "forward": lambda: client.observe(name, tensor(step["input"]), reduce=mode).qparams,
+            "get_qparams": lambda: client.get_qparams(name),
+            "set_export_mode": lambda: client.set_export_mode(name, step["enabled"]),
+            "set_granularity": lambda: client.set_granularity(name, step["granularity"]),
+        }[step["op"]]
+        try:
+            outcome = call()
+        except (qparams.QParamsError, ValueError) as e:
+            outcome = e
+        if d := judge(step, outcome):
+            return f"step {i} ({step['op']}): {d}"
+        if isinstance(outcome, Exception) and client.get_session(name) != before:
+            return f"step {i} ({step['op']}): a failed step changed the session"
+        i += 1
+    client.delete_session(name)
+    return ""
+
+
+@pytest.fixture(scope="module")
+def cases() -> list[dict]:
+    cases = load_cases()
+    assert cases, f"no cases in {vectors_path()}"
+    return cases
+
+
+def report(capsys: pytest.CaptureFixture, what: str, matched: int, total: int) -> None:
+    with capsys.disabled():
+        print(f"\nconformance{what}: {matched} of {total} cases match")
+
+
+def test_single_forward_cases_through_compute(client, cases, capsys) -> None:
+    failures = []
+    chosen = [c for c in cases if c["calculator"] in ("dynamic", "static") and (
+        "construct_error" in c or (len(c["steps"]) == 1 and c["steps"][0]["op"] == "forward"))]
+    for c in chosen:
+        try:
+            d = run_compute(client, c)
+        except Exception as e:
+            d = f"raised {e!r}"
+        if d:
+            failures.append(f"{c['id']} (compute): {d}")
+    report(capsys, " via compute", len(chosen) - len(failures), len(chosen))
+    assert chosen and not failures, "\n".join(failures[:20])
+
+
+def test_every_case_through_sessions(client, cases, capsys) -> None:
+    failed: set[int] = set()
+    messages = []
+    for mode in MODES:
+        mode_failures = 0
+        for i, c in enumerate(cases):
+            try:
+                d = run_session(client, c, f"conformance/{mode}/{i}", mode)
+            except Exception as e:  # counted, so that one odd case does not hide the rest
+                d = f"raised {e!r}"
+            if d:
+                mode_failures += 1
+                failed.add(i)
+                messages.append(f"{c['id']} ({mode}): {d}")
+        way = "observe_many" if mode == "observe_many" else f"observe, reduce={mode}"
+        report(capsys, f" via {way}", len(cases) - mode_failures, len(cases))
+    report(capsys, "", len(cases) - len(failed), len(cases))
+    assert not failed, "\n".join(messages[:20])
