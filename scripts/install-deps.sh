@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages qparams builds and tests with (and, given the
-# argument `bench`, those `make bench` needs too). Idempotent and quick when
-# everything is present: apt runs only for what dpkg reports missing.
+# Installs the Debian 12 packages qparams builds and tests with; given the argument
+# `bench`, also those `make bench` needs; given `image`, only what the container's
+# build stage needs (no Python packages, which the image does not ship). Idempotent
+# and quick when everything is present: apt runs only for what dpkg reports missing.
 set -euo pipefail
 
 packages=(
@@ -12,13 +13,17 @@ packages=(
   zlib1g-dev openssl
   libgtest-dev libgmock-dev
   libbenchmark-dev
-  # The Python client (client/python) and its tests, on Debian's own interpreter;
-  # torch is optional for users of the package but the observers' tests need it.
-  python3 python3-grpcio python3-protobuf python3-numpy python3-torch python3-pytest
   # scripts/ci-hardening.sh: clang, its sanitizer and libFuzzer runtimes (with
   # <fuzzer/FuzzedDataProvider.h>), and LLVM's OpenMP (with the Archer TSan tool).
   clang-14 libclang-rt-14-dev libomp-14-dev
 )
+if [ "${1:-}" != image ]; then
+  # The Python client (client/python) and its tests, on Debian's own interpreter:
+  # building it (setuptools, wheel; venv for the install test), its dependencies, and
+  # torch, optional for users of the package but needed by the observers' tests.
+  packages+=(python3 python3-setuptools python3-wheel python3-venv python3-grpcio
+    python3-protobuf python3-numpy python3-torch python3-pytest)
+fi
 if [ "${1:-}" = bench ]; then
   packages+=(jq gnuplot-nox)  # bench/run.sh: reading qparams-bench's JSON, the plot
 fi

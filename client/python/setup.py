@@ -65,7 +65,7 @@ class BuildPyWithProtos(build_py):
 
     def run(self) -> None:
         super().run()
-        generate(pathlib.Path(self.build_lib))
+        generate(pathlib.Path(self.build_lib).resolve())
 
 
 # The generated qparams.v1 and qparams._health packages come from BuildPyWithProtos.

@@ -2,7 +2,8 @@
 OS picks, started and stopped by its PID.
 
 ctest runs these with PYTHONPATH=<build>/python (the package built from
-client/python) and QPARAMS_SERVER / QPARAMS_CLI naming the binaries.
+client/python) and --qparams-server / --qparams-cli naming the binaries (else
+$QPARAMS_SERVER / $QPARAMS_CLI, else the default build tree's).
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ import qparams
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"listening on (\S+)")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--qparams-server", help="the qparams-server binary to test against")
+    parser.addoption("--qparams-cli", help="the qparams-cli binary")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Through the environment, so that the processes tests start see them too.
+    for option, variable in (("qparams_server", "QPARAMS_SERVER"), ("qparams_cli", "QPARAMS_CLI")):
+        if config.getoption(option):
+            os.environ[variable] = config.getoption(option)
 
 
 def vectors_path() -> pathlib.Path:
