@@ -32,7 +32,8 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 _REDUCE = ("auto", "always", "never")
 
 
-def _check_reduce(reduce: str) -> None:
+def check_reduce(reduce: str) -> None:
+    """ValueError unless `reduce` is one of auto, always, never."""
     if reduce not in _REDUCE:
         raise ValueError(f"reduce {reduce!r} is not one of {', '.join(_REDUCE)}")
 
@@ -215,7 +216,7 @@ class Client:
             TypeError: x is not a supported array or tensor. ValueError: a bad reduce.
             NotFound, InvalidArgument, FailedPrecondition...: as the server answers.
         """
-        _check_reduce(reduce)
+        check_reduce(reduce)
         cached = reduce != "never" and name in self._specs
         request = self._request(name, x, reduce)
         try:
@@ -242,7 +243,7 @@ class Client:
         stream (default: none). A TypeError/ValueError of an item ends the stream after
         the items before it and is raised; so is the stream's own failure.
         """
-        _check_reduce(reduce)
+        check_reduce(reduce)
         names: collections.deque[str] = collections.deque()
         failure: list[BaseException] = []
 
@@ -285,7 +286,7 @@ class Client:
         change it. At most 64 observations wait at once; beyond that this blocks. The
         first refused observation is also raised by the next observe_async or flush.
         """
-        _check_reduce(reduce)
+        check_reduce(reduce)
         request = self._request(name, x, reduce)
         with self._queue_lock:
             if self._queue is None:
