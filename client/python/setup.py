@@ -7,7 +7,6 @@ The same step serves `pip install ./client/python` and the CMake build, which ru
 the build tree.
 """
 
-import os
 import pathlib
 import shutil
 import subprocess

@@ -14,16 +14,13 @@ import torch
 
 import qparams
 from qparams._errors import error_from_status
-
-
-def bits(a: np.ndarray | None) -> list[int] | None:
-    return None if a is None else np.asarray(a, np.float32).view(np.uint32).ravel().tolist()
+from helpers import f32_bits
 
 
 def same(a: qparams.QParams, b: qparams.QParams) -> bool:
     """Bit-identical qparams (-0.0 and NaN told apart by their bits)."""
-    return (a.shape == b.shape and bits(a.scale) == bits(b.scale)
-            and bits(a.minval) == bits(b.minval)
+    return (a.shape == b.shape and f32_bits(a.scale) == f32_bits(b.scale)
+            and f32_bits(a.minval) == f32_bits(b.minval)
             and (a.zero_point is None) == (b.zero_point is None)
             and (a.zero_point is None or a.zero_point.tolist() == b.zero_point.tolist())
             and a.precision == b.precision)

@@ -18,6 +18,7 @@ import torch
 
 import qparams
 from conftest import vectors_path
+from helpers import f32_bits
 
 ERRORS = {"invalid_argument": qparams.InvalidArgument,
           "failed_precondition": qparams.FailedPrecondition}
@@ -41,11 +42,9 @@ def tensor(spec: dict) -> Any:
 
 def differs(expect: dict, q: qparams.QParams) -> str:
     """What differs between an expected result and q; "" if nothing."""
-    def bits(a: np.ndarray | None) -> list[int] | None:
-        return None if a is None else np.asarray(a, np.float32).view(np.uint32).ravel().tolist()
     zp = None if q.zero_point is None else q.zero_point.ravel().tolist()
-    for field, ours in (("shape", list(q.shape)), ("scale", bits(q.scale)), ("zero_point", zp),
-                        ("minval", bits(q.minval))):
+    for field, ours in (("shape", list(q.shape)), ("scale", f32_bits(q.scale)), ("zero_point", zp),
+                        ("minval", f32_bits(q.minval))):
         if expect[field] != ours:
             return f"{field}: expected {expect[field]}, got {ours}"
     if "initialized" in expect and expect["initialized"] != q.initialized:

@@ -14,15 +14,14 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
-import torch.nn as nn
-from torch.ao.quantization import (DeQuantStub, QConfig, QuantStub, convert, prepare)
+from torch.ao.quantization import QConfig, convert, prepare
 from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
 
 import qparams.torch as qtorch
 from qparams.torch import RemoteObserver, name_observers
+from helpers import Net, f32_bits
 
 WORLD = 4
 HERE = pathlib.Path(__file__).resolve().parent
@@ -47,19 +46,6 @@ def dataset() -> list[torch.Tensor]:
 def observer_args() -> dict:
     return dict(dtype=torch.qint8, qscheme=torch.per_channel_affine, ch_axis=1,
                 target="weight")
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.quant = QuantStub()
-        self.fc1 = nn.Linear(16, 8)
-        self.relu = nn.ReLU()
-        self.fc2 = nn.Linear(8, 4)
-        self.dequant = DeQuantStub()
-
-    def forward(self, x):
-        return self.dequant(self.fc2(self.relu(self.fc1(self.quant(x)))))
 
 
 def qconfig(run: str, target: str) -> QConfig:
@@ -127,12 +113,6 @@ def run_ranks(mode: str, target: str, run: str) -> list[dict]:
                 p.kill()
                 p.wait()
     return reports
-
-
-def f32_bits(t) -> list[int]:
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().numpy()
-    return np.asarray(t, np.float64).astype(np.float32).view(np.uint32).ravel().tolist()
 
 
 def test_four_ranks_into_one_per_channel_session_equal_one_process(server, client,

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from torch.ao.quantization import (DeQuantStub, QConfig, QConfigMapping, QuantStub, convert,
-                                   prepare)
+from torch.ao.quantization import QConfig, QConfigMapping, convert, prepare
 from torch.ao.quantization.observer import MinMaxObserver, PerChannelMinMaxObserver
 from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
 import qparams
 import qparams.torch as qtorch
 from qparams.torch import RemoteObserver, name_observers
+from helpers import Net, f32_bits
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,11 +37,6 @@ def _no_error_left(server):
     qtorch.shared_client(server.target).flush(timeout=30)
 
 
-def f32_bits(t) -> list[int]:
-    """The float32 bit patterns of a tensor, array or float (the values are float32)."""
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().numpy()
-    return np.asarray(t, np.float64).astype(np.float32).view(np.uint32).ravel().tolist()
 
 
 def same(a: qparams.QParams, b: qparams.QParams) -> bool:
@@ -59,21 +54,6 @@ def same(a: qparams.QParams, b: qparams.QParams) -> bool:
 def batches(n: int, shape: tuple[int, ...], seed: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(shape, generator=g) * (1 + i) + 0.25 * i for i in range(n)]
-
-
-class Net(nn.Module):
-    """QuantStub -> Linear(16, 8) -> ReLU -> Linear(8, 4) -> DeQuantStub."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.quant = QuantStub()
-        self.fc1 = nn.Linear(16, 8)
-        self.relu = nn.ReLU()
-        self.fc2 = nn.Linear(8, 4)
-        self.dequant = DeQuantStub()
-
-    def forward(self, x):
-        return self.dequant(self.fc2(self.relu(self.fc1(self.quant(x)))))
 
 
 class FxNet(nn.Module):
