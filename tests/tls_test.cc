@@ -50,33 +50,12 @@ void WriteAll(const std::string& path, const std::string& text) {
 
 // ---------------------------------------------------------------- certificates
 
-constexpr char kOpensslConfig[] = R"([req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = qparams test
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-subjectKeyIdentifier = hash
-[server_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature, keyEncipherment
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
-authorityKeyIdentifier = keyid
-[client_ext]
-basicConstraints = critical, CA:FALSE
-keyUsage = critical, digitalSignature
-extendedKeyUsage = clientAuth
-authorityKeyIdentifier = keyid
-)";
-
 // A scratch directory holding, as PEM files: a CA (ca.pem, ca.key); a server
 // certificate it signed for DNS:localhost and IP:127.0.0.1 (server.pem,
 // server.key); a client certificate it signed (client.pem, client.key); another CA
 // (other_ca.pem) and a client certificate that one signed (other_client.pem,
-// other_client.key). Made once per process, on first use, and removed at exit.
+// other_client.key), from the sections of tests/data/test-pki.cnf. Made once per
+// process, on first use, and removed at exit.
 class Pki {
  public:
   // The certificates, made on the first call; check error() first.
@@ -107,7 +86,7 @@ class Pki {
       return;
     }
     dir_ = made_dir_ = dir;
-    std::ofstream(Path("pki.cnf")) << kOpensslConfig;
+    std::filesystem::copy_file(QPARAMS_TEST_PKI_CONFIG, Path("pki.cnf"));
     // openssl req with a new P-256 key, unencrypted, and `args`.
     auto req = [&](std::vector<std::string> args) {
       args.insert(args.begin(), {"openssl", "req", "-config", Path("pki.cnf"), "-newkey", "ec",

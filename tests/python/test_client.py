@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import pathlib
+import shutil
 import subprocess
 
 import grpc
@@ -14,6 +15,7 @@ import torch
 
 import qparams
 from qparams._errors import error_from_status
+from conftest import REPO
 from helpers import f32_bits
 
 
@@ -448,26 +450,8 @@ def test_tokens_and_tenants(start_server, tmp_path, monkeypatch) -> None:
             b.get_session("shared-name")
 
 
-OPENSSL_CONFIG = """[req]
-distinguished_name = dn
-prompt = no
-[dn]
-CN = qparams test
-[ca_ext]
-basicConstraints = critical, CA:TRUE
-keyUsage = critical, keyCertSign, cRLSign
-[server_ext]
-basicConstraints = critical, CA:FALSE
-extendedKeyUsage = serverAuth
-subjectAltName = DNS:localhost, IP:127.0.0.1
-[client_ext]
-basicConstraints = critical, CA:FALSE
-extendedKeyUsage = clientAuth
-"""
-
-
 def make_pki(d: pathlib.Path) -> None:
-    (d / "pki.cnf").write_text(OPENSSL_CONFIG)
+    shutil.copyfile(REPO / "tests/data/test-pki.cnf", d / "pki.cnf")
     req = ["openssl", "req", "-config", "pki.cnf", "-newkey", "ec", "-pkeyopt",
            "ec_paramgen_curve:P-256", "-nodes"]
     run = lambda *argv: subprocess.run(argv, cwd=d, check=True, capture_output=True)
