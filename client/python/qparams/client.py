@@ -17,7 +17,8 @@ from typing import Any
 import grpc
 
 from qparams._background import ObserveQueue
-from qparams._errors import NotFound, QParamsError, error_from_rpc, error_from_status
+from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
+                             error_from_rpc, error_from_status)
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._results import ObserveResult, QParams
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
@@ -221,13 +222,17 @@ class Client:
         request = self._request(name, x, reduce)
         try:
             response = self._call(self._stub.Observe, request)
-        except QParamsError as e:
-            # A spec cached from before another client changed the session's granularity
-            # reduces to the wrong blocks; fetch it again once and resend.
+        except (InvalidArgument, FailedPrecondition) as e:
+            # A spec cached before another client replaced the session (or changed its
+            # granularity) reduces to the wrong blocks: fetch it again once and resend.
             if not (cached and request.HasField("range")):
                 raise
             old = self._specs.get(name)
-            if self.get_session(name).spec == old:
+            try:
+                changed = self.get_session(name).spec != old
+            except QParamsError:
+                changed = False
+            if not changed:
                 raise e from None
             response = self._call(self._stub.Observe, self._request(name, x, reduce))
         return ObserveResult(QParams.from_proto(response.qparams), response.observation_count)
