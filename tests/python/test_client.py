@@ -7,6 +7,7 @@ import concurrent.futures
 import pathlib
 import shutil
 import subprocess
+import threading
 
 import grpc
 import numpy as np
@@ -416,10 +417,22 @@ def test_transport_errors(name) -> None:
             c.get_session(name)
 
 
-def test_deadline_exceeded(server, name) -> None:
-    with qparams.Client(server.target, timeout=1e-6) as c:
-        with pytest.raises(qparams.DeadlineExceeded):
-            c.get_session(name)
+def test_deadline_exceeded(start_server) -> None:
+    # A stream whose items stop coming outlives its deadline. (Its own server: a call
+    # cut by its deadline may stay open on the connection until the server's grace.)
+    s = start_server("--shutdown_grace=100ms")
+    release = threading.Event()
+
+    def items():
+        yield "t/none", rng_array((2,))
+        release.wait(30)  # set only once the deadline has passed
+
+    with qparams.Client(s.target) as c:
+        try:
+            with pytest.raises(qparams.DeadlineExceeded):
+                list(c.observe_many(items(), timeout=0.2))
+        finally:
+            release.set()
 
 
 def test_resource_exhausted(start_server) -> None:
