@@ -492,3 +492,16 @@ def test_mutual_tls(start_server, tmp_path) -> None:
     with qparams.Client(s.target, timeout=5) as plaintext:
         with pytest.raises(qparams.Unavailable):
             plaintext.list_calculators()
+
+
+def test_qparams_results(client) -> None:
+    import pickle
+    q = client.compute(rng_array((4, 6)), dtype="int8", qscheme="asymmetric",
+                       granularity="per_channel:0")
+    assert pickle.loads(pickle.dumps(q)) == q and q.to_proto().shape == [4, 1]
+    t = q.to_torch()
+    assert isinstance(t.scale, torch.Tensor) and t.scale.dtype == torch.float32
+    assert t.zero_point.dtype == torch.int32 and t.minval.shape == (4, 1)
+    assert f32_bits(t.scale) == f32_bits(q.scale) and "QParams(shape=(4, 1)" in repr(q)
+    floating = client.compute(rng_array((4,)), dtype="float8_e4m3fn")
+    assert floating.zero_point is None and floating.minval is None

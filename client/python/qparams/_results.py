@@ -1,4 +1,4 @@
-"""Result types: quantization parameters as numpy arrays."""
+"""Result types: quantization parameters as numpy arrays (or torch tensors)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ _PRECISIONS = {pb.DTYPE_UNSPECIFIED: None, pb.FLOAT32: "float32", pb.FLOAT16: "f
                pb.BFLOAT16: "bfloat16", pb.FLOAT64: "float64"}
 
 
-@dataclasses.dataclass(frozen=True)
 class QParams:
     """Quantization parameters, as get_qparams returns them.
+
+    The arrays are made from the wire message on first access, so that a calibration
+    loop that ignores each observation's result does not pay for them.
 
     Attributes:
         shape: N, the number of blocks per input dim ((0,) before the first forward).
@@ -29,39 +31,81 @@ class QParams:
             "bfloat16", "float64"), or None while empty.
         initialized: whether a computing forward has filled the buffers (always True
             for results of compute and observe).
+    The arrays are numpy arrays, or torch tensors after to_torch().
     """
 
-    shape: tuple[int, ...]
-    scale: np.ndarray
-    zero_point: np.ndarray | None
-    minval: np.ndarray | None
-    precision: str | None
-    initialized: bool = True
+    __slots__ = ("_q", "initialized", "_torch", "_arrays")
+
+    def __init__(self, q: pb.QParams, initialized: bool = True, *, torch: bool = False) -> None:
+        self._q = q
+        self.initialized = initialized
+        self._torch = torch
+        self._arrays: dict[str, Any] = {}
 
     @classmethod
     def from_proto(cls, q: pb.QParams, initialized: bool = True) -> "QParams":
         """The QParams of a qparams.v1.QParams message (e.g. a Session's qparams)."""
-        shape = tuple(q.shape)
-        # Empty buffers have shape (0,) but no values to reshape.
-        def arr(values: Any, dtype: Any) -> np.ndarray:
-            return np.asarray(values, dtype=dtype).reshape(shape)
-        return cls(
-            shape=shape,
-            scale=arr(q.scale, np.float32),
-            zero_point=arr(q.zero_point, np.int32) if q.has_zero_point else None,
-            minval=arr(q.minval, np.float32) if q.has_minval else None,
-            precision=_PRECISIONS.get(q.precision),
-            initialized=initialized,
-        )
+        return cls(q, initialized)
+
+    def to_proto(self) -> pb.QParams:
+        """The wire message these parameters came from."""
+        return self._q
 
     def to_torch(self) -> "QParams":
-        """The same parameters with torch tensors (sharing memory) in place of the numpy
-        arrays: scale and minval float32, zero_point int32."""
-        import torch
-        return dataclasses.replace(
-            self, scale=torch.from_numpy(self.scale),
-            zero_point=None if self.zero_point is None else torch.from_numpy(self.zero_point),
-            minval=None if self.minval is None else torch.from_numpy(self.minval))
+        """The same parameters with torch tensors in place of the numpy arrays: scale
+        and minval float32, zero_point int32."""
+        return QParams(self._q, self.initialized, torch=True)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._q.shape)
+
+    @property
+    def precision(self) -> str | None:
+        return _PRECISIONS.get(self._q.precision)
+
+    @property
+    def scale(self) -> Any:
+        return self._array("scale", np.float32)
+
+    @property
+    def zero_point(self) -> Any:
+        return self._array("zero_point", np.int32) if self._q.has_zero_point else None
+
+    @property
+    def minval(self) -> Any:
+        return self._array("minval", np.float32) if self._q.has_minval else None
+
+    def _array(self, field: str, dtype: Any) -> Any:
+        array = self._arrays.get(field)
+        if array is None:
+            array = np.array(getattr(self._q, field), dtype=dtype).reshape(self.shape)
+            if self._torch:
+                import torch
+                array = torch.from_numpy(array)
+            self._arrays[field] = array
+        return array
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QParams):
+            return NotImplemented
+        return (self._q == other._q and self.initialized == other.initialized
+                and self._torch == other._torch)
+
+    __hash__ = None  # mutable arrays inside
+
+    def __repr__(self) -> str:
+        return (f"QParams(shape={self.shape}, scale={self.scale!r}, "
+                f"zero_point={self.zero_point!r}, minval={self.minval!r}, "
+                f"precision={self.precision!r}, initialized={self.initialized})")
+
+    def __getstate__(self) -> tuple:
+        return (self._q.SerializeToString(), self.initialized, self._torch)
+
+    def __setstate__(self, state: tuple) -> None:
+        self._q = pb.QParams.FromString(state[0])
+        self.initialized, self._torch = state[1], state[2]
+        self._arrays = {}
 
 
 @dataclasses.dataclass(frozen=True)

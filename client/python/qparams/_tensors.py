@@ -23,6 +23,7 @@ TensorLike = Any
 
 _NUMPY_DTYPES = {np.dtype(np.float32): pb.FLOAT32, np.dtype(np.float16): pb.FLOAT16,
                  np.dtype(np.float64): pb.FLOAT64}
+_LITTLE_ENDIAN = sys.byteorder == "little"
 _NUMPY_NAMES = "float32, float16 or float64"
 _TORCH_NAMES = "float32, float16, bfloat16 or float64"
 
@@ -48,7 +49,9 @@ def _wire_dtype(x: Any) -> int:
                             f"{_TORCH_NAMES} tensors")
         return dtype
     if isinstance(x, np.ndarray):
-        dtype = _NUMPY_DTYPES.get(x.dtype.newbyteorder("=")) if x.dtype.kind == "f" else None
+        dtype = _NUMPY_DTYPES.get(x.dtype)
+        if dtype is None and x.dtype.kind == "f":  # another byte order
+            dtype = _NUMPY_DTYPES.get(x.dtype.newbyteorder("="))
         if dtype is None:
             raise TypeError(f"array dtype {x.dtype} is not supported; qparams observes "
                             f"{_NUMPY_NAMES} arrays")
@@ -58,13 +61,18 @@ def _wire_dtype(x: Any) -> int:
 
 def _raw_bytes(x: Any) -> bytes:
     """x's values as little-endian, row-major bytes (the wire's layout)."""
+    if isinstance(x, np.ndarray):
+        little = x.dtype.byteorder == "<" or (x.dtype.byteorder == "=" and _LITTLE_ENDIAN)
+        if little and x.flags.c_contiguous:  # the common case: the bytes as they are
+            return x.tobytes()
+        return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).tobytes()
     if is_torch_tensor(x):
         import torch
         x = x.detach().to("cpu").contiguous()
         if x.dtype == torch.bfloat16:  # numpy has no bfloat16: send its 16 bits as they are
             x = x.view(torch.int16)
         return x.numpy().tobytes()
-    return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).tobytes()
+    raise TypeError(f"expected a numpy array or a torch tensor, not {type(x).__name__}")
 
 
 def to_wire(x: TensorLike, dtype: int | None = None) -> pb.Tensor:

@@ -85,7 +85,7 @@ class Client:
                           and " " not in token):
             raise ValueError("token must be 1 to 4096 printable ASCII characters without spaces")
         self.timeout = timeout
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
 
         options = [("grpc.max_send_message_length", max_message_bytes),
                    ("grpc.max_receive_message_length", max_message_bytes)]
