@@ -6,6 +6,7 @@ torch is imported only when a torch tensor is passed, so numpy users need no tor
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,7 @@ TensorLike = Any
 _NUMPY_DTYPES = {np.dtype(np.float32): pb.FLOAT32, np.dtype(np.float16): pb.FLOAT16,
                  np.dtype(np.float64): pb.FLOAT64}
 _LITTLE_ENDIAN = sys.byteorder == "little"
+_WIRE_NUMPY = {pb.FLOAT32: "<f4", pb.FLOAT16: "<f2", pb.FLOAT64: "<f8"}
 _NUMPY_NAMES = "float32, float16 or float64"
 _TORCH_NAMES = "float32, float16, bfloat16 or float64"
 
@@ -34,6 +36,7 @@ def is_torch_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+@functools.lru_cache(maxsize=None)
 def _torch_dtypes() -> dict:
     import torch
     return {torch.float32: pb.FLOAT32, torch.float16: pb.FLOAT16,
@@ -68,7 +71,11 @@ def _raw_bytes(x: Any) -> bytes:
         return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<")).tobytes()
     if is_torch_tensor(x):
         import torch
-        x = x.detach().to("cpu").contiguous()
+        if x.requires_grad:
+            x = x.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        x = x.contiguous()
         if x.dtype == torch.bfloat16:  # numpy has no bfloat16: send its 16 bits as they are
             x = x.view(torch.int16)
         return x.numpy().tobytes()
@@ -81,25 +88,39 @@ def to_wire(x: TensorLike, dtype: int | None = None) -> pb.Tensor:
     return pb.Tensor(dtype=dtype, shape=list(x.shape), data=_raw_bytes(x))
 
 
-def _block_ranges(x: TensorLike, block: Sequence[int]) -> tuple[Any, Any]:
-    """The min and max of every block of x, where x's dims are whole multiples of block:
-    x viewed as (N0, B0, N1, B1, ...) and reduced over the B axes, on x's own device."""
-    shape = tuple(x.shape)
-    counts = [s // b for s, b in zip(shape, block)]
-    split = [v for n, b in zip(counts, block) for v in (n, b)]
-    inner = tuple(range(1, 2 * len(shape), 2))
+def _block_ranges(x: TensorLike, block: Sequence[int]) -> tuple[Any, Any, list[int]]:
+    """The min and max of every block of x, where x's dims are whole multiples of block,
+    computed on x's own device, and N, the block counts per dim.
+
+    x is viewed as (N0, B0, N1, B1, ...) without its dims of size 1 (a free reshape of
+    the same row-major order) and reduced over the B axes; the minima and maxima come
+    back in that compact shape, whose row-major order is N's. (amin and amax: torch's
+    one-pass aminmax is slower over a leading axis and has no half precision on CPU.)
+    """
+    counts, view, inner = [], [], []
+    for s, b in zip(x.shape, block):
+        n = s // b
+        counts.append(n)
+        if n > 1:
+            view.append(n)
+        if b > 1:
+            inner.append(len(view))
+            view.append(b)
+    blocks = x.reshape(view)
+    if not inner:
+        return blocks, blocks, counts
     if is_torch_tensor(x):
-        blocks = x.detach().reshape(split)
-        return blocks.amin(dim=inner), blocks.amax(dim=inner)
-    blocks = x.reshape(split)
-    return blocks.min(axis=inner), blocks.max(axis=inner)
+        return blocks.amin(dim=inner), blocks.amax(dim=inner), counts
+    # A whole reduction gives numpy scalars: asarray makes them arrays again.
+    return (np.asarray(blocks.min(axis=tuple(inner))), np.asarray(blocks.max(axis=tuple(inner))),
+            counts)
 
 
-def _all_finite(t: Any) -> bool:
-    if is_torch_tensor(t):
-        import torch
-        return bool(torch.isfinite(t).all())
-    return bool(np.isfinite(t).all())
+def _finite(data: bytes, dtype: int) -> bool:
+    """Whether the raw little-endian values `data` of wire dtype `dtype` are all finite."""
+    if dtype == pb.BFLOAT16:  # not finite: all 8 exponent bits set
+        return bool(((np.frombuffer(data, "<u2") & 0x7F80) != 0x7F80).all())
+    return bool(np.isfinite(np.frombuffer(data, _WIRE_NUMPY[dtype])).all())
 
 
 def tensor_request(name: str, x: TensorLike) -> pb.ObserveRequest:
@@ -127,8 +148,10 @@ def range_request(name: str, x: TensorLike, spec: pb.QuantSpec, reduce: str) -> 
     blocks = numel // int(np.prod(block, dtype=np.int64))
     if reduce == "auto" and 2 * blocks >= numel:
         return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
-    lo, hi = _block_ranges(x, block)
-    if not (_all_finite(lo) and _all_finite(hi)):
+    lo, hi, counts = _block_ranges(x, block)
+    lo_bytes, hi_bytes = _raw_bytes(lo), _raw_bytes(hi)
+    if not (_finite(lo_bytes, dtype) and _finite(hi_bytes, dtype)):
         return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
     return pb.ObserveRequest(name=name, range=pb.RangeObservation(
-        input_shape=shape, min=to_wire(lo, dtype), max=to_wire(hi, dtype)))
+        input_shape=shape, min=pb.Tensor(dtype=dtype, shape=counts, data=lo_bytes),
+        max=pb.Tensor(dtype=dtype, shape=counts, data=hi_bytes)))
