@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # make bench: the core benchmark, then the service against the in-process echo server
-# (qparams-bench), each target checked; writes OUT/RESULTS.md (tables), the raw
-# outputs, and OUT/latency_vs_concurrency.png.
+# (qparams-bench), then the Python client (bench/python_bench.py, on Debian's Python
+# with the package built into BUILD_DIR/python), each target checked; writes
+# OUT/RESULTS.md (tables), the raw outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
 # DURATION (default 8s) and ROUNDS (16) set each comparison's length: many short
 # turns, so that the bursts of load a shared VM sees fall on both servers alike.
+# PY_ROUNDS (5) sets the turns of python_bench.py's calibration pass (about 4 s a
+# turn on OpenBLAS, which `make bench` installs; 85 s on the reference BLAS).
 set -euo pipefail
 
 build=${1:-build}
@@ -40,9 +43,16 @@ for c in 1 2 4 8 16 32; do
 done
 scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
 
+echo "== Python client: bench/python_bench.py" >&2
+PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/python_bench.py \
+  --server-binary="$build/server/qparams-server" --rounds="${PY_ROUNDS:-5}" \
+  --json="$out/python_bench.json" | tee "$out/python_bench.txt"
+jq -c '. + {scenario: "python"}' "$out/python_bench.json" | tee -a "$out/service.jsonl"
+
 get() { jq -r "select(.scenario == \"$1\") | $2" "$out/service.jsonl"; }
 verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
-  'BEGIN { ok = (op == ">=") ? (v >= t) : (v < t); print ok ? "met" : "MISSED" }'; }
+  'BEGIN { ok = (op == ">=") ? (v >= t) : (op == "<=") ? (v <= t) : (v < t)
+           print ok ? "met" : "MISSED" }'; }
 
 {
   echo "# qparams benchmark results"
@@ -76,6 +86,22 @@ verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
   for c in 1 2 4 8 16 32; do
     jq -r "select(.scenario == \"latency_c$c\") | \"| \(.concurrency) | \(.qps) | \(.p50_us) | \(.p99_us) | \(.echo_qps) | \(.echo_p50_us) | \(.echo_p99_us) | \(.ratio) |\"" "$out/service.jsonl"
   done
+  echo
+  echo "## Python client (bench/python_bench.py)"
+  echo
+  echo "Medians over the rounds; a ratio is the median of the per-round ratios. torch: $(get python .torch_threads) intra-op thread(s), its default here."
+  echo
+  echo "| scenario | qparams | torch.ao / bare stub | ratio | target | |"
+  echo "|---|---|---|---|---|---|"
+  r=$(get python .calib_ratio)
+  echo "| Calibration, $(get python .calib_layers) x Linear($(get python .calib_width), $(get python .calib_width)), batch $(get python .calib_batch), $(get python .calib_batches) batches, per-channel int8 activations: RemoteObserver (global_minmax) vs PerChannelMinMaxObserver, seconds incl. the final flush | $(get python .calib_remote_s) s | $(get python .calib_inprocess_s) s | $r | <= 1.25 | $(verdict "$r" 1.25 '<=') |"
+  r=$(get python .observe_ratio)
+  echo "| Observe, 64 floats, sequential: Client.observe(reduce=\"never\") vs the generated stub with a prebuilt request | $(get python .observe_client_cps) calls/s | $(get python .observe_stub_cps) calls/s | $r | >= 0.8 | $(verdict "$r" 0.8 '>=') |"
+  echo
+  echo "- Bytes per observation as sent (one ObserveRequest: the per-channel min and max of a ($(get python .calib_batch), $(get python .calib_width)) activation): $(get python .bytes_per_observation), against $(get python .raw_bytes_per_observation) raw ($(get python '.raw_bytes_per_observation / .bytes_per_observation | . * 10 | round / 10')x smaller)."
+  echo "- Scales and zero points of RemoteObserver and PerChannelMinMaxObserver equal: $(get python 'if .calib_qparams_match then "yes" else "NO" end')."
+  echo "- Client.observe with the default reduce=\"auto\" (sends the min and max): $(get python .observe_auto_cps) calls/s, $(get python .observe_auto_ratio) of the stub (information)."
+  echo "- The observers alone, without the model (information): PerChannelMinMaxObserver $(get python .observers_only_inprocess_us_per_observation) µs per observation, RemoteObserver $(get python .observers_only_remote_us_per_observation) µs (forward, queue, stream and final flush)."
 } > "$out/RESULTS.md"
 
 jq -r 'select(.scenario | startswith("latency_c")) | "\(.concurrency) \(.p50_us) \(.p99_us) \(.echo_p50_us) \(.echo_p99_us)"' \

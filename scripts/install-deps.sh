@@ -26,6 +26,10 @@ if [ "${1:-}" != image ]; then
 fi
 if [ "${1:-}" = bench ]; then
   packages+=(jq gnuplot-nox)  # bench/run.sh: reading qparams-bench's JSON, the plot
+  # bench/python_bench.py: torch's GEMMs on OpenBLAS, as a user's would run, rather
+  # than on the reference BLAS that libblas3 provides alone (20x slower, which would
+  # hide the observers' cost in the calibration pass).
+  packages+=(libopenblas0-pthread)
 fi
 
 missing=()

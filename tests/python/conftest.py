@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import os
 import pathlib
-import queue
 import re
-import subprocess
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 
 import qparams
+from qparams.testing import LocalServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-_LISTENING = re.compile(r"listening on (\S+)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,53 +45,15 @@ def _binary(variable: str, default: str) -> str:
     return path
 
 
-class ServerProcess:
-    """A qparams-server child process; `target` is the host:port it reported."""
-
-    def __init__(self, *flags: str, timeout: float = 30.0) -> None:
-        self.argv = [_binary("QPARAMS_SERVER", "build/server/qparams-server"),
-                     "--listen=127.0.0.1:0", *flags]
-        self.process = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-        self.log: list[str] = []
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def pump() -> None:  # keeps reading, so that the server never blocks on its log
-            for line in self.process.stderr:
-                self.log.append(line)
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                line = None
-            if line is None:
-                self.stop()
-                raise RuntimeError(f"qparams-server did not start: {''.join(self.log)}")
-            if m := _LISTENING.search(line):
-                self.target = m.group(1)
-                return
-
-    def stop(self) -> int:
-        """Stops the server (SIGTERM, then SIGKILL after 20 s); its exit status."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+def start_local_server(*flags: str) -> LocalServer:
+    """The qparams-server under test, started with `flags`."""
+    return LocalServer(_binary("QPARAMS_SERVER", "build/server/qparams-server"), *flags)
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[ServerProcess]:
+def server() -> Iterator[LocalServer]:
     """One plain server shared by the tests of a run (each uses its own session names)."""
-    s = ServerProcess()
+    s = start_local_server()
     yield s
     s.stop()
 
@@ -103,10 +61,10 @@ def server() -> Iterator[ServerProcess]:
 @pytest.fixture
 def start_server() -> Iterator:
     """Starts servers with extra flags for one test, stopping them after it."""
-    started: list[ServerProcess] = []
+    started: list[LocalServer] = []
 
-    def start(*flags: str) -> ServerProcess:
-        s = ServerProcess(*flags)
+    def start(*flags: str) -> LocalServer:
+        s = start_local_server(*flags)
         started.append(s)
         return s
 
@@ -116,7 +74,7 @@ def start_server() -> Iterator:
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Iterator[qparams.Client]:
+def client(server: LocalServer) -> Iterator[qparams.Client]:
     with qparams.Client(server.target) as c:
         yield c
 
