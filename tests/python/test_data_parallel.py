@@ -55,12 +55,18 @@ def qconfig(run: str, target: str) -> QConfig:
                                         qscheme=torch.per_channel_symmetric, target="weight"))
 
 
-def my_shard(rank: int) -> list[torch.Tensor]:
-    """This rank's batches (every WORLD-th), shuffled by a rank-seeded permutation and
-    split differently per rank: one tensor, halves, or batch by batch."""
+def my_shard(rank: int, resplit: bool = True) -> list[torch.Tensor]:
+    """This rank's batches (every WORLD-th), shuffled by a rank-seeded permutation and,
+    with `resplit`, split differently per rank: one tensor, halves, or batch by batch.
+
+    A model's shard keeps the batches whole: an optimized BLAS (OpenBLAS) may round a
+    Linear's output differently, by an ulp, for another batch shape, and the reference
+    calibrates on the batches as they are."""
     shard = dataset()[rank::WORLD]
     order = torch.randperm(len(shard), generator=torch.Generator().manual_seed(100 + rank))
     shard = [shard[i] for i in order.tolist()]
+    if not resplit:
+        return shard
     if rank == 0:
         return [torch.cat(shard)]
     if rank == 1:
@@ -70,7 +76,7 @@ def my_shard(rank: int) -> list[torch.Tensor]:
 
 def rank_main(mode: str, target: str, run: str, rank: str) -> None:
     """One rank: observe this rank's shard, flush, print what it did as JSON."""
-    shard = my_shard(int(rank))
+    shard = my_shard(int(rank), resplit=mode == "observer")
     if mode == "observer":
         obs = RemoteObserver(run=run, server=target, **observer_args())  # run/observer.0
         for x in shard:
