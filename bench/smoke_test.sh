@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ctest bench_smoke: every qparams-bench mode runs briefly against its in-process
 # servers and prints the JSON fields bench/run.sh reads; bad flags fail clearly. Given
-# a Python, the package's directory and qparams-server, python_bench.py --quick runs
-# too and writes the JSON fields run.sh reads.
-#   bench/smoke_test.sh QPARAMS_BENCH [PYTHON PYTHONPATH_DIR QPARAMS_SERVER]
+# a Python (with the qparams package on its PYTHONPATH) and qparams-server,
+# python_bench.py --quick runs too and writes the JSON fields run.sh reads.
+#   bench/smoke_test.sh QPARAMS_BENCH [PYTHON QPARAMS_SERVER]
 set -euo pipefail
 qb=$1
 short=(--duration=200ms --warmup=50ms --rounds=1 --json)
@@ -36,11 +36,11 @@ for bad in --mode=nope --granularity=per_row --shape=4,0 --concurrency=0; do
   echo "ok: $bad refused: $err"
 done
 
-if [ $# -ge 4 ]; then
+if [ $# -ge 3 ]; then
   json=$(mktemp)
   trap 'rm -f "$json"' EXIT
-  PYTHONPATH=$3 PYTHONDONTWRITEBYTECODE=1 "$2" "$(dirname "$0")/python_bench.py" --quick \
-    --server-binary="$4" --json="$json" >/dev/null
+  PYTHONDONTWRITEBYTECODE=1 "$2" "$(dirname "$0")/python_bench.py" --quick \
+    --server-binary="$3" --json="$json" >/dev/null
   for f in calib_inprocess_s calib_remote_s calib_ratio bytes_per_observation \
       raw_bytes_per_observation calib_qparams_match observe_client_cps observe_stub_cps \
       observe_ratio observe_auto_cps observe_auto_ratio torch_threads; do

@@ -42,7 +42,8 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 # The executables of this build that the ctest entries matching $2 (a -R regex, ""
 # for all) run, as the command or an argument of it (bench_smoke runs a script on
-# qparams-bench); a target is named like its executable. Before the build ctest says
+# qparams-bench; the Python tests take --qparams-server=PATH); a target is named like
+# its executable. Before the build ctest says
 # it cannot find a missing command, after it it shows it in the test command.
 test_targets() {
   local dir=$1 regex=$2
@@ -51,7 +52,7 @@ test_targets() {
   ctest --test-dir "$dir" -N -V ${regex:+-R "$regex"} |
     sed -n -e 's/^Could not find executable \(.*\)$/\1/p' \
       -e 's/^[0-9]*: Test command: \(.*\)$/\1/p' |
-    tr ' ' '\n' | tr -d '"' | grep "^$build/" |
+    tr ' ' '\n' | tr -d '"' | sed 's/^--[a-z_-]*=//' | grep "^$build/" |
     xargs -r -n1 basename | sort -u
 }
 
