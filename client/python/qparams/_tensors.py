@@ -7,6 +7,7 @@ torch is imported only when a torch tensor is passed, so numpy users need no tor
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -141,17 +142,21 @@ def range_request(name: str, x: TensorLike, spec: pb.QuantSpec, reduce: str) -> 
     if reduce == "never":
         return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
     shape = tuple(int(s) for s in x.shape)
-    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    numel = math.prod(shape)
     block = block_shape(spec.granularity, spec.target, shape) if shape and numel else None
     if block is None:
         return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
-    blocks = numel // int(np.prod(block, dtype=np.int64))
+    blocks = numel // math.prod(block)
     if reduce == "auto" and 2 * blocks >= numel:
         return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
     lo, hi, counts = _block_ranges(x, block)
     lo_bytes, hi_bytes = _raw_bytes(lo), _raw_bytes(hi)
     if not (_finite(lo_bytes, dtype) and _finite(hi_bytes, dtype)):
         return pb.ObserveRequest(name=name, tensor=to_wire(x, dtype))
-    return pb.ObserveRequest(name=name, range=pb.RangeObservation(
-        input_shape=shape, min=pb.Tensor(dtype=dtype, shape=counts, data=lo_bytes),
-        max=pb.Tensor(dtype=dtype, shape=counts, data=hi_bytes)))
+    request = pb.ObserveRequest(name=name)
+    r = request.range  # filled in place: a Tensor passed to a constructor is copied
+    r.input_shape[:] = shape
+    for tensor, data in ((r.min, lo_bytes), (r.max, hi_bytes)):
+        tensor.dtype, tensor.data = dtype, data
+        tensor.shape[:] = counts
+    return request
