@@ -15,7 +15,8 @@ from typing import Any
 
 import grpc
 
-from qparams._errors import QParamsError, error_from_rpc, error_from_status
+from qparams._errors import QParamsError, error_from_rpc
+from qparams._results import stream_outcome
 from qparams.v1 import qparams_pb2 as pb
 
 _CLOSE = object()
@@ -32,9 +33,8 @@ class ObserveQueue:
     """
 
     def __init__(self, open_stream: Callable[[Iterator[pb.ObserveRequest]], Any],
-                 to_result: Callable[[pb.ObserveResponse], Any], max_in_flight: int = 64) -> None:
+                 max_in_flight: int = 64) -> None:
         self._open_stream = open_stream
-        self._to_result = to_result
         self._max_in_flight = max_in_flight
         self._lock = threading.Condition()
         self._pending: collections.deque[tuple[concurrent.futures.Future, str]] = collections.deque()
@@ -104,21 +104,16 @@ class ObserveQueue:
         failure: QParamsError | None = None
         try:
             for response in self._open_stream(self._requests(outbox)):
-                error = result = None
-                if response.status.code != 0:
-                    error = error_from_status(response.status.code, response.status.message)
-                else:
-                    result = self._to_result(response)
                 with self._lock:
                     future, name = self._pending.popleft()
-                    if error is not None:
-                        error.session = name
-                        self._error = self._error or error
+                    outcome = stream_outcome(response, name)
+                    if isinstance(outcome, QParamsError):
+                        self._error = self._error or outcome
                     self._lock.notify_all()
-                if error is not None:
-                    future.set_exception(error)
+                if isinstance(outcome, QParamsError):
+                    future.set_exception(outcome)
                 else:
-                    future.set_result(result)
+                    future.set_result(outcome)
         except grpc.RpcError as e:
             failure = error_from_rpc(e)
         except Exception as e:  # a bug of ours must not strand the waiting observers

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from qparams._errors import QParamsError, error_from_status
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["QParams", "ObserveResult"]
+__all__ = ["QParams", "ObserveResult", "stream_outcome"]
 
 _PRECISIONS = {pb.DTYPE_UNSPECIFIED: None, pb.FLOAT32: "float32", pb.FLOAT16: "float16",
                pb.BFLOAT16: "bfloat16", pb.FLOAT64: "float64"}
@@ -119,3 +120,18 @@ class ObserveResult:
 
     qparams: QParams
     observation_count: int
+
+    @classmethod
+    def from_response(cls, response: pb.ObserveResponse) -> "ObserveResult":
+        """The result an (accepted) ObserveResponse carries."""
+        return cls(QParams.from_proto(response.qparams), response.observation_count)
+
+
+def stream_outcome(response: pb.ObserveResponse, session: str) -> ObserveResult | QParamsError:
+    """The outcome of one ObserveStream response: its result, or the error its status
+    carries, naming `session`, the session of the request it answers."""
+    if response.status.code != 0:
+        error = error_from_status(response.status.code, response.status.message)
+        error.session = session
+        return error
+    return ObserveResult.from_response(response)

@@ -18,9 +18,9 @@ import grpc
 
 from qparams._background import ObserveQueue
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
-                             error_from_rpc, error_from_status)
+                             error_from_rpc)
 from qparams._health.v1 import health_pb2, health_pb2_grpc
-from qparams._results import ObserveResult, QParams
+from qparams._results import ObserveResult, QParams, stream_outcome
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
 from qparams._tensors import TensorLike, range_request, tensor_request, to_wire
 from qparams.v1 import qparams_pb2 as pb
@@ -235,7 +235,7 @@ class Client:
             if not changed:
                 raise e from None
             response = self._call(self._stub.Observe, self._request(name, x, reduce))
-        return ObserveResult(QParams.from_proto(response.qparams), response.observation_count)
+        return ObserveResult.from_response(response)
 
     def observe_many(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
                      timeout: float | None = None) -> Iterator[ObserveResult | QParamsError]:
@@ -265,14 +265,7 @@ class Client:
         call = self._stub.ObserveStream(requests(), timeout=timeout, metadata=self._metadata)
         try:
             for response in call:
-                name = names.popleft()
-                if response.status.code != 0:
-                    error = error_from_status(response.status.code, response.status.message)
-                    error.session = name
-                    yield error
-                else:
-                    yield ObserveResult(QParams.from_proto(response.qparams),
-                                        response.observation_count)
+                yield stream_outcome(response, names.popleft())
         except grpc.RpcError as e:
             if failure:
                 raise failure[0]
@@ -296,8 +289,7 @@ class Client:
         with self._queue_lock:
             if self._queue is None:
                 self._queue = ObserveQueue(
-                    lambda requests: self._stub.ObserveStream(requests, metadata=self._metadata),
-                    lambda r: ObserveResult(QParams.from_proto(r.qparams), r.observation_count))
+                    lambda requests: self._stub.ObserveStream(requests, metadata=self._metadata))
             queue = self._queue
         return queue.submit(request)
 
