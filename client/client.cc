@@ -280,6 +280,22 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
   return responses;
 }
 
+absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatch(
+    const std::vector<v1::ObserveRequest>& requests) {
+  v1::ObserveBatchRequest batch;
+  batch.mutable_observations()->Assign(requests.begin(), requests.end());
+  absl::StatusOr<v1::ObserveBatchResponse> response =
+      Unary(*stub_, &v1::QParamsService::Stub::ObserveBatch, batch, timeout_, authorization_);
+  if (!response.ok()) return response.status();
+  if (response->responses_size() != batch.observations_size()) {
+    return absl::InternalError(absl::StrCat("ObserveBatch answered ", response->responses_size(),
+                                            " of ", batch.observations_size(), " requests"));
+  }
+  return std::vector<v1::ObserveResponse>(
+      std::make_move_iterator(response->mutable_responses()->begin()),
+      std::make_move_iterator(response->mutable_responses()->end()));
+}
+
 absl::StatusOr<v1::GetQParamsResponse> Client::GetQParams(const std::string& name) {
   v1::GetQParamsRequest request;
   request.set_name(name);

@@ -125,6 +125,13 @@ class Client {
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStream(
       const std::vector<v1::ObserveRequest>& requests);
 
+  // Sends every request in one ObserveBatch call and returns the responses, one per
+  // request and in order, each with its own `status` as on the stream. The returned
+  // status is the call's own: RESOURCE_EXHAUSTED, with nothing applied, beyond
+  // wire::kMaxBatchObservations requests or the message size limits.
+  absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatch(
+      const std::vector<v1::ObserveRequest>& requests);
+
   // The cached qparams of the session `name`, as get_qparams.
   absl::StatusOr<v1::GetQParamsResponse> GetQParams(const std::string& name);
 

@@ -41,6 +41,7 @@ using fuzz::kGetSession;
 using fuzz::kListCalculators;
 using fuzz::kListSessions;
 using fuzz::kObserve;
+using fuzz::kObserveBatch;
 using fuzz::kSetExportMode;
 using fuzz::kSetGranularity;
 
@@ -123,6 +124,12 @@ void RequestSeeds(const fs::path& dir) {
   *range->mutable_min() = F32({2, 1}, {-4.0f, -1.0f});
   *range->mutable_max() = F32({2, 1}, {2.0f, 1.5f});
   Write(dir / "observe_range", Single(kObserve, observe_range));
+
+  v1::ObserveBatchRequest batch;
+  *batch.add_observations() = observe;
+  *batch.add_observations() = observe_range;
+  batch.mutable_observations(1)->set_omit_qparams(true);
+  Write(dir / "observe_batch", Single(kObserveBatch, batch));
 
   v1::ListSessionsRequest list;
   list.set_page_size(1);

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/test/default_reactor_test_peer.h"
+#include "proto/convert.h"
 #include "qparams/v1/qparams.pb.h"
 #include "server/engine.h"
 #include "server/qparams_service.h"
@@ -39,6 +41,7 @@ enum Method : uint8_t {
   kDeleteSession,
   kGetQParams,
   kListCalculators,
+  kObserveBatch,
   kMethods,
 };
 
@@ -299,17 +302,56 @@ inline bool Handle(Service& s, uint8_t method, const uint8_t* data, size_t size)
               "a failed Observe reports another observation_count", &response);
         return true;
       }
-      CheckQParams(response.qparams(), response);
       CheckSession(after);
       Check(response.observation_count() == after.observation_count(),
             "Observe's observation_count differs from the session's", &response);
-      Check(MessageDifferencer::Equals(response.qparams(), after.qparams()),
-            "Observe's qparams differ from the session's buffers", &response);
+      if (request.omit_qparams()) {
+        Check(!response.has_qparams(), "Observe sent the qparams it was asked to omit", &response);
+      } else {
+        CheckQParams(response.qparams(), response);
+        Check(MessageDifferencer::Equals(response.qparams(), after.qparams()),
+              "Observe's qparams differ from the session's buffers", &response);
+      }
       const bool cached = before.export_mode() ||
                           (before.initialized() && before.spec().float_range().has_min() &&
                            before.spec().float_range().has_max());
       Check(after.observation_count() == before.observation_count() + (cached ? 0 : 1),
             "Observe did not count exactly the computing forward", &response);
+      return true;
+    }
+    case kObserveBatch: {
+      v1::ObserveBatchRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::ObserveBatchResponse response;
+      const grpc::Status status = Call(svc, &QParamsServiceImpl::ObserveBatch, request, &response);
+      if (!status.ok()) {
+        Check(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+                  request.observations_size() > wire::kMaxBatchObservations,
+              "ObserveBatch failed as a whole: " + status.error_message(), &request);
+        return true;
+      }
+      Check(response.responses_size() == request.observations_size(),
+            "ObserveBatch answered another number of observations", &response);
+      // Each item is answered as Observe answers it; the last answer for a session
+      // carries the session's count.
+      std::map<std::string, int64_t> last_count;
+      for (int i = 0; i < response.responses_size(); ++i) {
+        const v1::ObserveRequest& item = request.observations(i);
+        const v1::ObserveResponse& answer = response.responses(i);
+        if (answer.status().code() != 0) {
+          Check(!answer.status().message().empty(), "a failed item without a message", &answer);
+          Check(!answer.has_qparams(), "a failed item with qparams", &answer);
+        } else if (item.omit_qparams()) {
+          Check(!answer.has_qparams(), "an item sent the qparams it was asked to omit", &answer);
+        } else {
+          CheckQParams(answer.qparams(), answer);
+        }
+        last_count[item.name()] = answer.observation_count();
+      }
+      for (const auto& [name, count] : last_count) {
+        Check(Snapshot(s, name).observation_count() == count,
+              "ObserveBatch's last count for a session differs from the session's", &response);
+      }
       return true;
     }
     case kListSessions: {

@@ -22,6 +22,12 @@
 
 namespace qparams::wire {
 
+// The most observations one ObserveBatch takes (the contract's limit, for the
+// server that enforces it and the clients that split their batches by it): a batch
+// this long is milliseconds of work, and its responses stay far below any message
+// limit.
+inline constexpr int kMaxBatchObservations = 4096;
+
 // DType <-> qparams.v1.DType. DTYPE_UNSPECIFIED and unknown values are
 // INVALID_ARGUMENT naming `field`.
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);

@@ -40,6 +40,7 @@ void SessionToProto(const SessionInfo& info, v1::Session* out) {
 QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
     : engine_(engine), options_(options) {
   SetMessageAllocatorFor_Observe(&observe_allocator_);
+  SetMessageAllocatorFor_ObserveBatch(&observe_batch_allocator_);
   SetMessageAllocatorFor_Compute(&compute_allocator_);
 }
 
@@ -168,13 +169,24 @@ absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
   absl::StatusOr<ObserveResult> result =
       x.ok() ? engine_->Observe(tenant, request.name(), *x) : x.status();
   if (result.ok()) {
-    *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
+    if (!request.omit_qparams()) {
+      *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
+    }
     response->set_observation_count(result->observation_count);
     return absl::OkStatus();
   }
   absl::StatusOr<int64_t> count = engine_->ObservationCount(tenant, request.name());
   response->set_observation_count(count.ok() ? *count : 0);
   return result.status();
+}
+
+void QParamsServiceImpl::ObserveItem(grpc::CallbackServerContext* context, absl::string_view method,
+                                     absl::string_view tenant, const v1::ObserveRequest& request,
+                                     v1::ObserveResponse* response) {
+  const absl::Status status = ObserveOne(tenant, request, response);
+  LogFailure(context, method, status);
+  response->mutable_status()->set_code(static_cast<int32_t>(status.code()));
+  response->mutable_status()->set_message(std::string(status.message()));
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Observe(grpc::CallbackServerContext* context,
@@ -208,10 +220,7 @@ class QParamsServiceImpl::ObserveStreamReactor final
       return;
     }
     response_.Clear();
-    const absl::Status status = service_->ObserveOne(tenant_, request_, &response_);
-    service_->LogFailure(context_, "ObserveStream", status);
-    response_.mutable_status()->set_code(static_cast<int32_t>(status.code()));
-    response_.mutable_status()->set_message(std::string(status.message()));
+    service_->ObserveItem(context_, "ObserveStream", tenant_, request_, &response_);
     StartWrite(&response_);
   }
 
@@ -236,6 +245,25 @@ class QParamsServiceImpl::ObserveStreamReactor final
 grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>*
 QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
   return new ObserveStreamReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,
+                                                           const v1::ObserveBatchRequest* request,
+                                                           v1::ObserveBatchResponse* response) {
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  if (!tenant.ok()) return Finish(context, "ObserveBatch", tenant.status());
+  if (request->observations_size() > wire::kMaxBatchObservations) {
+    return Finish(
+        context, "ObserveBatch",
+        absl::ResourceExhaustedError(absl::StrCat(
+            "observations: ", request->observations_size(), " in one ObserveBatch; at most ",
+            wire::kMaxBatchObservations, " (send more batches, or use ObserveStream)")));
+  }
+  response->mutable_responses()->Reserve(request->observations_size());
+  for (const v1::ObserveRequest& observation : request->observations()) {
+    ObserveItem(context, "ObserveBatch", *tenant, observation, response->add_responses());
+  }
+  return Finish(context, "ObserveBatch", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerContext* context,

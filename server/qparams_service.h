@@ -56,6 +56,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                                     v1::ObserveResponse* response) override;
   grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>* ObserveStream(
       grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* ObserveBatch(grpc::CallbackServerContext* context,
+                                         const v1::ObserveBatchRequest* request,
+                                         v1::ObserveBatchResponse* response) override;
   grpc::ServerUnaryReactor* GetQParams(grpc::CallbackServerContext* context,
                                        const v1::GetQParamsRequest* request,
                                        v1::GetQParamsResponse* response) override;
@@ -73,10 +76,16 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   // (UNAUTHENTICATED without a valid one).
   absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context) const;
 
-  // The one path of an observation into the Engine, for Observe and ObserveStream:
-  // fills `response` (qparams on success, the session's count either way).
+  // The one path of an observation into the Engine, for Observe, ObserveStream and
+  // ObserveBatch: fills `response` (qparams on success unless the request omits
+  // them, the session's count either way).
   absl::Status ObserveOne(absl::string_view tenant, const v1::ObserveRequest& request,
                           v1::ObserveResponse* response);
+  // ObserveOne for one item of a stream or batch: its status goes into `response`
+  // (and the log, if asked to), not into the call's.
+  void ObserveItem(grpc::CallbackServerContext* context, absl::string_view method,
+                   absl::string_view tenant, const v1::ObserveRequest& request,
+                   v1::ObserveResponse* response);
 
   // Finishes a unary call with `status`, logging failures if asked to.
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, absl::string_view method,
@@ -88,6 +97,7 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   const ServiceOptions options_;
   // The hot unary calls parse and answer on an arena.
   ArenaMessageAllocator<v1::ObserveRequest, v1::ObserveResponse> observe_allocator_;
+  ArenaMessageAllocator<v1::ObserveBatchRequest, v1::ObserveBatchResponse> observe_batch_allocator_;
   ArenaMessageAllocator<v1::ComputeRequest, v1::ComputeResponse> compute_allocator_;
 };
 

@@ -217,6 +217,31 @@ TEST_F(ClientTest, ObserveStreamSendsNothingIfARequestIsTooLarge) {
   EXPECT_EQ(session.observation_count(), 0);
 }
 
+TEST_F(ClientTest, ObserveBatchAnswersEveryRequestInOrderAndTooLargeAppliesNothing) {
+  ASSERT_OK(client_->CreateSession(CreateRequest("s")));
+  const Tensor x = F32({4}, {1, -2, 3, 4});
+  const Tensor nan = F32({2}, {1, NAN});
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<v1::ObserveResponse> responses,
+      client_->ObserveBatch({TensorObservation("s", x.view()), TensorObservation("s", nan.view()),
+                             TensorObservation("s", x.view())}));
+  ASSERT_EQ(responses.size(), 3u);
+  EXPECT_EQ(responses[0].status().code(), 0);
+  EXPECT_EQ(responses[1].status().code(), static_cast<int>(kInvalid));
+  EXPECT_EQ(responses[2].status().code(), 0);
+  EXPECT_EQ(responses[2].observation_count(), 2);
+
+  ClientOptions small;
+  small.max_message_bytes = 1024;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address(), small));
+  const Tensor too_large = F32({512}, RandN(512, 3));
+  EXPECT_CODE(client->ObserveBatch(
+                  {TensorObservation("s", x.view()), TensorObservation("s", too_large.view())}),
+              absl::StatusCode::kResourceExhausted);
+  ASSERT_OK_AND_ASSIGN(v1::Session session, client->GetSession("s"));
+  EXPECT_EQ(session.observation_count(), 2);
+}
+
 TEST_F(ClientTest, Health) {
   ASSERT_OK_AND_ASSIGN(HealthCheckResponse::ServingStatus server, client_->Health());
   EXPECT_EQ(server, HealthCheckResponse::SERVING);

@@ -202,6 +202,7 @@ enum class Method {
   kDeleteSession,
   kObserve,
   kObserveStream,
+  kObserveBatch,
   kGetQParams,
   kSetExportMode,
   kSetGranularity,
@@ -223,6 +224,8 @@ const char* MethodName(Method m) {
       return "Observe";
     case Method::kObserveStream:
       return "ObserveStream";
+    case Method::kObserveBatch:
+      return "ObserveBatch";
     case Method::kGetQParams:
       return "GetQParams";
     case Method::kSetExportMode:
@@ -233,10 +236,10 @@ const char* MethodName(Method m) {
   return "?";
 }
 
-using Request =
-    std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
-                 v1::ListSessionsRequest, v1::DeleteSessionRequest, v1::ObserveRequest,
-                 v1::GetQParamsRequest, v1::SetExportModeRequest, v1::SetGranularityRequest>;
+using Request = std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
+                             v1::ListSessionsRequest, v1::DeleteSessionRequest, v1::ObserveRequest,
+                             v1::ObserveBatchRequest, v1::GetQParamsRequest,
+                             v1::SetExportModeRequest, v1::SetGranularityRequest>;
 
 struct Row {
   std::string what;
@@ -281,8 +284,12 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
   auto observe = [&](std::string what, v1::ObserveRequest r, StatusCode code, std::string field) {
     add(std::move(what), Method::kObserve, std::move(r), code, std::move(field));
   };
+  // A stream item, also sent as a batch of one: both answer it in the item's status.
   auto stream = [&](std::string what, v1::ObserveRequest r, StatusCode code, std::string field) {
-    add(std::move(what), Method::kObserveStream, std::move(r), code, std::move(field));
+    v1::ObserveBatchRequest batch;
+    *batch.add_observations() = r;
+    add(what, Method::kObserveStream, std::move(r), code, field);
+    add(std::move(what), Method::kObserveBatch, std::move(batch), code, std::move(field));
   };
   auto list = [&](std::string what, v1::ListSessionsRequest r, StatusCode code, std::string field) {
     add(std::move(what), Method::kListSessions, std::move(r), code, std::move(field));
@@ -647,6 +654,16 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
          ObserveRangeReq(kStatic, {2, 3}, F32({1, 3}, {0, 2, 0}), F32({1, 3}, {1, 1, 1})), kInvalid,
          "range.min[1]");
 
+  // ---- ObserveBatch: the call's own status ----
+  {
+    v1::ObserveBatchRequest batch;
+    for (int i = 0; i <= wire::kMaxBatchObservations; ++i) {
+      *batch.add_observations() = ObserveTensorReq(kStatic, Good());
+    }
+    add("batch: one observation over the limit, all of them good", Method::kObserveBatch,
+        std::move(batch), kExhausted, "observations");
+  }
+
   // ---- SetGranularity ----
   granularity("unset", GranularityReq(kStatic, std::nullopt), kInvalid, "granularity");
   granularity("set but no kind", GranularityReq(kStatic, v1::Granularity()), kInvalid,
@@ -687,8 +704,8 @@ class Hardening : public ::testing::Test {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   }
 
-  // Runs `row`'s request; the status (for ObserveStream, the response's status).
-  // `stream_response` receives the stream's response, if any.
+  // Runs `row`'s request; the status (for ObserveStream and a batch of one, the
+  // item's status). `stream_response` receives the item's response, if any.
   grpc::Status Call(const Row& row, std::optional<v1::ObserveResponse>* stream_response,
                     std::string* stream_error) {
     grpc::ClientContext context;
@@ -737,6 +754,24 @@ class Hardening : public ::testing::Test {
         *stream_response = response;
         return grpc::Status(static_cast<StatusCode>(response.status().code()),
                             response.status().message());
+      }
+      case Method::kObserveBatch: {
+        const auto& request = std::get<v1::ObserveBatchRequest>(row.request);
+        v1::ObserveBatchResponse response;
+        const grpc::Status status = stub_->ObserveBatch(&context, request, &response);
+        if (!status.ok()) return status;
+        if (response.responses_size() != request.observations_size()) {
+          *stream_error = absl::StrCat("the batch answered ", response.responses_size(), " of ",
+                                       request.observations_size(), " observations");
+          return grpc::Status(StatusCode::UNKNOWN, "no response");
+        }
+        if (request.observations_size() != 1) {
+          *stream_error = "a batch of more than one observation was answered";
+          return grpc::Status::OK;
+        }
+        *stream_response = response.responses(0);
+        return grpc::Status(static_cast<StatusCode>(response.responses(0).status().code()),
+                            response.responses(0).status().message());
       }
       case Method::kGetQParams: {
         v1::GetQParamsResponse response;
@@ -852,7 +887,10 @@ TEST_F(Hardening, BadRequestsFailWithTheRightCodeNameTheFieldAndChangeNothing) {
     }
     if (stream_response.has_value()) {
       // A failed stream response carries the session's current count and no qparams.
-      const std::string& name = std::get<v1::ObserveRequest>(row.request).name();
+      const std::string& name =
+          row.method == Method::kObserveBatch
+              ? std::get<v1::ObserveBatchRequest>(row.request).observations(0).name()
+              : std::get<v1::ObserveRequest>(row.request).name();
       const int64_t count = counts.count(name) ? counts[name] : 0;
       if (stream_response->observation_count() != count || stream_response->has_qparams()) {
         ADD_FAILURE() << where << ": stream response has observation_count "

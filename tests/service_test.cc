@@ -688,6 +688,96 @@ TEST_F(ServiceTest, ObserveStreamAnswersEachRequestInOrder) {
   EXPECT_TRUE(MessageDifferencer::Equals(unary.qparams(), responses[6].qparams()));
 }
 
+// ---- ObserveBatch and omit_qparams ----
+
+TEST_F(ServiceTest, ObserveBatchAnswersEachObservationInOrderLikeTheStream) {
+  ASSERT_OK(Create("a", "global_minmax", Int8Spec()));
+  ASSERT_OK(Create("b", "static", Int8Spec()));
+  v1::ObserveBatchRequest batch;
+  auto add = [&](const std::string& name, const Tensor& t, bool omit = false) {
+    v1::ObserveRequest* r = batch.add_observations();
+    r->set_name(name);
+    *r->mutable_tensor() = WireTensor(t);
+    r->set_omit_qparams(omit);
+  };
+  add("a", Vec({1, -2}));
+  add("a", Vec({1, NAN}));  // INVALID_ARGUMENT, the batch goes on
+  add("b", Vec({3, 4}), /*omit=*/true);
+  add("missing", Vec({1}));                            // NOT_FOUND
+  add("a", MakeTensor(DType::kFloat16, {2}, {1, 2}));  // FAILED_PRECONDITION
+  add("a", Vec({5, -1}));
+  batch.add_observations();  // no name, no observation
+
+  grpc::ClientContext context;
+  v1::ObserveBatchResponse response;
+  ASSERT_TRUE(stub_->ObserveBatch(&context, batch, &response).ok());
+  ASSERT_EQ(response.responses_size(), batch.observations_size());
+  const std::vector<int> codes = {0, 3, 0, 5, 9, 0, 3};
+  const std::vector<int64_t> counts = {1, 1, 1, 0, 1, 2, 0};
+  for (int i = 0; i < response.responses_size(); ++i) {
+    const v1::ObserveResponse& r = response.responses(i);
+    EXPECT_EQ(r.status().code(), codes[i]) << i << " " << r.status().message();
+    EXPECT_EQ(r.status().message().empty(), codes[i] == 0) << i;
+    EXPECT_EQ(r.observation_count(), counts[i]) << i;
+    EXPECT_EQ(r.has_qparams(), codes[i] == 0 && i != 2) << i;  // 2 omitted them
+  }
+  // The batch's result equals unary calls on a fresh session, and what it omitted is
+  // in the session.
+  ASSERT_OK(Create("c", "global_minmax", Int8Spec()));
+  ASSERT_OK(ObserveTensor("c", Vec({1, -2})));
+  ASSERT_OK_AND_ASSIGN(v1::ObserveResponse unary, ObserveTensor("c", Vec({5, -1})));
+  EXPECT_TRUE(MessageDifferencer::Equals(unary.qparams(), response.responses(5).qparams()));
+  EXPECT_EQ(Get("b")->observation_count(), 1);
+  EXPECT_EQ(Get("b")->qparams().scale_size(), 1);
+}
+
+TEST_F(ServiceTest, ObserveBatchOverTheLimitAppliesNothing) {
+  ASSERT_OK(Create("a", "global_minmax", Int8Spec()));
+  v1::ObserveBatchRequest batch;
+  for (int i = 0; i <= wire::kMaxBatchObservations; ++i) {
+    *batch.add_observations() = TensorObservation("a", Vec({1, 2}).view());
+  }
+  grpc::ClientContext context;
+  v1::ObserveBatchResponse response;
+  const grpc::Status status = stub_->ObserveBatch(&context, batch, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "observations")) << status.error_message();
+  EXPECT_EQ(Get("a")->observation_count(), 0);
+
+  batch.mutable_observations()->RemoveLast();  // exactly the limit is taken
+  grpc::ClientContext again;
+  ASSERT_TRUE(stub_->ObserveBatch(&again, batch, &response).ok());
+  EXPECT_EQ(response.responses_size(), wire::kMaxBatchObservations);
+  EXPECT_EQ(Get("a")->observation_count(), wire::kMaxBatchObservations);
+
+  grpc::ClientContext empty_context;
+  ASSERT_TRUE(stub_->ObserveBatch(&empty_context, {}, &response).ok());
+  EXPECT_EQ(response.responses_size(), 0);
+}
+
+TEST_F(ServiceTest, OmitQParamsLeavesThemOutOfObserveAndObserveStream) {
+  ASSERT_OK(Create("a", "global_minmax", Int8Spec()));
+  v1::ObserveRequest request = TensorObservation("a", Vec({1, -2}).view());
+  request.set_omit_qparams(true);
+  {
+    grpc::ClientContext context;
+    v1::ObserveResponse response;
+    ASSERT_TRUE(stub_->Observe(&context, request, &response).ok());
+    EXPECT_FALSE(response.has_qparams());
+    EXPECT_EQ(response.observation_count(), 1);
+  }
+  grpc::ClientContext context;
+  auto stream = stub_->ObserveStream(&context);
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->WritesDone());
+  v1::ObserveResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_FALSE(response.has_qparams());
+  EXPECT_EQ(response.observation_count(), 2);
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(Get("a")->qparams().scale_size(), 1);
+}
+
 // ---- Health, reflection and shutdown ----
 
 TEST_F(ServiceTest, HealthIsServingUntilShutdownBegins) {

@@ -293,6 +293,7 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryMethod(Client& client
       {"SetGranularity", ToStatus(client.SetGranularity("s", per_tensor))},
       {"Observe", ToStatus(client.Observe("s", x.view()))},
       {"ObserveStream", ToStatus(client.ObserveStream({TensorObservation("s", x.view())}))},
+      {"ObserveBatch", ToStatus(client.ObserveBatch({TensorObservation("s", x.view())}))},
       {"GetQParams", ToStatus(client.GetQParams("s"))},
       {"SetExportMode", ToStatus(client.SetExportMode("s", true))},
       {"DeleteSession", client.DeleteSession("s")},
