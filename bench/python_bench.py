@@ -10,14 +10,16 @@ calib    A calibration pass of a CPU model of 24 Linear(1024, 1024), batch 64, 5
          attaches for the model's qconfig: torch.ao's in-process
          PerChannelMinMaxObserver against qparams.torch.RemoteObserver
          (global_minmax), which reduces each activation to its per-channel min and max
-         and queues that for one background ObserveStream. Each round runs both on
+         and queues that for the client's background thread, which sends the queue
+         in ObserveBatch calls of up to 64. Each round runs both on
          fresh copies of the model (the remote one with fresh sessions: a new run
          prefix). The remote time includes the final flush: calculate_qparams() of
          every observer, which waits until every observation is acknowledged. Both
          must end with the same scales and zero points (global_minmax is
          PerChannelMinMaxObserver's rule, bit for bit); the script checks it. Target:
-         remote <= 1.25x in-process. Also measured: the serialized size of the
-         ObserveRequests RemoteObserver queues against the raw activation's bytes,
+         remote <= 1.25x in-process. Also measured (on one more, untimed, pass): the
+         serialized size of the ObserveRequests RemoteObserver queues against the raw
+         activation's bytes and how many observations an ObserveBatch call carried;
          and for information the observers alone on precomputed activations. torch's
          GEMMs run on the BLAS libblas.so.3 points to: OpenBLAS after `make bench`
          (scripts/install-deps.sh bench), as a user's torch would; the reference BLAS
@@ -143,23 +145,30 @@ def same_qparams(a: list, b: list) -> tuple[bool, str]:
                   f"{a[0][1].dtype} vs {b[0][1].dtype}")
 
 
-def measure_request_bytes(run: Callable[[], Any]) -> list[int]:
-    """The serialized size of every ObserveRequest the background streams queue while
-    `run` runs (qparams' ObserveQueue.submit, wrapped for the duration)."""
+def measure_sent(run: Callable[[], Any]) -> tuple[list[int], list[int]]:
+    """While `run` runs: the serialized size of every ObserveRequest the background
+    queues take, and the number of observations of every ObserveBatch call they make
+    (qparams' ObserveQueue.submit and _send, wrapped for the duration)."""
     from qparams import _background
     sizes: list[int] = []
-    original = _background.ObserveQueue.submit
+    batches: list[int] = []
+    queue = _background.ObserveQueue
+    submit, send = queue.submit, queue._send
 
-    def submit(self: Any, request: pb.ObserveRequest) -> Any:
+    def counted_submit(self: Any, request: pb.ObserveRequest) -> Any:
         sizes.append(request.ByteSize())
-        return original(self, request)
+        return submit(self, request)
 
-    _background.ObserveQueue.submit = submit  # type: ignore[method-assign]
+    def counted_send(self: Any, batch: list) -> Any:
+        batches.append(len(batch))
+        return send(self, batch)
+
+    queue.submit, queue._send = counted_submit, counted_send  # type: ignore[method-assign]
     try:
         run()
     finally:
-        _background.ObserveQueue.submit = original  # type: ignore[method-assign]
-    return sizes
+        queue.submit, queue._send = submit, send  # type: ignore[method-assign]
+    return sizes, batches
 
 
 def observe_only(observers_: Sequence[Any], activations: Sequence[torch.Tensor]) -> float:
@@ -206,20 +215,11 @@ def calib_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
           f"(torch's default here)", flush=True)
 
     # Warm-up on one batch (not timed): torch's allocator and kernels, the channel and
-    # its stream. It also measures the requests RemoteObserver queues.
+    # the background thread.
     warm_batches = batches[:1]
     _, warm_in = calibrate(prepared(model, inprocess), warm_batches)
-    warm_rm: list = []
-    sizes = measure_request_bytes(
-        lambda: warm_rm.extend(calibrate(remote_model(), warm_batches)[1]))
-    raw = batch * width * 4
-    if len(sizes) != layers:
-        print(f"  note: {len(sizes)} requests queued for one batch, {layers} expected",
-              flush=True)
-    per_obs = median(sizes) if sizes else float("nan")
+    _, warm_rm = calibrate(remote_model(), warm_batches)
     warm_match, _ = same_qparams(warm_in, warm_rm)
-    print(f"  warm-up: {len(sizes)} requests of {per_obs:.0f} bytes (median; the raw "
-          f"activation: {raw} bytes)", flush=True)
 
     last: dict[str, list] = {}
 
@@ -238,6 +238,14 @@ def calib_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
     ratios = [r / i for i, r in zip(t_in, t_rm)]
     match, detail = same_qparams(last["inprocess"], last["remote"])
 
+    # What RemoteObserver sent over one more pass (untimed: the counting costs time).
+    sizes, calls = measure_sent(lambda: calibrate(remote_model(), batches))
+    raw = batch * width * 4
+    n = layers * args.batches
+    if len(sizes) != n:
+        print(f"  note: {len(sizes)} requests queued for one pass, {n} expected", flush=True)
+    per_obs = median(sizes) if sizes else float("nan")
+
     # For information: the observers alone, without the model (its GEMMs dominate the
     # pass), on the first layer's activations, layers x batches observations again.
     with torch.no_grad():
@@ -255,9 +263,8 @@ def calib_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
     turns = take_turns(args.rounds, {"in-process": only_inprocess, "remote": only_remote},
                        "observers alone, s")
     o_in, o_rm = turns["in-process"], turns["remote"]
-    shared_client(target).close()  # ends its stream, so that the server stops at once
+    shared_client(target).close()
 
-    n = layers * args.batches
     result = {
         "calib_layers": layers, "calib_width": width, "calib_batch": batch,
         "calib_batches": args.batches, "calib_rounds": args.rounds,
@@ -270,6 +277,8 @@ def calib_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_observation": int(per_obs),
         "raw_bytes_per_observation": raw,
         "bytes_ratio": round(per_obs / raw, 5),
+        "observe_batch_calls": len(calls),
+        "observations_per_batch_call": round(sum(calls) / len(calls), 1) if calls else 0,
         "calib_qparams_match": bool(match and warm_match),
         "observers_only_inprocess_s": round(median(o_in), 4),
         "observers_only_remote_s": round(median(o_rm), 4),
@@ -284,7 +293,9 @@ def calib_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
           f"{result['calib_ratio_min']:.3f}..{result['calib_ratio_max']:.3f}), target "
           f"<= {CALIB_TARGET}: {verdict}", flush=True)
     print(f"  {n} observations per pass, {int(per_obs)} bytes each as sent vs {raw} raw "
-          f"({raw / per_obs:.1f}x smaller)", flush=True)
+          f"({raw / per_obs:.1f}x smaller), in {len(calls)} ObserveBatch calls "
+          f"({result['observations_per_batch_call']} observations each on average)",
+          flush=True)
     print(f"  scales and zero points, remote vs PerChannelMinMaxObserver: "
           f"{'match' if result['calib_qparams_match'] else 'DIFFER'} ({detail})", flush=True)
     print(f"  observers alone (information): in-process {result['observers_only_inprocess_s']:.3f}"

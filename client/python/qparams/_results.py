@@ -114,22 +114,24 @@ class ObserveResult:
     """The outcome of one observation.
 
     Attributes:
-        qparams: the qparams the forward returned.
+        qparams: the qparams the forward returned, or None for an observation sent
+            with omit_qparams.
         observation_count: the session's computing forwards after this one.
     """
 
-    qparams: QParams
+    qparams: QParams | None
     observation_count: int
 
     @classmethod
     def from_response(cls, response: pb.ObserveResponse) -> "ObserveResult":
         """The result an (accepted) ObserveResponse carries."""
-        return cls(QParams.from_proto(response.qparams), response.observation_count)
+        qparams = QParams.from_proto(response.qparams) if response.HasField("qparams") else None
+        return cls(qparams, response.observation_count)
 
 
 def stream_outcome(response: pb.ObserveResponse, session: str) -> ObserveResult | QParamsError:
-    """The outcome of one ObserveStream response: its result, or the error its status
-    carries, naming `session`, the session of the request it answers."""
+    """The outcome of one ObserveStream or ObserveBatch response: its result, or the
+    error its status carries, naming `session`, the session of the request it answers."""
     if response.status.code != 0:
         error = error_from_status(response.status.code, response.status.message)
         error.session = session

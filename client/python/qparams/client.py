@@ -2,7 +2,8 @@
 
 Modelled on tritonclient's gRPC client: a typed result per call, exceptions named
 after the gRPC codes (qparams.NotFound, ...) carrying the server's message unchanged,
-and streaming helpers (observe_many; observe_async over one background stream).
+and streaming helpers (observe_many over one stream; observe_async, batched by a
+background thread).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Client:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Ends the background stream (after what it holds is sent) and the channel."""
+        """Sends what observe_async queued, then closes the channel."""
         with self._queue_lock:
             queue, self._queue = self._queue, None
         if queue is not None:
@@ -204,7 +205,8 @@ class Client:
             self._specs.pop(name, None)
         self._call(self._stub.DeleteSession, pb.DeleteSessionRequest(name=name))
 
-    def observe(self, name: str, x: TensorLike, *, reduce: str = "auto") -> ObserveResult:
+    def observe(self, name: str, x: TensorLike, *, reduce: str = "auto",
+                omit_qparams: bool = False) -> ObserveResult:
         """One forward of the session `name` on x.
 
         reduce: "always" sends each block's min and max, computed where x lives (its
@@ -212,6 +214,8 @@ class Client:
         are bit-identical either way, errors included (a tensor the server would refuse,
         e.g. one holding NaN, is sent whole so that the error is the tensor's own).
         Reducing needs the session's spec: the first observation of a name fetches it.
+        omit_qparams: the result's qparams is None (the server does not send them),
+        for a caller that reads them later with get_qparams.
 
         Raises:
             TypeError: x is not a supported array or tensor. ValueError: a bad reduce.
@@ -219,7 +223,7 @@ class Client:
         """
         check_reduce(reduce)
         cached = reduce != "never" and name in self._specs
-        request = self._request(name, x, reduce)
+        request = self._request(name, x, reduce, omit_qparams)
         try:
             response = self._call(self._stub.Observe, request)
         except (InvalidArgument, FailedPrecondition) as e:
@@ -234,15 +238,18 @@ class Client:
                 changed = False
             if not changed:
                 raise e from None
-            response = self._call(self._stub.Observe, self._request(name, x, reduce))
+            response = self._call(self._stub.Observe,
+                                  self._request(name, x, reduce, omit_qparams))
         return ObserveResult.from_response(response)
 
     def observe_many(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
+                     omit_qparams: bool = False,
                      timeout: float | None = None) -> Iterator[ObserveResult | QParamsError]:
         """Observes every (name, tensor) of `items`, on one or many sessions, over one
         ObserveStream: requests are sent as fast as the stream takes them, not one round
         trip each. Yields, in order, one ObserveResult or one QParamsError (the item's
         refusal, with its `session`) per item; the stream goes on past a refused item.
+        reduce and omit_qparams: as for observe.
 
         `items` is read lazily, so it may be a generator. `timeout` bounds the whole
         stream (default: none). A TypeError/ValueError of an item ends the stream after
@@ -255,7 +262,7 @@ class Client:
         def requests() -> Iterator[pb.ObserveRequest]:
             for name, x in items:
                 try:
-                    request = self._request(name, x, reduce)
+                    request = self._request(name, x, reduce, omit_qparams)
                 except BaseException as e:  # raised below, after the answers before it
                     failure.append(e)
                     return
@@ -275,21 +282,48 @@ class Client:
         if failure:
             raise failure[0]
 
-    def observe_async(self, name: str, x: TensorLike, *,
-                      reduce: str = "auto") -> concurrent.futures.Future:
-        """Queues one forward of the session `name` on x for the client's background
-        ObserveStream and returns at once with a Future of its ObserveResult.
+    def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
+                      omit_qparams: bool = False) -> list[ObserveResult | QParamsError]:
+        """Observes every (name, tensor) of `items`, on one or many sessions, in one
+        ObserveBatch call (at most 4096 items, within the message size limit); returns,
+        in order, one ObserveResult or one QParamsError (the item's refusal, with its
+        `session`) per item. reduce and omit_qparams: as for observe.
 
-        x is reduced (see observe) and copied before this returns, so the caller may
-        change it. At most 64 observations wait at once; beyond that this blocks. The
-        first refused observation is also raised by the next observe_async or flush.
+        Raises:
+            TypeError, ValueError: a bad item or argument, before any call.
+            ResourceExhausted: more than 4096 items (nothing is observed).
+            Unavailable, DeadlineExceeded...: the call failed; as for any failed call,
+                the server may or may not have applied the items.
         """
         check_reduce(reduce)
-        request = self._request(name, x, reduce)
+        names, request = [], pb.ObserveBatchRequest()
+        for name, x in items:
+            names.append(name)
+            request.observations.append(self._request(name, x, reduce, omit_qparams))
+        response = self._call(self._stub.ObserveBatch, request)
+        return [stream_outcome(r, name) for r, name in zip(response.responses, names)]
+
+    def observe_async(self, name: str, x: TensorLike, *, reduce: str = "auto",
+                      omit_qparams: bool = False) -> concurrent.futures.Future:
+        """Queues one forward of the session `name` on x for the client's background
+        sender and returns at once with a Future of its ObserveResult.
+
+        x is reduced (see observe) and copied before this returns, so the caller may
+        change it. A background thread sends what is queued in ObserveBatch calls of
+        up to 64 observations, once 64 wait, or the oldest has waited 50 ms, or flush()
+        asks, or someone waits on a Future; observations of one client are applied in
+        the order they were queued.
+        At most 256 observations wait at once; beyond that this blocks. The first
+        refused observation is also raised by the next observe_async or flush.
+        reduce and omit_qparams: as for observe.
+        """
+        check_reduce(reduce)
+        request = self._request(name, x, reduce, omit_qparams)
         with self._queue_lock:
             if self._queue is None:
                 self._queue = ObserveQueue(
-                    lambda requests: self._stub.ObserveStream(requests, metadata=self._metadata))
+                    lambda batch: self._stub.ObserveBatch(batch, timeout=self.timeout,
+                                                          metadata=self._metadata))
             queue = self._queue
         return queue.submit(request)
 
@@ -346,10 +380,10 @@ class Client:
                 return None  # the observation itself reports it
         return spec
 
-    def _request(self, name: str, x: TensorLike, reduce: str) -> pb.ObserveRequest:
-        if reduce == "never":
-            return tensor_request(name, x)
-        spec = self._spec(name)
-        if spec is None:
-            return tensor_request(name, x)
-        return range_request(name, x, spec, reduce)
+    def _request(self, name: str, x: TensorLike, reduce: str,
+                 omit_qparams: bool) -> pb.ObserveRequest:
+        spec = None if reduce == "never" else self._spec(name)
+        request = (tensor_request(name, x) if spec is None
+                   else range_request(name, x, spec, reduce))
+        request.omit_qparams = omit_qparams
+        return request

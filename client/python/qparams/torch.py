@@ -3,8 +3,8 @@
 A RemoteObserver is a torch.ao observer (an nn.Module with `forward` and
 `calculate_qparams`) whose statistics live in a named session on a qparams server
 instead of in the module: `forward` reduces each tensor where it lives (its min and
-max per block) and hands it to a background ObserveStream, so that the training step
-does not wait on the network; `calculate_qparams` reads the session's qparams, which
+max per block) and queues it for the client's background thread, which sends the
+queue in ObserveBatch calls, so that the training step does not wait on the network; `calculate_qparams` reads the session's qparams, which
 are those coreai_opt computes, bit for bit.
 
 Recipe (eager mode; FX's prepare_fx/convert_fx with a QConfigMapping take the same
@@ -69,15 +69,16 @@ A process that observed nothing may convert as well: its observers find the sess
 the ranks filled (tests/python/test_data_parallel.py does exactly that).
 
 Errors: an observation the server refuses (NaN values, a deleted session, a shape
-that does not fit the granularity, ...) or a broken stream is kept and raised by the
+that does not fit the granularity, ...) or a failed call is kept and raised by the
 next `forward`, `flush` or `calculate_qparams` of an observer using the same client,
 exactly once (a `forward` that raises it observes nothing), and later calls work again
 once the cause is fixed. The error names its session (`error.session`).
 
-Observers share one qparams.Client (and so one background stream) per server address
+Observers share one qparams.Client (and so one background queue) per server address
 and client options in a process. A copy (copy.deepcopy, pickle) keeps the session
 name and finds the shared client of its own process again. `flush_all()` waits for
-all of a process's observations; `close_clients()` ends the streams (also at exit).
+all of a process's observations; `close_clients()` sends what is queued and closes
+the clients (also at exit).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ _generation = 0
 
 def _after_fork_in_child() -> None:
     # A gRPC channel does not survive fork: a child builds its own clients. The parent's
-    # objects are dropped, not closed (closing would act on the parent's stream).
+    # objects are dropped, not closed (closing would act on the parent's channel).
     global _lock, _generation
     _lock = threading.Lock()
     _clients.clear()
@@ -176,11 +177,8 @@ def flush_all(timeout: float | None = None) -> None:
 
 def close_clients() -> None:
     """Closes the shared clients of this process, after sending what their background
-    streams still hold (their errors are not raised: flush first to see them).
+    queues still hold (their errors are not raised: flush first to see them).
     Observers open new clients on their next call. Runs at exit too.
-
-    A server waits for open streams when it shuts down (up to its --shutdown_grace):
-    close the clients before stopping a server the process talked to.
     """
     global _generation
     with _lock:
@@ -337,8 +335,9 @@ class RemoteObserver(ObserverBase):
     (as given, else, for int8/uint8, the session's resolved range once the session
     is opened by the first forward or read) and `reduce_range` (False).
     Also `last_observation`: the concurrent.futures.Future of the latest observation
-    `forward` queued (its qparams.ObserveResult, or the error the server answered), or
-    None; waiting on it does not take the error that the next call raises.
+    `forward` queued (its qparams.ObserveResult, without qparams: calculate_qparams
+    reads them; or the error the server answered), or None; waiting on it does not
+    take the error that the next call raises.
 
     Raises:
         ValueError, TypeError: an argument with no qparams meaning (a malformed
@@ -481,7 +480,7 @@ class RemoteObserver(ObserverBase):
 
         x (float32, float16, bfloat16 or float64, any device and strides) is detached,
         reduced to its block minima and maxima where it lives (see `reduce`), and queued
-        for the client's background stream; this returns without waiting for the
+        for the client's background sender; this returns without waiting for the
         server. An empty x is skipped, as torch.ao's observers skip it. The session is
         created (or checked) on the first call.
 
@@ -496,8 +495,10 @@ class RemoteObserver(ObserverBase):
         if x.numel() == 0:
             return x
         self._open(x.dim())
+        # Each observation's qparams would only be discarded: calculate_qparams reads
+        # the session's.
         self.last_observation = self.client.observe_async(self._name, x.detach(),
-                                                          reduce=self.reduce)
+                                                          reduce=self.reduce, omit_qparams=True)
         return x
 
     def flush(self, timeout: float | None = None) -> None:
