@@ -1,7 +1,8 @@
 // The conformance vectors (VectorsPath()) through the service, bit for bit: every
 // single-forward case of a stateless-capable calculator through Compute, and every
-// case through a session, three ways: Observe with tensors, Observe with block
-// ranges reduced by the client, and one ObserveStream shared by all cases.
+// case through a session, four ways: Observe with tensors, Observe with block
+// ranges reduced by the client, one ObserveStream shared by all cases, and
+// ObserveBatch (each forward a batch of one).
 
 #include <iostream>
 #include <memory>
@@ -18,7 +19,7 @@
 namespace qparams::testing {
 namespace {
 
-enum class Mode { kTensor, kRange, kStream };
+enum class Mode { kTensor, kRange, kStream, kBatch };
 
 std::string Describe(absl::StatusCode code) { return code == absl::StatusCode::kOk ? "ok" : CodeName(code); }
 
@@ -151,6 +152,18 @@ std::string ServiceConformance::RunSession(
           if (!stream->Write(request) || !stream->Read(&response)) return where + "stream broke";
           status = grpc::Status(static_cast<grpc::StatusCode>(response.status().code()),
                                 response.status().message());
+        } else if (mode == Mode::kBatch) {
+          grpc::ClientContext context;
+          v1::ObserveBatchRequest batch;
+          *batch.add_observations() = request;
+          v1::ObserveBatchResponse answers;
+          if (!stub_->ObserveBatch(&context, batch, &answers).ok() ||
+              answers.responses_size() != 1) {
+            return where + "ObserveBatch failed as a whole";
+          }
+          response = answers.responses(0);
+          status = grpc::Status(static_cast<grpc::StatusCode>(response.status().code()),
+                                response.status().message());
         } else {
           grpc::ClientContext context;
           status = stub_->Observe(&context, request, &response);
@@ -223,18 +236,20 @@ TEST_F(ServiceConformance, SingleForwardCasesThroughCompute) {
 }
 
 TEST_F(ServiceConformance, EveryCaseThroughSessions) {
-  for (Mode mode : {Mode::kTensor, Mode::kRange}) {
+  for (Mode mode : {Mode::kTensor, Mode::kRange, Mode::kBatch}) {
+    const char* way = mode == Mode::kRange   ? "Observe (block ranges)"
+                      : mode == Mode::kBatch ? "ObserveBatch"
+                                             : "Observe";
     int failed = 0;
     for (size_t i = 0; i < cases_->size(); ++i) {
       const VectorCase& c = (*cases_)[i];
       if (std::string d = RunSession(c, absl::StrCat("case/", i), mode, nullptr); !d.empty()) {
         ++failed;
-        ADD_FAILURE() << "case " << c.id << (mode == Mode::kRange ? " (range)" : " (Observe)")
-                      << ": " << d;
+        ADD_FAILURE() << "case " << c.id << " (" << way << "): " << d;
       }
     }
-    std::cout << "conformance via Observe" << (mode == Mode::kRange ? " (block ranges)" : "")
-              << ": " << cases_->size() - failed << " of " << cases_->size() << " cases match\n";
+    std::cout << "conformance via " << way << ": " << cases_->size() - failed << " of "
+              << cases_->size() << " cases match\n";
   }
 }
 

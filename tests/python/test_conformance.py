@@ -1,8 +1,9 @@
 """The conformance vectors ($QPARAMS_VECTORS, default tests/data/vectors.jsonl) through
 the Python client, bit for bit: single-forward cases through compute, and every case
-through sessions four ways: observe with whole tensors, observe with block ranges
-(reduce="always"), the default reduce="auto", and observe_many (the forwards of a
-case pipelined over one stream). Prints `conformance: N of M cases match` per way and
+through sessions five ways: observe with whole tensors, observe with block ranges
+(reduce="always"), the default reduce="auto", observe_many (the forwards of a case
+pipelined over one stream) and observe_batch (the same runs of forwards, each run in
+one ObserveBatch call). Prints `conformance: N of M cases match` per way and
 overall (a case matches when it matches every way)."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from helpers import f32_bits
 
 ERRORS = {"invalid_argument": qparams.InvalidArgument,
           "failed_precondition": qparams.FailedPrecondition}
-MODES = ("never", "always", "auto", "observe_many")
+MODES = ("never", "always", "auto", "observe_many", "observe_batch")
+MANY = {"observe_many": qparams.Client.observe_many, "observe_batch": qparams.Client.observe_batch}
 
 
 def load_cases() -> list[dict]:
@@ -106,11 +108,11 @@ def run_session(client: qparams.Client, case: dict, name: str, mode: str) -> str
     i = 0
     while i < len(steps):
         step = steps[i]
-        if step["op"] == "forward" and mode == "observe_many":
+        if step["op"] == "forward" and mode in MANY:
             j = i
             while j < len(steps) and steps[j]["op"] == "forward":
                 j += 1
-            outcomes = list(client.observe_many((name, tensor(s["input"])) for s in steps[i:j]))
+            outcomes = list(MANY[mode](client, [(name, tensor(s["input"])) for s in steps[i:j]]))
             for k, outcome in enumerate(outcomes):
                 q = outcome.qparams if isinstance(outcome, qparams.ObserveResult) else outcome
                 if d := judge(steps[i + k], q):
@@ -178,7 +180,7 @@ def test_every_case_through_sessions(client, cases, capsys) -> None:
                 mode_failures += 1
                 failed.add(i)
                 messages.append(f"{c['id']} ({mode}): {d}")
-        way = "observe_many" if mode == "observe_many" else f"observe, reduce={mode}"
+        way = mode if mode in MANY else f"observe, reduce={mode}"
         report(capsys, f" via {way}", len(cases) - mode_failures, len(cases))
     report(capsys, "", len(cases) - len(failed), len(cases))
     assert not failed, "\n".join(messages[:20])

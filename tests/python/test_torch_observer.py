@@ -1,6 +1,6 @@
 """qparams.torch.RemoteObserver against the real server: torch.ao's eager and FX
 flows end to end with bit-for-bit parity to MinMaxObserver/PerChannelMinMaxObserver,
-session naming, errors from the background stream, input dtypes and layouts, specs
+session naming, errors from the background sender, input dtypes and layouts, specs
 torch.ao cannot convert, and copies."""
 
 from __future__ import annotations
