@@ -18,6 +18,7 @@
 #include "core/range.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/convert.h"
+#include "proto/status.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 
 namespace qparams::bench {
@@ -69,10 +70,14 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& target, int64_t max
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
+// The call's status, its message prefixed with `method`.
+absl::Status Named(absl::string_view method, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(method, ": ", status.message()));
+}
+
 absl::Status FromGrpc(absl::string_view method, const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(method, ": ", status.error_message()));
+  return Named(method, wire::FromGrpcStatus(status));
 }
 
 double ProcessCpuSeconds() {
@@ -293,11 +298,7 @@ absl::StatusOr<LoadResult> LoadGenerator::Run(const std::string& target,
           if (!stream->Write(observe) || !stream->Read(&response)) {
             return absl::UnavailableError("ObserveStream: the stream broke");
           }
-          if (response.status().code() != 0) {
-            return absl::Status(static_cast<absl::StatusCode>(response.status().code()),
-                                absl::StrCat("ObserveStream: ", response.status().message()));
-          }
-          return absl::OkStatus();
+          return Named("ObserveStream", wire::FromRpcStatus(response.status()));
         });
         stream->WritesDone();
         if (absl::Status s = FromGrpc("ObserveStream", stream->Finish()); !s.ok()) {

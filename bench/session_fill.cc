@@ -7,12 +7,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/status.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 
 namespace qparams::bench {
@@ -59,8 +60,9 @@ absl::Status FillSessions(const std::string& target, const FillSpec& spec) {
       if (!status.ok()) {
         absl::MutexLock lock(&mu);
         if (first_error.ok()) {
-          first_error = absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                                     absl::StrCat("session ", name, ": ", status.error_message()));
+          const absl::Status error = wire::FromGrpcStatus(status);
+          first_error =
+              absl::Status(error.code(), absl::StrCat("session ", name, ": ", error.message()));
         }
         next = spec.sessions;  // stops the others
         return;

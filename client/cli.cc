@@ -24,6 +24,7 @@
 #include "core/range.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/convert.h"
+#include "proto/status.h"
 
 namespace qparams::cli {
 namespace {
@@ -62,8 +63,9 @@ void PrintColumns(const std::vector<std::vector<std::string>>& rows, std::ostrea
 
 std::string Float(float value) { return absl::StrFormat("%.9g", value); }  // round-trips
 std::string Bool(bool value) { return value ? "true" : "false"; }
-std::string CodeName(int code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+// The name of a stream item's status code, "OK" included.
+std::string CodeName(const v1::RpcStatus& status) {
+  return absl::StatusCodeToString(wire::FromRpcStatus(status).code());
 }
 
 void PrintTable(const v1::QParams& qparams, std::ostream& out) {
@@ -95,7 +97,7 @@ void PrintTable(const v1::GetQParamsResponse& response, std::ostream& out) {
 }
 
 void PrintTable(const v1::ObserveResponse& response, std::ostream& out) {
-  out << CodeName(response.status().code());
+  out << CodeName(response.status());
   if (!response.status().message().empty()) out << ": " << response.status().message();
   out << " (observation_count " << response.observation_count() << ")\n";
   if (response.status().code() == 0) PrintTable(response.qparams(), out);
@@ -300,7 +302,7 @@ int Observe(Invocation& in) {
     if (in.table()) in.out() << file << ": ";
     in.Print(response);
     if (response.status().code() != 0) {
-      in.err() << "error: " << CodeName(response.status().code()) << ": " << file << ": "
+      in.err() << "error: " << CodeName(response.status()) << ": " << file << ": "
                << response.status().message() << "\n";
       exit = kExitFailed;
     }

@@ -11,14 +11,10 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/convert.h"
+#include "proto/status.h"
 
 namespace qparams {
 namespace {
-
-// gRPC and absl share the canonical status codes, value for value.
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 // The whole content of the file `path`; FAILED_PRECONDITION naming it (`what` it
 // should hold) if it cannot be read.
@@ -98,7 +94,7 @@ absl::StatusOr<Response> Unary(
   Prepare(context, timeout, authorization);
   Response response;
   const grpc::Status status = (stub.*method)(&context, request, &response);
-  if (!status.ok()) return FromGrpc(status);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
   return response;
 }
 
@@ -272,7 +268,7 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
   stream->WritesDone();
   reader.join();
   const grpc::Status status = stream->Finish();
-  if (!status.ok()) return FromGrpc(status);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
   if (responses.size() != requests.size()) {
     return absl::InternalError(absl::StrCat("the server answered ", responses.size(), " of the ",
                                             requests.size(), " requests of an ObserveStream"));

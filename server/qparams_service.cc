@@ -7,16 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/observation.h"
 #include "proto/convert.h"
+#include "proto/status.h"
 #include "server/log.h"
 
 namespace qparams {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
 
 void SessionToProto(const SessionInfo& info, v1::Session* out) {
   out->set_name(info.name);
@@ -67,7 +62,7 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext
                                                      const absl::Status& status) {
   LogFailure(context, method, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpc(status));
+  reactor->Finish(wire::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -185,8 +180,7 @@ void QParamsServiceImpl::ObserveItem(grpc::CallbackServerContext* context, absl:
                                      v1::ObserveResponse* response) {
   const absl::Status status = ObserveOne(tenant, request, response);
   LogFailure(context, method, status);
-  response->mutable_status()->set_code(static_cast<int32_t>(status.code()));
-  response->mutable_status()->set_message(std::string(status.message()));
+  *response->mutable_status() = wire::ToRpcStatus(status);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Observe(grpc::CallbackServerContext* context,
@@ -207,7 +201,7 @@ class QParamsServiceImpl::ObserveStreamReactor final
     absl::StatusOr<std::string> tenant = service_->Tenant(context);
     if (!tenant.ok()) {
       service_->LogFailure(context_, "ObserveStream", tenant.status());
-      Finish(ToGrpc(tenant.status()));
+      Finish(wire::ToGrpcStatus(tenant.status()));
       return;
     }
     tenant_ = *std::move(tenant);

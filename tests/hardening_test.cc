@@ -24,6 +24,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "proto/status.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 
@@ -752,8 +753,7 @@ class Hardening : public ::testing::Test {
           return finish.ok() ? grpc::Status(StatusCode::UNKNOWN, "no response") : finish;
         }
         *stream_response = response;
-        return grpc::Status(static_cast<StatusCode>(response.status().code()),
-                            response.status().message());
+        return wire::ToGrpcStatus(wire::FromRpcStatus(response.status()));
       }
       case Method::kObserveBatch: {
         const auto& request = std::get<v1::ObserveBatchRequest>(row.request);
@@ -770,8 +770,7 @@ class Hardening : public ::testing::Test {
           return grpc::Status::OK;
         }
         *stream_response = response.responses(0);
-        return grpc::Status(static_cast<StatusCode>(response.responses(0).status().code()),
-                            response.responses(0).status().message());
+        return wire::ToGrpcStatus(wire::FromRpcStatus(response.responses(0).status()));
       }
       case Method::kGetQParams: {
         v1::GetQParamsResponse response;

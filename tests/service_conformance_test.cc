@@ -13,6 +13,7 @@
 #include "core/range.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "proto/status.h"
 #include "tests/conformance_vectors.h"
 #include "tests/service_test_util.h"
 
@@ -26,7 +27,7 @@ std::string Describe(absl::StatusCode code) { return code == absl::StatusCode::k
 // Compares a call's outcome with a step's expectation; "" when they agree.
 std::string Judge(const VectorStep& step, const grpc::Status& status,
                   const std::optional<QParams>& qparams, std::optional<bool> initialized) {
-  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  const auto code = wire::FromGrpcStatus(status).code();
   if (step.expect_error.has_value()) {
     if (code == *step.expect_error) return "";
     return absl::StrCat("status: expected ", CodeName(*step.expect_error), ", got ",
@@ -109,7 +110,7 @@ std::string ServiceConformance::RunSession(
     // Sessions refuse the stateless calculator as they refuse a bad spec.
     if (created.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return "";
     return absl::StrCat("CreateSession: expected invalid_argument, got ",
-                        Describe(static_cast<absl::StatusCode>(created.error_code())));
+                        Describe(wire::FromGrpcStatus(created).code()));
   }
   if (!created.ok()) return absl::StrCat("CreateSession failed: ", created.error_message());
 
@@ -150,8 +151,7 @@ std::string ServiceConformance::RunSession(
         v1::ObserveResponse response;
         if (mode == Mode::kStream) {
           if (!stream->Write(request) || !stream->Read(&response)) return where + "stream broke";
-          status = grpc::Status(static_cast<grpc::StatusCode>(response.status().code()),
-                                response.status().message());
+          status = wire::ToGrpcStatus(wire::FromRpcStatus(response.status()));
         } else if (mode == Mode::kBatch) {
           grpc::ClientContext context;
           v1::ObserveBatchRequest batch;
@@ -162,8 +162,7 @@ std::string ServiceConformance::RunSession(
             return where + "ObserveBatch failed as a whole";
           }
           response = answers.responses(0);
-          status = grpc::Status(static_cast<grpc::StatusCode>(response.status().code()),
-                                response.status().message());
+          status = wire::ToGrpcStatus(wire::FromRpcStatus(response.status()));
         } else {
           grpc::ClientContext context;
           status = stub_->Observe(&context, request, &response);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/status.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 #include "server/server.h"
 
@@ -46,10 +47,7 @@ class TestServer {
 };
 
 // absl::Status of a gRPC status, for the EXPECT_CODE family of test_util.h.
-inline absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
+inline absl::Status FromGrpc(const grpc::Status& status) { return wire::FromGrpcStatus(status); }
 
 }  // namespace qparams::testing
 
