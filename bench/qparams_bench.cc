@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -26,6 +25,7 @@
 #include "bench/load_generator.h"
 #include "bench/session_fill.h"
 #include "client/cli.h"
+#include "common/flags.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
 
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
     }
     arg_ptrs.push_back(arg.data());
   }
-  absl::ParseCommandLine(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  qparams::ParseFlags(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
 
   const std::string mode = absl::GetFlag(FLAGS_mode);
   absl::Status status;

@@ -28,6 +28,10 @@ expect covered_mb_per_s full_covered_mb_per_s covered_ratio -- \
   --mode=range --compare-full --shape=64,256 --granularity=per_block:1:32 "${short[@]}"
 expect rss_bytes raw_bytes rss_ratio -- --mode=memory --sessions=50 --channels=16 --json
 
+help=$("$qb" --help) || { echo "FAIL: --help exits $?"; exit 1; }
+grep -q -- "--mode" <<<"$help" || { echo "FAIL: --help does not name --mode: $help"; exit 1; }
+echo "ok: --help exits 0"
+
 for bad in --mode=nope --granularity=per_row --shape=4,0 --concurrency=0; do
   if err=$("$qb" "$bad" --duration=100ms 2>&1); then
     echo "FAIL: $bad was accepted"; exit 1

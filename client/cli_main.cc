@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
+#include "common/flags.h"
 #include "grpc/support/log.h"
 
 namespace {
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   std::vector<char*> normalized;
   for (std::string& arg : args) normalized.push_back(arg.data());
   const std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
+      qparams::ParseFlags(static_cast<int>(normalized.size()), normalized.data());
 
   cli::Options options;
   options.target = absl::GetFlag(FLAGS_target);

@@ -10,12 +10,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "core/tensor.h"
 #include "server/log.h"
 #include "server/process_tuning.h"
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+  qparams::ParseFlags(argc, argv);
 
   // Blocked before any thread starts, so every thread inherits the mask and only
   // sigwait below sees the signals.

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "qparams/v1/qparams.grpc.pb.h"
+#include "tests/subprocess.h"
 #include "tests/test_util.h"
 
 extern char** environ;
@@ -130,6 +132,17 @@ TEST(ServerBinary, SigintStopsItToo) {
   ASSERT_NE(server.WaitForLine("listening on"), "");
   EXPECT_EQ(server.Stop(SIGINT), 0);
   EXPECT_NE(server.WaitForLine("received SIGINT"), "");
+}
+
+TEST(ServerBinary, HelpPrintsTheFlagsAndExitsZero) {
+  char dir[] = "/tmp/qparams-help-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  for (const char* flag : {"--help", "--helpfull", "--helpshort"}) {
+    const ProcessResult help = RunProcess({QPARAMS_SERVER_PATH, flag}, dir);
+    EXPECT_EQ(help.exit_code, 0) << flag << ": " << help.err;
+    EXPECT_TRUE(absl::StrContains(help.out, "--data_dir")) << flag << ": " << help.out;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ServerBinary, BadFlagsAndAddressesFailAtStart) {
