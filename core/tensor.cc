@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -37,16 +38,24 @@ absl::StatusOr<TensorView> TensorView::Create(DType dtype, Shape shape, absl::st
   }
   absl::StatusOr<int64_t> count = NumElements(shape, absl::StrCat(field, ".shape"));
   if (!count.ok()) return count.status();
-  if (*count > max_elements) {
-    return absl::ResourceExhaustedError(absl::StrCat(field, ".shape ", ShapeString(shape), " has ",
-                                                     *count, " elements; the limit is ",
-                                                     max_elements));
+  // The length before the limit: for a huge shape with the wrong data, the mismatch
+  // is the error the caller can fix.
+  const int64_t item = ItemSize(dtype);
+  if (*count > std::numeric_limits<int64_t>::max() / item) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".data has ", data.size(),
+                                                   " bytes; shape ", ShapeString(shape), " of ",
+                                                   DTypeName(dtype), " needs more than 2^63"));
   }
-  const int64_t expected = *count * ItemSize(dtype);
+  const int64_t expected = *count * item;
   if (static_cast<int64_t>(data.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(field, ".data has ", data.size(),
                                                    " bytes; shape ", ShapeString(shape), " of ",
                                                    DTypeName(dtype), " needs ", expected));
+  }
+  if (*count > max_elements) {
+    return absl::ResourceExhaustedError(absl::StrCat(field, ".shape ", ShapeString(shape), " has ",
+                                                     *count, " elements; the limit is ",
+                                                     max_elements));
   }
   return TensorView(dtype, std::move(shape), *count, data);
 }

@@ -324,9 +324,13 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
   compute("f16 shape with f32-sized data (too long)",
           RawTensor(v1::FLOAT16, {2, 3}, std::string(24, '\0')), kInvalid, "tensor.data");
   compute("f64 data empty", RawTensor(v1::FLOAT64, {3}, ""), kInvalid, "tensor.data");
+  // A huge shape with the wrong data: the length is the error to fix, not the limit.
   compute("huge valid shape 2^40 elements (no data sent)",
-          RawTensor(v1::FLOAT32, {int64_t{1} << 20, int64_t{1} << 20}, ""), kExhausted,
-          "tensor.shape");
+          RawTensor(v1::FLOAT32, {int64_t{1} << 20, int64_t{1} << 20}, ""), kInvalid,
+          "tensor.data");
+  compute("shape of 2^62 float64 elements: the bytes it needs overflow int64",
+          RawTensor(v1::FLOAT64, {int64_t{1} << 31, int64_t{1} << 31}, std::string(8, '\0')),
+          kInvalid, "needs more than 2^63");
   compute("well-formed tensor one element above max_tensor_elements",
           RawTensor(v1::FLOAT16, {kMaxElements + 1}, std::string(2 * (kMaxElements + 1), '\0')),
           kExhausted, "tensor.shape");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -77,9 +78,21 @@ TEST(TensorView, TooManyElementsIsResourceExhausted) {
   EXPECT_CODE(TensorView::Create(DType::kFloat32, {3, 4}, data, /*max_elements=*/11),
               absl::StatusCode::kResourceExhausted);
   EXPECT_OK(TensorView::Create(DType::kFloat32, {3, 4}, data, /*max_elements=*/12).status());
-  // Over the default limit (2^31) without any data: the count check comes first.
-  EXPECT_CODE(TensorView::Create(DType::kBFloat16, {int64_t{1} << 31, 2}, ""),
-              absl::StatusCode::kResourceExhausted);
+}
+
+TEST(TensorView, AHugeShapeWithTheWrongDataIsTheLengthsError) {
+  // Over the default limit (2^31) without its data: the length is what to fix.
+  absl::Status status = TensorView::Create(DType::kBFloat16, {int64_t{1} << 31, 2}, "",
+                                           kDefaultMaxTensorElements, "tensor")
+                            .status();
+  EXPECT_CODE(status, kInvalid);
+  EXPECT_TRUE(absl::StrContains(status.message(), "tensor.data has 0 bytes")) << status;
+  // 2^62 float64 elements: the bytes they need do not fit in int64.
+  status = TensorView::Create(DType::kFloat64, {int64_t{1} << 31, int64_t{1} << 31},
+                              std::string(8, '\0'))
+               .status();
+  EXPECT_CODE(status, kInvalid);
+  EXPECT_TRUE(absl::StrContains(status.message(), "needs more than 2^63")) << status;
 }
 
 // Dims of 0 are well formed here; the zero-size rejection happens where values are read.
