@@ -12,7 +12,6 @@ namespace {
 
 constexpr size_t kMaxNameLength = 128;
 // Evictions remembered for their NOT_FOUND message; older ones are forgotten.
-constexpr size_t kMaxRememberedEvictions = 100000;
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -78,7 +77,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
       if (!appended.ok()) return appended.status();
       sequence = *appended;
     }
-    evicted_.erase(map_key);
+    Forget(map_key);
     sessions_.emplace(std::move(map_key), session);
   }
   if (journal_ != nullptr) {
@@ -124,8 +123,21 @@ absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
 }
 
 void SessionStore::Remember(std::string map_key, absl::Time evict_time) {
-  if (evicted_.size() >= kMaxRememberedEvictions) evicted_.erase(evicted_.begin());
-  evicted_[std::move(map_key)] = evict_time;
+  Forget(map_key);
+  eviction_order_.emplace(evict_time, map_key);
+  evicted_.emplace(std::move(map_key), evict_time);
+  while (evicted_.size() > max_remembered_evictions_) {
+    auto oldest = eviction_order_.begin();
+    evicted_.erase(oldest->second);
+    eviction_order_.erase(oldest);
+  }
+}
+
+void SessionStore::Forget(const std::string& map_key) {
+  auto it = evicted_.find(map_key);
+  if (it == evicted_.end()) return;
+  eviction_order_.erase({it->second, map_key});
+  evicted_.erase(it);
 }
 
 absl::Status SessionStore::Erase(const SessionKey& key) {
@@ -184,7 +196,7 @@ std::vector<storage::v1::Record> SessionStore::Records() const {
     absl::ReaderMutexLock lock(&mu_);
     sessions.reserve(sessions_.size());
     for (const auto& [map_key, session] : sessions_) sessions.push_back(session);
-    for (const auto& [map_key, when] : evicted_) {
+    for (const auto& [when, map_key] : eviction_order_) {
       const size_t split = map_key.find('\0');
       storage::v1::Record& record = records.emplace_back();
       record.mutable_evicted()->mutable_key()->set_tenant(map_key.substr(0, split));

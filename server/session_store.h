@@ -9,13 +9,16 @@
 #ifndef QPARAMS_SERVER_SESSION_STORE_H_
 #define QPARAMS_SERVER_SESSION_STORE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,9 +37,16 @@ absl::Status ValidateSessionName(absl::string_view name, absl::string_view field
 
 class SessionStore {
  public:
+  // How many evicted names the store remembers (to say why a session is gone),
+  // forgetting the oldest eviction first.
+  static constexpr size_t kDefaultMaxRememberedEvictions = 100000;
+
   // `journal` may be null (nothing is persisted) and must outlive the store.
-  SessionStore(int64_t max_sessions, Journal* journal)
-      : max_sessions_(max_sessions), journal_(journal) {}
+  SessionStore(int64_t max_sessions, Journal* journal,
+               size_t max_remembered_evictions = kDefaultMaxRememberedEvictions)
+      : max_sessions_(max_sessions),
+        max_remembered_evictions_(max_remembered_evictions),
+        journal_(journal) {}
 
   // Adds a new session: ALREADY_EXISTS if the key is taken, RESOURCE_EXHAUSTED if
   // the store holds max_sessions already, or the journal's error.
@@ -62,8 +72,8 @@ class SessionStore {
   Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after,
             int limit) const;
 
-  // The live state as records, for a snapshot: every session and every eviction
-  // still remembered.
+  // The live state as records, for a snapshot: every eviction still remembered
+  // (oldest first), then every session.
   std::vector<storage::v1::Record> Records() const;
 
   // Replays journal/snapshot records into an empty store, without journaling them.
@@ -78,14 +88,19 @@ class SessionStore {
   static std::string MapKey(const SessionKey& key);
   absl::Status Remove(const std::shared_ptr<Session>& session, const storage::v1::Record& why)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Remembers an eviction, forgetting the oldest beyond the bound; Forget drops one.
   void Remember(std::string map_key, absl::Time evict_time) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_sessions_;
+  const size_t max_remembered_evictions_;
   Journal* const journal_;
   mutable absl::Mutex mu_;
   absl::btree_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
-  // Evicted keys, so a later call can say why the session is gone; bounded.
+  // Evicted keys, so a later call can say why the session is gone: by key, and in
+  // eviction order (time, then key) to forget the oldest first.
   absl::flat_hash_map<std::string, absl::Time> evicted_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<std::pair<absl::Time, std::string>> eviction_order_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace qparams

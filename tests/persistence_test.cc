@@ -19,6 +19,8 @@
 #include "client/client.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "server/session_codec.h"
+#include "server/session_store.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 
@@ -344,6 +346,42 @@ TEST_F(PersistenceTest, IdleSessionsAreEvictedAndSaySo) {
   EXPECT_TRUE(absl::StrContains(s.status().message(), "evicted")) << s.status();
   EXPECT_OK(Create("idle", "static", {}));
   EXPECT_OK(client_->GetSession("idle"));
+}
+
+// The memory of evicted names is bounded and forgets the oldest eviction first, in
+// memory and across a snapshot (whose records keep that order).
+TEST(SessionStoreEvictions, TheOldestIsForgottenFirst) {
+  const absl::Time t0 = absl::FromUnixSeconds(1'700'000'000);
+  auto evicted = [&](const std::string& name, int minutes) {
+    storage::v1::Record record;
+    *record.mutable_evicted()->mutable_key() = EncodeKey({"", name});
+    *record.mutable_evicted()->mutable_evict_time() =
+        wire::TimeToProto(t0 + absl::Minutes(minutes));
+    return record;
+  };
+  auto remembered = [](const SessionStore& store, const std::string& name) {
+    return absl::StrContains(store.Find({"", name}).status().message(), "evicted");
+  };
+  // Names in the reverse order of their eviction times, records in neither: the
+  // order is the times'.
+  const std::vector<storage::v1::Record> records = {
+      evicted("x3", 3), evicted("z1", 1), evicted("v5", 5), evicted("y2", 2), evicted("w4", 4)};
+  SessionStore store(/*max_sessions=*/10, /*journal=*/nullptr, /*max_remembered_evictions=*/3);
+  EXPECT_TRUE(store.Restore(records).empty());
+  for (const char* name : {"z1", "y2"}) EXPECT_FALSE(remembered(store, name)) << name;
+  for (const char* name : {"x3", "w4", "v5"}) EXPECT_TRUE(remembered(store, name)) << name;
+
+  std::vector<std::string> order;
+  for (const storage::v1::Record& r : store.Records()) order.push_back(r.evicted().key().name());
+  EXPECT_EQ(order, (std::vector<std::string>{"x3", "w4", "v5"}));
+
+  // A newer eviction pushes out x3, the oldest left.
+  SessionStore again(10, nullptr, 3);
+  std::vector<storage::v1::Record> more = store.Records();
+  more.push_back(evicted("u6", 6));
+  EXPECT_TRUE(again.Restore(more).empty());
+  EXPECT_FALSE(remembered(again, "x3"));
+  for (const char* name : {"w4", "v5", "u6"}) EXPECT_TRUE(remembered(again, name)) << name;
 }
 
 TEST_F(PersistenceTest, DurabilityWithoutADirectoryIsRefused) {
