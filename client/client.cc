@@ -1,13 +1,11 @@
 #include "client/client.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/convert.h"
@@ -19,20 +17,9 @@ namespace {
 // The whole content of the file `path`; FAILED_PRECONDITION naming it (`what` it
 // should hold) if it cannot be read.
 absl::StatusOr<std::string> ReadFile(const std::string& path, absl::string_view what) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
-  }
-  std::string text;
-  char buffer[1 << 14];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
-  const int error = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (error != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(error)));
+  absl::StatusOr<std::string> text = qparams::ReadFile(path);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": ", text.status().message()));
   }
   return text;
 }

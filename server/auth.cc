@@ -1,7 +1,5 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file.h"
 
 namespace qparams {
 namespace {
@@ -33,13 +32,12 @@ bool ValidToken(absl::string_view token) {
 }  // namespace
 
 absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Load(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot read the tokens file ", path));
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the tokens file: ", text.status().message()));
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  return Parse(text.str(), path);
+  return Parse(*text, path);
 }
 
 absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Parse(absl::string_view text,

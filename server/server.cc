@@ -1,12 +1,11 @@
 #include "server/server.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "core/range.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -17,13 +16,9 @@ namespace qparams {
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
-  std::ifstream file(path);
-  if (!file) {
-    return absl::FailedPreconditionError(absl::StrCat(flag, ": cannot read ", path));
-  }
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return absl::FailedPreconditionError(absl::StrCat(flag, ": ", text.status().message()));
+  return text;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
