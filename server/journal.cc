@@ -1,11 +1,5 @@
 #include "server/journal.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -27,10 +21,6 @@ constexpr char kMagic[8] = {'Q', 'P', 'J', 'R', 'N', 'L', '1', '\n'};
 constexpr char kSnapshotPrefix[] = "snapshot-";
 constexpr char kJournalPrefix[] = "journal-";
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
-
-absl::Status ErrnoError(absl::string_view what, const std::string& path) {
-  return absl::FailedPreconditionError(absl::StrCat(what, " ", path, ": ", strerror(errno)));
-}
 
 std::string FileName(absl::string_view prefix, uint64_t number) {
   return absl::StrFormat("%s%020u", prefix, number);
@@ -58,38 +48,6 @@ std::string Frame(const storage::v1::Record& record) {
   PutU32(out, static_cast<uint32_t>(payload.size()));
   PutU32(out, Checksum(payload));
   out += payload;
-  return out;
-}
-
-absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("cannot write", path);
-    }
-    bytes.remove_prefix(n);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open", path);
-  std::string out;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const absl::Status status = ErrnoError("cannot read", path);
-      close(fd);
-      return status;
-    }
-    if (n == 0) break;
-    out.append(buffer, n);
-  }
-  close(fd);
   return out;
 }
 
@@ -121,11 +79,6 @@ std::string ParseFile(absl::string_view bytes, std::vector<storage::v1::Record>&
   return "";
 }
 
-absl::Status SyncFd(int fd, const std::string& path) {
-  if (fdatasync(fd) != 0) return ErrnoError("cannot fsync", path);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Durability> ParseDurability(absl::string_view text) {
@@ -148,41 +101,45 @@ absl::string_view DurabilityName(Durability durability) {
   return "";
 }
 
+// At start-up a storage error means the server cannot serve: FAILED_PRECONDITION.
+absl::Status AtStart(absl::string_view what, const absl::Status& cause) {
+  return absl::FailedPreconditionError(absl::StrCat(what, ": ", cause.message()));
+}
+
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& options,
                                                        Recovery* recovery) {
   std::unique_ptr<Journal> journal(new Journal(options));
+  Env* env = journal->env_;
   const std::string& dir = options.data_dir;
-  if (mkdir(dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    return ErrnoError("cannot create the data directory", dir);
+  if (absl::Status s = env->CreateDir(dir); !s.ok()) {
+    return AtStart("the data directory", s);
   }
-  journal->dir_fd_ = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (journal->dir_fd_ < 0) return ErrnoError("cannot open the data directory", dir);
-  const std::string lock_path = dir + "/LOCK";
-  journal->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-  if (journal->lock_fd_ < 0) return ErrnoError("cannot open", lock_path);
-  if (flock(journal->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the data directory ", dir, " is in use by another server (", lock_path,
-                     " is locked)"));
+  absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(journal->PathOf("LOCK"));
+  if (!lock.ok()) {
+    if (absl::IsFailedPrecondition(lock.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the data directory ", dir, " is in use by another server (", lock.status().message(),
+          ")"));
+    }
+    return AtStart("the data directory's lock", lock.status());
   }
+  journal->lock_ = *std::move(lock);
 
   // The files by kind and number.
+  absl::StatusOr<std::vector<std::string>> names = env->ListDir(dir);
+  if (!names.ok()) return AtStart("the data directory", names.status());
   std::map<uint64_t, std::string> snapshots, journals;
-  DIR* listing = opendir(dir.c_str());
-  if (listing == nullptr) return ErrnoError("cannot list", dir);
-  while (dirent* entry = readdir(listing)) {
-    absl::string_view name = entry->d_name;
+  for (const std::string& name : *names) {
     uint64_t number = 0;
     for (auto [prefix, files] : {std::pair{absl::string_view(kSnapshotPrefix), &snapshots},
                                  std::pair{absl::string_view(kJournalPrefix), &journals}}) {
       absl::string_view rest = name;
       if (absl::ConsumePrefix(&rest, prefix) && rest.size() == 20 &&
           absl::SimpleAtoi(rest, &number)) {
-        (*files)[number] = std::string(name);
+        (*files)[number] = name;
       }
     }
   }
-  closedir(listing);
 
   // The newest snapshot, then every journal from its number on.
   uint64_t first = 0;
@@ -199,15 +156,15 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& opt
 
   bool intact = true;
   for (const std::string& name : to_read) {
-    const std::string path = dir + "/" + name;
+    const std::string path = journal->PathOf(name);
     if (!intact) {
       recovery->problems.push_back(
           absl::StrCat(path, ": not replayed, as it follows a corrupt record"));
       journal->corrupt_files_.push_back(name);
       continue;
     }
-    absl::StatusOr<std::string> bytes = ReadFile(path);
-    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<std::string> bytes = env->ReadFile(path);
+    if (!bytes.ok()) return AtStart("the data directory", bytes.status());
     ++recovery->files_read;
     const std::string problem = ParseFile(*bytes, recovery->records);
     if (!problem.empty()) {
@@ -224,37 +181,71 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& opt
   return journal;
 }
 
+std::string Journal::PathOf(absl::string_view name) const {
+  return absl::StrCat(options_.data_dir, "/", name);
+}
+
 absl::Status Journal::Start(Collector collect) {
   collect_ = std::move(collect);
   // The new snapshot holds everything recovered, so corrupt files can be set aside
   // (kept for inspection, no longer read) and the rest removed (by Compact).
-  if (absl::Status s = Compact(); !s.ok()) return s;
+  if (absl::Status s = Compact(); !s.ok()) return AtStart("the first snapshot", s);
   for (const std::string& name : corrupt_files_) {
-    const std::string path = options_.data_dir + "/" + name;
-    rename(path.c_str(), (path + ".corrupt").c_str());
+    const std::string path = PathOf(name);
+    if (absl::Status s = env_->RenameFile(path, path + ".corrupt"); !s.ok()) {
+      return AtStart("setting a corrupt file aside", s);
+    }
   }
-  fsync(dir_fd_);
+  if (absl::Status s = env_->SyncDir(options_.data_dir); !s.ok()) {
+    return AtStart("the data directory", s);
+  }
   background_ = std::thread([this] { Background(); });
   return absl::OkStatus();
 }
 
+absl::Status Journal::Break(absl::string_view what, const absl::Status& cause, bool* report) {
+  if (broken_.ok()) {
+    broken_ = absl::UnavailableError(absl::StrCat(
+        "the journal cannot be ", what, " (", cause.message(),
+        "); the server refuses mutations until it restarts"));
+    *report = true;
+  }
+  return broken_;
+}
+
+void Journal::Report(bool report) {
+  if (!report) return;
+  const absl::Status failure = health();
+  LogError(failure.message());
+  if (options_.on_failure) options_.on_failure(failure);
+}
+
+absl::Status Journal::health() const {
+  absl::MutexLock lock(&mu_);
+  return broken_;
+}
+
 absl::StatusOr<uint64_t> Journal::Append(const storage::v1::Record& record) {
   const std::string frame = Frame(record);
-  absl::MutexLock lock(&mu_);
-  if (!broken_.ok()) return broken_;
-  if (fd_ < 0) return absl::FailedPreconditionError("the journal is not open");
-  if (absl::Status s = WriteAll(fd_, frame, FileName(kJournalPrefix, file_number_)); !s.ok()) {
-    broken_ = absl::UnavailableError(
-        absl::StrCat("the journal cannot be written (", s.message(),
-                     "); mutations are refused until the server restarts"));
-    return broken_;
+  bool report = false;
+  absl::StatusOr<uint64_t> sequence;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) return broken_;
+    if (file_ == nullptr) return absl::FailedPreconditionError("the journal is not open");
+    if (absl::Status s = file_->Append(frame); !s.ok()) {
+      sequence = Break("written", s, &report);
+    } else {
+      journal_bytes_ += frame.size();
+      sequence = ++appended_;
+    }
   }
-  journal_bytes_ += frame.size();
-  return ++appended_;
+  Report(report);
+  return sequence;
 }
 
 absl::Status Journal::Sync(uint64_t sequence) {
-  if (options_.durability != Durability::kAlways) return absl::OkStatus();
+  if (options_.durability != Durability::kAlways) return health();
   {
     absl::MutexLock lock(&sync_mu_);
     if (synced_ >= sequence) return absl::OkStatus();
@@ -263,95 +254,115 @@ absl::Status Journal::Sync(uint64_t sequence) {
 }
 
 absl::Status Journal::SyncAll() {
-  absl::MutexLock sync_lock(&sync_mu_);
-  int fd;
-  uint64_t target;
-  std::string name;
+  bool report = false;
+  absl::Status status;
   {
-    absl::MutexLock lock(&mu_);
-    if (!broken_.ok()) return broken_;
-    if (synced_ >= appended_ || fd_ < 0) return absl::OkStatus();
-    fd = fd_;
-    target = appended_;
-    name = FileName(kJournalPrefix, file_number_);
+    absl::MutexLock sync_lock(&sync_mu_);
+    WritableFile* file;
+    uint64_t target;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!broken_.ok()) return broken_;
+      if (synced_ >= appended_ || file_ == nullptr) return absl::OkStatus();
+      file = file_.get();
+      target = appended_;
+    }
+    // Appends continue meanwhile; the file cannot change under us, as rotation also
+    // holds sync_mu_.
+    status = file->Sync();
+    if (status.ok()) {
+      synced_ = target;
+    } else {
+      absl::MutexLock lock(&mu_);
+      status = Break("synced", status, &report);
+    }
   }
-  // Appends continue meanwhile; the file cannot change under us, as rotation also
-  // holds sync_mu_.
-  if (absl::Status s = SyncFd(fd, name); !s.ok()) {
-    absl::MutexLock lock(&mu_);
-    broken_ = absl::UnavailableError(
-        absl::StrCat("the journal cannot be synced (", s.message(),
-                     "); mutations are refused until the server restarts"));
-    return broken_;
-  }
-  synced_ = target;
-  return absl::OkStatus();
+  Report(report);
+  return status;
 }
 
 absl::Status Journal::Compact() {
   uint64_t number;
+  bool report = false;
+  absl::Status rotated;
   {
     // Rotate: later appends go to the new file, which the snapshot precedes.
     absl::MutexLock sync_lock(&sync_mu_);
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
-    number = file_number_ + (fd_ < 0 ? 0 : 1);
-    const std::string name = FileName(kJournalPrefix, number);
-    const std::string path = options_.data_dir + "/" + name;
-    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
-    if (fd < 0) return ErrnoError("cannot create", path);
-    if (absl::Status s = WriteAll(fd, absl::string_view(kMagic, sizeof kMagic), path); !s.ok()) {
-      close(fd);
-      return s;
+    number = file_number_ + (file_ == nullptr ? 0 : 1);
+    absl::StatusOr<std::unique_ptr<WritableFile>> next =
+        env_->NewWritableFile(PathOf(FileName(kJournalPrefix, number)));
+    if (next.ok()) rotated = (*next)->Append(absl::string_view(kMagic, sizeof kMagic));
+    else rotated = next.status();
+    // The old file's records must be durable before later ones land in the new file.
+    if (rotated.ok() && file_ != nullptr) {
+      if (absl::Status s = file_->Sync(); !s.ok()) rotated = Break("synced", s, &report);
     }
-    if (fd_ >= 0) {
-      if (absl::Status s = SyncFd(fd_, FileName(kJournalPrefix, file_number_)); !s.ok()) {
-        close(fd);
-        broken_ = absl::UnavailableError(s.message());
-        return broken_;
-      }
-      close(fd_);
+    if (rotated.ok()) {
+      file_ = *std::move(next);
+      file_number_ = number;
+      journal_bytes_ = 0;
+      synced_ = appended_;
     }
-    fd_ = fd;
-    file_number_ = number;
-    journal_bytes_ = 0;
-    synced_ = appended_;
   }
-  fsync(dir_fd_);
-
-  // Every state collected now is at least as new as the rotation.
-  std::string snapshot(kMagic, sizeof kMagic);
-  for (const storage::v1::Record& record : collect_()) snapshot += Frame(record);
-  const std::string name = FileName(kSnapshotPrefix, number);
-  const std::string path = options_.data_dir + "/" + name;
-  const std::string temp = path + ".tmp";
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
-  if (fd < 0) return ErrnoError("cannot create", temp);
-  absl::Status written = WriteAll(fd, snapshot, temp);
-  if (written.ok() && fsync(fd) != 0) written = ErrnoError("cannot fsync", temp);
-  close(fd);
-  if (written.ok() && rename(temp.c_str(), path.c_str()) != 0) {
-    written = ErrnoError("cannot rename", temp);
+  if (!rotated.ok()) {
+    Report(report);
+    return rotated;
   }
-  if (!written.ok()) {
-    unlink(temp.c_str());
-    return written;
+  // The new file's entry must be durable before anything is acknowledged from it.
+  if (absl::Status s = env_->SyncDir(options_.data_dir); !s.ok()) {
+    absl::Status broken;
+    {
+      absl::MutexLock lock(&mu_);
+      broken = Break("rotated", s, &report);
+    }
+    Report(report);
+    return broken;
   }
-  fsync(dir_fd_);
-  {
-    absl::MutexLock lock(&mu_);
-    snapshot_bytes_ = snapshot.size();
-  }
+  if (absl::Status s = WriteSnapshot(number); !s.ok()) return s;
   RemoveFilesBefore(number);
   return absl::OkStatus();
 }
 
+absl::Status Journal::WriteSnapshot(uint64_t number) {
+  // Every state collected now is at least as new as the rotation.
+  std::string snapshot(kMagic, sizeof kMagic);
+  for (const storage::v1::Record& record : collect_()) snapshot += Frame(record);
+  const std::string path = PathOf(FileName(kSnapshotPrefix, number));
+  const std::string temp = path + ".tmp";
+  absl::Status written;
+  {
+    absl::StatusOr<std::unique_ptr<WritableFile>> file = env_->NewWritableFile(temp);
+    written = file.status();
+    if (written.ok()) written = (*file)->Append(snapshot);
+    if (written.ok()) written = (*file)->Sync();
+  }
+  if (written.ok()) written = env_->RenameFile(temp, path);
+  if (written.ok()) written = env_->SyncDir(options_.data_dir);
+  if (!written.ok()) {
+    // The older snapshot and journals stay and still hold everything; a leftover
+    // temporary file is removed by the next compaction.
+    if (absl::Status s = env_->RemoveFile(temp); !s.ok() && !absl::IsNotFound(s)) {
+      LogError(s.message());
+    }
+    return absl::UnavailableError(
+        absl::StrCat("snapshot ", path, " not written: ", written.message()));
+  }
+  absl::MutexLock lock(&mu_);
+  snapshot_bytes_ = snapshot.size();
+  return absl::OkStatus();
+}
+
 void Journal::RemoveFilesBefore(uint64_t number) {
-  DIR* listing = opendir(options_.data_dir.c_str());
-  if (listing == nullptr) return;
-  std::vector<std::string> doomed;
-  while (dirent* entry = readdir(listing)) {
-    const std::string name = entry->d_name;
+  // Leftovers are harmless (recovery reads the newest snapshot and the journals from
+  // its number on), so failures here are logged, not raised.
+  absl::StatusOr<std::vector<std::string>> names = env_->ListDir(options_.data_dir);
+  if (!names.ok()) {
+    LogError(absl::StrCat("old journal files not removed: ", names.status().message()));
+    return;
+  }
+  for (const std::string& name : *names) {
     absl::string_view rest = name;
     uint64_t n = 0;
     const bool ours =
@@ -359,17 +370,16 @@ void Journal::RemoveFilesBefore(uint64_t number) {
     absl::ConsumeSuffix(&rest, ".tmp");  // an unfinished snapshot
     if (ours && absl::SimpleAtoi(rest, &n) && n < number &&
         std::find(corrupt_files_.begin(), corrupt_files_.end(), name) == corrupt_files_.end()) {
-      doomed.push_back(name);
+      if (absl::Status s = env_->RemoveFile(PathOf(name)); !s.ok()) LogError(s.message());
     }
   }
-  closedir(listing);
-  for (const std::string& name : doomed) unlink((options_.data_dir + "/" + name).c_str());
-  fsync(dir_fd_);
+  if (absl::Status s = env_->SyncDir(options_.data_dir); !s.ok()) LogError(s.message());
 }
 
 void Journal::Background() {
   while (!stop_.WaitForNotificationWithTimeout(options_.flush_interval)) {
-    if (absl::Status s = SyncAll(); !s.ok()) LogError(s.message());
+    // A failure is logged and reported by SyncAll itself.
+    if (!SyncAll().ok()) continue;
     bool compact;
     {
       absl::MutexLock lock(&mu_);
@@ -377,7 +387,7 @@ void Journal::Background() {
                 journal_bytes_ > 2 * snapshot_bytes_;
     }
     if (!compact) continue;
-    if (absl::Status s = Compact(); !s.ok()) {
+    if (absl::Status s = Compact(); !s.ok() && health().ok()) {
       LogError(absl::StrCat("compaction failed (the journal keeps growing): ", s.message()));
     }
   }
@@ -390,15 +400,10 @@ absl::Status Journal::Close() {
   if (background_.joinable()) background_.join();
   absl::Status status = SyncAll();
   absl::MutexLock lock(&mu_);
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
+  file_.reset();
   return status;
 }
 
-Journal::~Journal() {
-  Close().IgnoreError();
-  if (lock_fd_ >= 0) close(lock_fd_);
-  if (dir_fd_ >= 0) close(dir_fd_);
-}
+Journal::~Journal() { Close().IgnoreError(); }
 
 }  // namespace qparams

@@ -10,6 +10,15 @@
 //
 // Compaction writes a new snapshot once the journal outgrows the last one, so the
 // directory stays proportional to the live state.
+//
+// Every file-system call goes through an Env (server/env.h) and every result is
+// checked. A failed write or fsync of the journal, or a failed directory sync after
+// rotating to a new journal file, breaks the journal: that append or sync and every
+// later one fail with UNAVAILABLE naming the operation and the OS error, until the
+// server restarts (after a failed fsync the page cache cannot be trusted, so
+// nothing written since the last good fsync is assumed durable). A failed snapshot
+// does not: the older snapshot and journals it would have replaced stay, and the
+// next compaction tries again.
 
 #ifndef QPARAMS_SERVER_JOURNAL_H_
 #define QPARAMS_SERVER_JOURNAL_H_
@@ -29,6 +38,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "qparams/storage/v1/storage.pb.h"
+#include "server/env.h"
 
 namespace qparams {
 
@@ -49,6 +59,11 @@ struct JournalOptions {
   absl::Duration flush_interval = absl::Milliseconds(100);
   // Compaction starts when the journal exceeds both this and twice the snapshot.
   int64_t compact_min_bytes = int64_t{64} << 20;
+  // The file system; must outlive the journal.
+  Env* env = Env::Posix();
+  // Called once, with the error, when the journal breaks (see above); from the
+  // thread that met the failure, with no lock of the journal held.
+  std::function<void(const absl::Status&)> on_failure;
 };
 
 // What Open found on disk: the records to replay, in order (snapshot first), and a
@@ -82,6 +97,9 @@ class Journal {
   // a write error every append fails: the journal cannot promise order any more.
   absl::StatusOr<uint64_t> Append(const storage::v1::Record& record);
 
+  // OK while the journal takes appends, else the failure that broke it.
+  absl::Status health() const;
+
   // Under kAlways: returns once every record up to `sequence` is fsynced (one fsync
   // serves all appends made meanwhile). Otherwise returns at once.
   absl::Status Sync(uint64_t sequence);
@@ -97,17 +115,27 @@ class Journal {
   Durability durability() const { return options_.durability; }
 
  private:
-  explicit Journal(JournalOptions options) : options_(std::move(options)) {}
+  explicit Journal(JournalOptions options)
+      : options_(std::move(options)), env_(options_.env) {}
 
   // Fsyncs the current journal file up to everything appended.
   absl::Status SyncAll();
   void Background();
+  // Writes snapshot-`number` (temporary file, fsync, rename, directory fsync).
+  absl::Status WriteSnapshot(uint64_t number);
   // Removes snapshot and journal files numbered below `number`, but corrupt ones.
   void RemoveFilesBefore(uint64_t number);
+  // Breaks the journal with `failure` (UNAVAILABLE) unless it is broken already;
+  // returns the failure that broke it. Calls on_failure the first time, once `mu_`
+  // is released by the caller's scope: the caller passes its pending flag.
+  absl::Status Break(absl::string_view what, const absl::Status& cause, bool* report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Report(bool report);
+  std::string PathOf(absl::string_view name) const;
 
   const JournalOptions options_;
-  int dir_fd_ = -1;
-  int lock_fd_ = -1;
+  Env* const env_;
+  std::unique_ptr<FileLock> lock_;
   Collector collect_;
   std::vector<std::string> corrupt_files_;  // found by Open, set aside by Start
 
@@ -115,8 +143,8 @@ class Journal {
   absl::Mutex sync_mu_;
   uint64_t synced_ ABSL_GUARDED_BY(sync_mu_) = 0;
 
-  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(sync_mu_);
-  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(sync_mu_);
+  std::unique_ptr<WritableFile> file_ ABSL_GUARDED_BY(mu_);
   uint64_t file_number_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t appended_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t journal_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -101,6 +101,15 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     journal_options.durability = options.durability;
     journal_options.flush_interval = options.flush_interval;
     journal_options.compact_min_bytes = options.compact_min_bytes;
+    journal_options.env = options.env;
+    QParamsServer* self = server.get();
+    journal_options.on_failure = [self](const absl::Status&) {
+      absl::MutexLock lock(&self->health_mu_);
+      self->storage_failed_ = true;
+      if (self->server_ != nullptr && !self->health_closed_) {
+        self->server_->GetHealthCheckService()->SetServingStatus(kStorageHealthName, false);
+      }
+    };
     absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(journal_options, &recovery);
     if (!journal.ok()) return journal.status();
     server->journal_ = *std::move(journal);
@@ -132,13 +141,21 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   ApplyTransportSettings(options.max_message_bytes, &builder);
-  server->server_ = builder.BuildAndStart();
+  {
+    absl::MutexLock lock(&server->health_mu_);  // the journal's failure callback reads it
+    server->server_ = builder.BuildAndStart();
+  }
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen, " (in use, or not a local address)"));
   }
   server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", server->port_);
   server->server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  {
+    absl::MutexLock lock(&server->health_mu_);
+    server->server_->GetHealthCheckService()->SetServingStatus(kStorageHealthName,
+                                                               !server->storage_failed_);
+  }
   return server;
 }
 
@@ -148,7 +165,11 @@ void QParamsServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   if (server_ != nullptr) {
     // Health first, so probes see NOT_SERVING from the moment shutdown begins.
-    server_->GetHealthCheckService()->Shutdown();
+    {
+      absl::MutexLock health_lock(&health_mu_);
+      health_closed_ = true;
+      server_->GetHealthCheckService()->Shutdown();
+    }
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
   if (journal_ != nullptr) {

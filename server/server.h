@@ -41,6 +41,8 @@ struct ServerOptions {
   Durability durability = Durability::kNone;
   absl::Duration flush_interval = absl::Milliseconds(100);
   int64_t compact_min_bytes = int64_t{64} << 20;
+  // The file system of the data directory (tests inject faults through it).
+  Env* env = Env::Posix();
 
   // TLS: PEM files of the server's certificate chain and key; with a client CA,
   // clients must present a certificate it signed (mutual TLS). Empty: plaintext.
@@ -62,6 +64,9 @@ class QParamsServer {
  public:
   // The name health reports for the service (besides "" for the whole server).
   static constexpr char kServiceName[] = "qparams.v1.QParamsService";
+  // SERVING while the data directory takes mutations (or there is none);
+  // NOT_SERVING once a storage failure made the server refuse them, until restart.
+  static constexpr char kStorageHealthName[] = "qparams.storage";
 
   // Restores the sessions of the data directory, binds `options.listen` and starts
   // serving. INVALID_ARGUMENT for malformed options, FAILED_PRECONDITION for files
@@ -95,8 +100,14 @@ class QParamsServer {
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
+  // Lock order: shutdown_mu_, then health_mu_ (the journal, closed under
+  // shutdown_mu_, reports a failure under health_mu_).
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Mutex health_mu_ ABSL_ACQUIRED_AFTER(shutdown_mu_);
+  // Set by the journal's failure callback, from any thread.
+  bool storage_failed_ ABSL_GUARDED_BY(health_mu_) = false;
+  bool health_closed_ ABSL_GUARDED_BY(health_mu_) = false;
 };
 
 }  // namespace qparams

@@ -38,36 +38,32 @@ absl::Status Session::CheckLive() const { return gone_; }
 
 absl::Status Session::Mutate(const std::function<absl::Status()>& mutate) {
   Touch();
-  uint64_t sequence = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (absl::Status live = CheckLive(); !live.ok()) return live;
-    // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
-    std::optional<CalculatorState> before;
-    if (journal_ != nullptr) before = calculator_->ExportState();
-    if (absl::Status s = mutate(); !s.ok()) return s;
-    const absl::Time previous_update = update_time_;
-    update_time_ = absl::Now();
-    if (journal_ == nullptr) return absl::OkStatus();
-    storage::v1::Record record;
-    *record.mutable_put() =
-        EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
-    absl::StatusOr<uint64_t> appended = journal_->Append(record);
-    if (!appended.ok()) {
-      absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> restored = CreateFromState(*before);
-      if (restored.ok()) {
-        calculator_.reset(static_cast<StatefulQParamsCalculatorBase*>(restored->release()));
-        update_time_ = previous_update;
-      } else {  // cannot happen: the state was exported by this very calculator
-        LogError(absl::StrCat("session \"", key_.name, "\": cannot undo a mutation the journal "
-                              "refused: ", restored.status().message()));
-      }
-      return appended.status();
-    }
-    sequence = *appended;
+  absl::MutexLock lock(&mu_);
+  if (absl::Status live = CheckLive(); !live.ok()) return live;
+  // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
+  std::optional<CalculatorState> before;
+  if (journal_ != nullptr) before = calculator_->ExportState();
+  if (absl::Status s = mutate(); !s.ok()) return s;
+  const absl::Time previous_update = update_time_;
+  update_time_ = absl::Now();
+  if (journal_ == nullptr) return absl::OkStatus();
+  storage::v1::Record record;
+  *record.mutable_put() =
+      EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
+  // Synced under the session's lock, so that a storage failure can be undone before
+  // anyone sees the mutation; other sessions append meanwhile and share the fsync.
+  absl::StatusOr<uint64_t> appended = journal_->Append(record);
+  const absl::Status durable = appended.ok() ? journal_->Sync(*appended) : appended.status();
+  if (durable.ok()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> restored = CreateFromState(*before);
+  if (restored.ok()) {
+    calculator_.reset(static_cast<StatefulQParamsCalculatorBase*>(restored->release()));
+    update_time_ = previous_update;
+  } else {  // cannot happen: the state was exported by this very calculator
+    LogError(absl::StrCat("session \"", key_.name, "\": cannot undo a mutation the journal "
+                          "refused: ", restored.status().message()));
   }
-  // Outside the lock: other mutations may append while this one waits for the disk.
-  return journal_->Sync(sequence);
+  return durable;
 }
 
 absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {

@@ -105,9 +105,10 @@ class Session {
  private:
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Touch() const;
-  // Runs `mutate` on the calculator under the session's lock and journals the new
-  // state; undoes it if either fails. Then, outside the lock, waits for the journal
-  // to have the record on disk (Durability::kAlways).
+  // Runs `mutate` on the calculator under the session's lock, journals the new state
+  // and waits for it to be durable as the journal's durability promises (fsynced
+  // under kAlways), still under the lock; undoes the mutation if any step fails, so
+  // that no read ever sees a mutation that was not acknowledged.
   absl::Status Mutate(const std::function<absl::Status()>& mutate) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionKey key_;
