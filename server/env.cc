@@ -95,8 +95,7 @@ class PosixEnv final : public Env {
     return qparams::ReadFile(path);
   }
 
-  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
-      const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0640);
     if (fd < 0) return Error("create", path);
     return std::make_unique<PosixWritableFile>(fd, path);

@@ -1,0 +1,306 @@
+// Storage faults proven harmless (README "When storage fails"), through
+// FaultInjectionEnv: a failing or short append, a failing fsync, a failing rename or
+// directory sync of a snapshot, and a crash between any two steps of a compaction.
+// The call that meets the fault is refused with UNAVAILABLE naming the operation,
+// its mutation is seen by no later read, reads go on, health says so, and a restart
+// restores exactly the acknowledged state.
+
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "server/journal.h"
+#include "tests/fault_injection_env.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+using Op = FaultInjectionEnv::Op;
+using grpc::health::v1::HealthCheckResponse;
+
+std::string TempDir() {
+  char pattern[] = "/tmp/qparams-faults-XXXXXX";
+  return mkdtemp(pattern) != nullptr ? pattern : "";
+}
+
+// ---- Through the server: the rule as clients see it ----
+
+class StorageFaultTest : public ::testing::TestWithParam<Durability> {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override {
+    Stop();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // (Re)starts the server on the data directory through `env`.
+  bool Start(Env* env) {
+    Stop();
+    ServerOptions options;
+    options.data_dir = dir_;
+    options.durability = GetParam();
+    options.env = env;
+    server_ = TestServer::Start(options);
+    if (server_ == nullptr) return false;
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(server_->address());
+    if (!client.ok()) return false;
+    client_ = *std::move(client);
+    return true;
+  }
+  void Stop() {
+    client_.reset();
+    server_.reset();
+  }
+
+  // Every session with every field (times included), as bytes.
+  std::string State() {
+    absl::StatusOr<v1::ListSessionsResponse> all = client_->ListSessions(1000, "", "");
+    return all.ok() ? all->SerializeAsString() : all.status().ToString();
+  }
+
+  absl::Status Observe(const std::string& name, std::vector<double> values) {
+    return client_->Observe(name, F32({static_cast<int64_t>(values.size())}, values).view())
+        .status();
+  }
+
+  // Two sessions with some history: the acknowledged state the faults must keep.
+  void Populate() {
+    v1::CreateSessionRequest create;
+    create.set_name("a");
+    create.set_calculator("global_minmax");
+    ASSERT_OK(client_->CreateSession(create));
+    create.set_name("b");
+    create.set_calculator("moving_average");
+    ASSERT_OK(client_->CreateSession(create));
+    ASSERT_OK(Observe("a", {1, -2, 3}));
+    ASSERT_OK(Observe("b", {0.5, 4}));
+    ASSERT_OK(Observe("b", {-1, 2}));
+  }
+
+  // The rule after a fault: `refused` was UNAVAILABLE naming `operation`, the state is
+  // the acknowledged one, reads go on, mutations are refused, health says so.
+  void ExpectRefusedAndUnseen(const absl::Status& refused, absl::string_view operation,
+                              const std::string& acknowledged) {
+    EXPECT_CODE(refused, absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(absl::StrContains(refused.message(), operation)) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "(injected)")) << refused;
+    EXPECT_EQ(State(), acknowledged);
+    EXPECT_CODE(Observe("a", {7}), absl::StatusCode::kUnavailable);
+    v1::CreateSessionRequest create;
+    create.set_name("c");
+    EXPECT_CODE(client_->CreateSession(create), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(State(), acknowledged);
+    EXPECT_OK(client_->GetQParams("a"));
+    ASSERT_OK_AND_ASSIGN(HealthCheckResponse::ServingStatus storage,
+                         client_->Health(QParamsServer::kStorageHealthName));
+    EXPECT_EQ(storage, HealthCheckResponse::NOT_SERVING);
+    ASSERT_OK_AND_ASSIGN(HealthCheckResponse::ServingStatus service,
+                         client_->Health(QParamsServer::kServiceName));
+    EXPECT_EQ(service, HealthCheckResponse::SERVING);  // reads are served
+  }
+
+  std::string dir_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_P(StorageFaultTest, AFailedOrShortAppendIsRefusedAndNeverSeen) {
+  for (bool partial : {false, true}) {
+    SCOPED_TRACE(partial ? "short write" : "failed write");
+    std::filesystem::remove_all(dir_);
+    FaultInjectionEnv env;
+    ASSERT_TRUE(Start(&env));
+    Populate();
+    const std::string acknowledged = State();
+    ASSERT_OK_AND_ASSIGN(HealthCheckResponse::ServingStatus healthy,
+                         client_->Health(QParamsServer::kStorageHealthName));
+    EXPECT_EQ(healthy, HealthCheckResponse::SERVING);
+
+    env.FailNext(Op::kAppend, 1, partial);
+    ExpectRefusedAndUnseen(Observe("b", {9, 9}), "write", acknowledged);
+
+    // The process restarts (the page cache survives): a short frame is set aside.
+    ASSERT_TRUE(Start(Env::Posix()));
+    EXPECT_EQ(State(), acknowledged);
+    EXPECT_OK(Observe("b", {9, 9}));  // storage works again after the restart
+  }
+}
+
+TEST_P(StorageFaultTest, AFailedFsyncIsRefusedAndNeverSeen) {
+  FaultInjectionEnv env;
+  ASSERT_TRUE(Start(&env));
+  Populate();
+  // Under kBatched the flusher meets the failure; make every state durable first.
+  Stop();
+  ASSERT_TRUE(Start(&env));
+  const std::string acknowledged = State();
+  env.FailNext(Op::kSync);
+  if (GetParam() == Durability::kAlways) {
+    ExpectRefusedAndUnseen(Observe("b", {9, 9}), "fsync", acknowledged);
+  } else {
+    // Batched: the observation is acknowledged once written; the flusher's fsync
+    // fails within the flush interval and every later mutation is refused.
+    ASSERT_OK(Observe("b", {9, 9}));
+    absl::Status refused;
+    while ((refused = Observe("a", {1})).ok()) {
+    }
+    EXPECT_CODE(refused, absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(absl::StrContains(refused.message(), "fsync")) << refused;
+  }
+  // After a failed fsync nothing unsynced can be trusted: a power loss drops it.
+  Stop();
+  env.DropUnsyncedData();
+  ASSERT_TRUE(Start(Env::Posix()));
+  EXPECT_EQ(State(), acknowledged);
+}
+
+TEST_P(StorageFaultTest, ASnapshotThatFailsAtStartKeepsEverythingForTheNextStart) {
+  FaultInjectionEnv env;
+  ASSERT_TRUE(Start(&env));
+  Populate();
+  const std::string acknowledged = State();
+  Stop();
+  // Each start writes a snapshot: rotation, the new journal's directory entry, the
+  // temporary file, its fsync, the rename, the directory.
+  for (auto [op, nth] :
+       {std::pair{Op::kRename, 1}, std::pair{Op::kSyncDir, 1}, std::pair{Op::kSyncDir, 2},
+        std::pair{Op::kSync, 1}, std::pair{Op::kNewFile, 2}}) {
+    SCOPED_TRACE(absl::StrCat("op ", static_cast<int>(op), " call ", nth));
+    env.FailNext(op, nth);
+    EXPECT_FALSE(Start(&env));
+    env.DropUnsyncedData();
+    ASSERT_TRUE(Start(Env::Posix()));
+    EXPECT_EQ(State(), acknowledged);
+    Stop();
+  }
+}
+
+// A real full file system: a small tmpfs, where the machine lets this process mount
+// one (root, outside a restricted container); skipped otherwise.
+TEST_P(StorageFaultTest, AFullFileSystemRefusesTheMutationThatDoesNotFit) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  if (mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs on " << dir_ << ": " << strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { umount(dir.c_str()); }
+  } unmount{dir_};
+  ASSERT_TRUE(Start(Env::Posix()));
+  Populate();
+  v1::CreateSessionRequest create;
+  create.set_name("wide");
+  create.set_calculator("global_minmax");
+  create.mutable_spec()->mutable_granularity()->mutable_per_channel()->set_axis(0);
+  ASSERT_OK(client_->CreateSession(create));
+  std::vector<double> values(4096);
+  std::string acknowledged = State();
+  absl::Status refused;
+  for (int i = 0; i < 1000 && refused.ok(); ++i) {
+    for (size_t k = 0; k < values.size(); ++k) values[k] = (i + 1) * (k % 2 ? 1.0 : -1.0);
+    refused = Observe("wide", values);
+    if (refused.ok()) acknowledged = State();
+  }
+  EXPECT_CODE(refused, absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "No space left on device")) << refused;
+  EXPECT_EQ(State(), acknowledged);
+  EXPECT_OK(client_->GetQParams("wide"));
+  // The operator makes room; the restart restores what was acknowledged.
+  Stop();
+  ASSERT_EQ(mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, "size=16m"), 0) << strerror(errno);
+  ASSERT_TRUE(Start(Env::Posix()));
+  EXPECT_EQ(State(), acknowledged);
+  Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Durability, StorageFaultTest,
+                         ::testing::Values(Durability::kAlways, Durability::kBatched),
+                         [](const ::testing::TestParamInfo<Durability>& info) {
+                           return std::string(DurabilityName(info.param));
+                         });
+
+// ---- The journal itself: a crash between any two steps of a compaction ----
+
+storage::v1::Record Put(const std::string& name, int64_t version) {
+  storage::v1::Record record;
+  record.mutable_put()->mutable_key()->set_name(name);
+  record.mutable_put()->set_observation_count(version);
+  return record;
+}
+
+// The last put of each name in `records`, as the store would restore them.
+std::map<std::string, int64_t> Replayed(const std::vector<storage::v1::Record>& records) {
+  std::map<std::string, int64_t> state;
+  for (const storage::v1::Record& r : records) {
+    state[r.put().key().name()] = r.put().observation_count();
+  }
+  return state;
+}
+
+TEST(JournalFaults, ACrashBetweenAnyTwoStepsOfACompactionLosesNothingAcknowledged) {
+  bool completed = false;
+  for (int crash_at = 0; !completed; ++crash_at) {
+    SCOPED_TRACE(absl::StrCat("crash after ", crash_at, " calls of the compaction"));
+    ASSERT_LT(crash_at, 100) << "the compaction never completes";
+    const std::string dir = TempDir();
+    FaultInjectionEnv env;
+    std::map<std::string, int64_t> acknowledged;
+    {
+      JournalOptions options;
+      options.data_dir = dir;
+      options.durability = Durability::kAlways;
+      options.env = &env;
+      Recovery recovery;
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options, &recovery));
+      ASSERT_OK(journal->Start([&] {
+        std::vector<storage::v1::Record> records;
+        for (const auto& [name, version] : acknowledged) records.push_back(Put(name, version));
+        return records;
+      }));
+      for (int i = 0; i < 30; ++i) {
+        const std::string name = absl::StrCat("s", i % 7);
+        ASSERT_OK_AND_ASSIGN(uint64_t sequence, journal->Append(Put(name, i)));
+        ASSERT_OK(journal->Sync(sequence));
+        acknowledged[name] = i;
+      }
+      env.CrashAfter(crash_at);
+      const int before = env.mutating_calls();
+      journal->Compact().IgnoreError();
+      // Done once the compaction made all its calls without reaching the crash.
+      completed = env.mutating_calls() - before < crash_at;
+      // Appends after the crash point are not acknowledged, so they need not survive.
+      absl::StatusOr<uint64_t> after = journal->Append(Put("late", 1));
+      if (after.ok() && journal->Sync(*after).ok()) acknowledged["late"] = 1;
+    }
+    env.DropUnsyncedData();
+    JournalOptions options;
+    options.data_dir = dir;
+    options.durability = Durability::kAlways;
+    Recovery recovery;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options, &recovery));
+    EXPECT_TRUE(recovery.problems.empty()) << recovery.problems.front();
+    EXPECT_EQ(Replayed(recovery.records), acknowledged);
+    journal.reset();
+    std::filesystem::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace qparams::testing
