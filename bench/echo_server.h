@@ -1,7 +1,10 @@
-// The ceiling qparams-bench measures the service against: a gRPC server of the same
+// The ceilings qparams-bench measures the service against: a gRPC server of the same
 // build that answers every call of every method, unary or streaming, with one tiny
-// message and does nothing else (it does not even parse the request). A client of
-// qparams.v1.QParamsService can call it unchanged.
+// message and does nothing else. The plain echo does not even parse the request;
+// the parsing echo parses it into its qparams.v1 request message with the same
+// generated code and gRPC deserializer the service uses (on an arena, as the
+// service's hot methods do), then answers the same way. A client of
+// qparams.v1.QParamsService can call either unchanged.
 
 #ifndef QPARAMS_BENCH_ECHO_SERVER_H_
 #define QPARAMS_BENCH_ECHO_SERVER_H_
@@ -18,8 +21,10 @@ namespace qparams::bench {
 class EchoServer {
  public:
   // Serves on 127.0.0.1 at a port the OS picks, accepting requests of up to
-  // `max_message_bytes`. UNAVAILABLE if it cannot listen.
-  static absl::StatusOr<std::unique_ptr<EchoServer>> Start(int max_message_bytes);
+  // `max_message_bytes`; parses each request first if `parse`. UNAVAILABLE if it
+  // cannot listen; a request that does not parse is answered INVALID_ARGUMENT.
+  static absl::StatusOr<std::unique_ptr<EchoServer>> Start(int max_message_bytes,
+                                                           bool parse = false);
 
   ~EchoServer();
 

@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, granularity, "per_tensor",
           "per_tensor, per_channel:AXIS or per_block:AXIS:SIZE (int8 asymmetric, activation)");
 ABSL_FLAG(std::string, calculator, "moving_average", "The sessions' calculator");
 ABSL_FLAG(bool, compare_echo, false, "Also measure an in-process echo server, and the ratio");
+ABSL_FLAG(bool, compare_parse_echo, false,
+          "Also measure an in-process echo server that parses each request with the "
+          "service's generated code before answering, and the ratio");
 ABSL_FLAG(bool, compare_full, false,
           "Range mode: also measure Observe of the whole tensor, and the ratio of covered bytes");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of a table");
@@ -167,8 +170,17 @@ absl::Status RunLoad(Mode mode) {
     echo = *std::move(started);
   }
 
+  std::unique_ptr<EchoServer> parse_echo;
+  if (absl::GetFlag(FLAGS_compare_parse_echo)) {
+    absl::StatusOr<std::unique_ptr<EchoServer>> started =
+        EchoServer::Start(max_bytes, /*parse=*/true);
+    if (!started.ok()) return started.status();
+    parse_echo = *std::move(started);
+  }
+
   std::vector<std::pair<const LoadGenerator*, std::string>> runs = {{&*generator, target}};
   if (echo) runs.push_back({&*generator, echo->address()});
+  if (parse_echo) runs.push_back({&*generator, parse_echo->address()});
   if (full) runs.push_back({&*full, target});
   std::vector<const LoadGenerator*> generators = {&*generator};
   if (full) generators.push_back(&*full);
@@ -182,6 +194,7 @@ absl::Status RunLoad(Mode mode) {
   if (!results.ok()) return results.status();
   const LoadResult& service = (*results)[0];
   const LoadResult* echo_result = echo ? &(*results)[1] : nullptr;
+  const LoadResult* parse_echo_result = parse_echo ? &(*results)[echo ? 2 : 1] : nullptr;
   const LoadResult* full_result = full ? &results->back() : nullptr;
 
   if (absl::GetFlag(FLAGS_json)) {
@@ -197,6 +210,11 @@ absl::Status RunLoad(Mode mode) {
     if (echo_result != nullptr) {
       AddFigures("echo_", *echo_result, &json);
       json.push_back(absl::StrFormat("\"ratio\": %.4f", service.qps() / echo_result->qps()));
+    }
+    if (parse_echo_result != nullptr) {
+      AddFigures("parse_echo_", *parse_echo_result, &json);
+      json.push_back(
+          absl::StrFormat("\"parse_ratio\": %.4f", service.qps() / parse_echo_result->qps()));
     }
     if (full_result != nullptr) {
       AddFigures("full_", *full_result, &json);
@@ -219,6 +237,11 @@ absl::Status RunLoad(Mode mode) {
     std::cout << TableRow("echo", *echo_result);
     std::cout << absl::StrFormat("ratio qparams/echo: %.3f (QPS and MB/s alike)\n",
                                  service.qps() / echo_result->qps());
+  }
+  if (parse_echo_result != nullptr) {
+    std::cout << TableRow("parse", *parse_echo_result);
+    std::cout << absl::StrFormat("ratio qparams/parsing echo: %.3f (QPS and MB/s alike)\n",
+                                 service.qps() / parse_echo_result->qps());
   }
   if (full_result != nullptr) {
     std::cout << TableRow("full", *full_result);

@@ -22,6 +22,8 @@ expect() {  # expect FIELD... -- ARGS...: qparams-bench ARGS prints every FIELD
 
 expect qps p50_us p90_us p99_us max_us mb_per_s covered_mb_per_s echo_qps echo_mb_per_s ratio -- \
   --mode=observe --compare-echo --concurrency=2 "${short[@]}"
+expect qps ratio parse_echo_qps parse_echo_mb_per_s parse_ratio -- \
+  --mode=observe --shape=4096 --compare-echo --compare-parse-echo "${short[@]}"
 expect qps ratio -- --mode=stream --compare-echo "${short[@]}"
 expect qps ratio -- --mode=compute --compare-echo --shape=8,16 --granularity=per_channel:0 "${short[@]}"
 expect covered_mb_per_s full_covered_mb_per_s covered_ratio -- \
