@@ -25,6 +25,8 @@
 
 namespace qparams {
 
+class StatefulQParamsCalculatorBase;
+
 class QParamsCalculatorBase {
  public:
   virtual ~QParamsCalculatorBase() = default;
@@ -79,6 +81,8 @@ class QParamsCalculatorBase {
   // Restores what ExportState wrote of the common fields.
   virtual absl::Status RestoreState(const CalculatorState& state);
   friend absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
+      const CalculatorState& state);
+  friend absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateStatefulFromState(
       const CalculatorState& state);
 
   QuantSpec spec_;

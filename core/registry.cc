@@ -17,15 +17,15 @@ absl::Status RejectAveragingConstant(const CalculatorOptions& options, absl::str
 }
 
 template <typename Calculator>
-CalculatorClass::Factory PlainFactory(absl::string_view key) {
+CalculatorClass::StatefulFactory PlainFactory(absl::string_view key) {
   return [key = std::string(key)](const QuantSpec& spec, const CalculatorOptions& options)
-             -> absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> {
+             -> absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> {
     if (absl::Status s = RejectAveragingConstant(options, key); !s.ok()) return s;
     return std::make_unique<Calculator>(spec);
   };
 }
 
-absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateMovingAverage(
+absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateMovingAverage(
     const QuantSpec& spec, const CalculatorOptions& options) {
   const double c = options.averaging_constant.value_or(
       MovingAverageQParamsCalculator::kDefaultAveragingConstant);
@@ -52,25 +52,48 @@ absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateDynamic(
 
 QParamsCalculatorRegistry MakeBuiltins() {
   QParamsCalculatorRegistry registry;
-  registry.Register({"static", true, "qparams from the range of the current input only",
-                     PlainFactory<StaticQParamsCalculator>("static")});
-  registry.Register({"moving_average", true,
-                     "qparams from an exponential moving average of the range "
-                     "(averaging_constant, default 0.01)",
-                     CreateMovingAverage});
-  registry.Register({"global_minmax", true,
-                     "qparams from the running min of minima and max of maxima",
-                     PlainFactory<GlobalMinMaxQParamsCalculator>("global_minmax")});
+  registry.Register(StatefulClass("static", "qparams from the range of the current input only",
+                                  PlainFactory<StaticQParamsCalculator>("static")));
+  registry.Register(StatefulClass("moving_average",
+                                  "qparams from an exponential moving average of the range "
+                                  "(averaging_constant, default 0.01)",
+                                  CreateMovingAverage));
+  registry.Register(StatefulClass("global_minmax",
+                                  "qparams from the running min of minima and max of maxima",
+                                  PlainFactory<GlobalMinMaxQParamsCalculator>("global_minmax")));
   registry.Register({"dynamic", false,
                      "stateless: recomputes qparams from each input; any shape and dtype",
-                     CreateDynamic});
+                     CreateDynamic, nullptr});
   registry.Register({"default", true,
                      "resolved by target: static for weights, moving_average for activations",
-                     nullptr});
+                     nullptr, nullptr});
   return registry;
 }
 
+absl::Status CheckResolvedKey(const CalculatorState& state) {
+  if (state.calculator == "default") {
+    return absl::InvalidArgumentError("state.calculator must be a resolved key, not default");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+CalculatorClass StatefulClass(std::string key, std::string description,
+                              CalculatorClass::StatefulFactory create) {
+  CalculatorClass cls;
+  cls.key = std::move(key);
+  cls.stateful = true;
+  cls.description = std::move(description);
+  cls.create = [create](const QuantSpec& spec, const CalculatorOptions& options)
+      -> absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> {
+    absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> c = create(spec, options);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<QParamsCalculatorBase>(*std::move(c));
+  };
+  cls.create_stateful = std::move(create);
+  return cls;
+}
 
 QParamsCalculatorRegistry& QParamsCalculatorRegistry::Global() {
   static QParamsCalculatorRegistry* registry = new QParamsCalculatorRegistry(MakeBuiltins());
@@ -125,8 +148,8 @@ absl::StatusOr<std::string> QParamsCalculatorRegistry::ResolveKey(absl::string_v
   return (*cls)->key;
 }
 
-absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> QParamsCalculatorRegistry::Create(
-    absl::string_view key, const QuantSpec& spec, const CalculatorOptions& options) const {
+absl::StatusOr<QParamsCalculatorRegistry::Resolved> QParamsCalculatorRegistry::ResolveForCreate(
+    absl::string_view key, const QuantSpec& spec) const {
   absl::StatusOr<std::string> resolved_key = ResolveKey(key, spec.target);
   if (!resolved_key.ok()) return resolved_key.status();
   absl::StatusOr<const CalculatorClass*> cls = Resolve(*resolved_key);
@@ -137,19 +160,49 @@ absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> QParamsCalculatorRegistry
   }
   absl::StatusOr<QuantSpec> resolved_spec = spec.Resolve();
   if (!resolved_spec.ok()) return resolved_spec.status();
-  return (*cls)->create(*resolved_spec, options);
+  return Resolved{*cls, *std::move(resolved_spec)};
+}
+
+absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> QParamsCalculatorRegistry::Create(
+    absl::string_view key, const QuantSpec& spec, const CalculatorOptions& options) const {
+  absl::StatusOr<Resolved> resolved = ResolveForCreate(key, spec);
+  if (!resolved.ok()) return resolved.status();
+  return resolved->cls->create(resolved->spec, options);
+}
+
+absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>>
+QParamsCalculatorRegistry::CreateStateful(absl::string_view key, const QuantSpec& spec,
+                                          const CalculatorOptions& options) const {
+  absl::StatusOr<Resolved> resolved = ResolveForCreate(key, spec);
+  if (!resolved.ok()) return resolved.status();
+  if (!resolved->cls->create_stateful) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calculator \"", resolved->cls->key, "\" is stateless; a session needs a stateful one"));
+  }
+  return resolved->cls->create_stateful(resolved->spec, options);
 }
 
 absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
     const CalculatorState& state) {
-  if (state.calculator == "default") {
-    return absl::InvalidArgumentError("state.calculator must be a resolved key, not default");
-  }
+  if (absl::Status s = CheckResolvedKey(state); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> calculator =
       QParamsCalculatorRegistry::Global().Create(state.calculator, state.spec,
                                                  CalculatorOptions{state.averaging_constant});
   if (!calculator.ok()) return calculator.status();
   if (absl::Status s = (*calculator)->RestoreState(state); !s.ok()) return s;
+  return calculator;
+}
+
+absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateStatefulFromState(
+    const CalculatorState& state) {
+  if (absl::Status s = CheckResolvedKey(state); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
+      QParamsCalculatorRegistry::Global().CreateStateful(
+          state.calculator, state.spec, CalculatorOptions{state.averaging_constant});
+  if (!calculator.ok()) return calculator.status();
+  // RestoreState is the base's, open to this friend of the base.
+  QParamsCalculatorBase& base = **calculator;
+  if (absl::Status s = base.RestoreState(state); !s.ok()) return s;
   return calculator;
 }
 

@@ -30,12 +30,22 @@ struct CalculatorOptions {
 struct CalculatorClass {
   using Factory = std::function<absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>>(
       const QuantSpec& resolved_spec, const CalculatorOptions& options)>;
+  using StatefulFactory =
+      std::function<absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>>(
+          const QuantSpec& resolved_spec, const CalculatorOptions& options)>;
 
   std::string key;
   bool stateful = true;
   std::string description;
   Factory create;  // validates the kind's own rules; "default" has none
+  // The same construction with the stateful type, for a session's calculator; set
+  // by StatefulClass, null for stateless classes.
+  StatefulFactory create_stateful;
 };
+
+// A stateful class: `create` and `create_stateful` from one factory.
+CalculatorClass StatefulClass(std::string key, std::string description,
+                              CalculatorClass::StatefulFactory create);
 
 class QParamsCalculatorRegistry {
  public:
@@ -69,13 +79,29 @@ class QParamsCalculatorRegistry {
   absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> Create(
       absl::string_view key, const QuantSpec& spec, const CalculatorOptions& options = {}) const;
 
+  // As Create, with the stateful type a session holds: INVALID_ARGUMENT if the class
+  // has no stateful factory.
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateStateful(
+      absl::string_view key, const QuantSpec& spec, const CalculatorOptions& options = {}) const;
+
  private:
+  // The class of `key` (resolved as ResolveKey does) and the resolved spec.
+  struct Resolved {
+    const CalculatorClass* cls;
+    QuantSpec spec;
+  };
+  absl::StatusOr<Resolved> ResolveForCreate(absl::string_view key, const QuantSpec& spec) const;
+
   std::map<std::string, CalculatorClass, std::less<>> classes_;
 };
 
 // Rebuilds a calculator from ExportState() output, through the global registry.
 // INVALID_ARGUMENT if the state is inconsistent (sizes, flags, spec).
 absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
+    const CalculatorState& state);
+// As CreateFromState, with the stateful type a session holds (INVALID_ARGUMENT for
+// a stateless class's state).
+absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateStatefulFromState(
     const CalculatorState& state);
 
 }  // namespace qparams

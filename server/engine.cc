@@ -74,14 +74,11 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
         "calculator \"", *key, "\" is stateless, so a session of it would hold nothing; use "
         "Compute for it, or a stateful calculator (static, moving_average, global_minmax)"));
   }
-  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> c =
-      Registry().Create(*key, spec, CalculatorOptions{averaging_constant});
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> c =
+      Registry().CreateStateful(*key, spec, CalculatorOptions{averaging_constant});
   if (!c.ok()) return c.status();
-  // Every stateful class derives from the stateful base (registry.h).
-  std::unique_ptr<StatefulQParamsCalculatorBase> stateful(
-      static_cast<StatefulQParamsCalculatorBase*>(c->release()));
   absl::StatusOr<std::shared_ptr<Session>> session =
-      store_.Create({std::string(tenant), std::string(name)}, std::move(stateful));
+      store_.Create({std::string(tenant), std::string(name)}, *std::move(c));
   if (!session.ok()) return session.status();
   return (*session)->Info();
 }

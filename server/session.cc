@@ -36,14 +36,15 @@ absl::Time Session::last_access() const {
 
 absl::Status Session::CheckLive() const { return gone_; }
 
-absl::Status Session::Mutate(const std::function<absl::Status()>& mutate) {
+absl::Status Session::Mutate(
+    const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate) {
   Touch();
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
   // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
   std::optional<CalculatorState> before;
   if (journal_ != nullptr) before = calculator_->ExportState();
-  if (absl::Status s = mutate(); !s.ok()) return s;
+  if (absl::Status s = mutate(*calculator_); !s.ok()) return s;
   const absl::Time previous_update = update_time_;
   update_time_ = absl::Now();
   if (journal_ == nullptr) return absl::OkStatus();
@@ -55,24 +56,27 @@ absl::Status Session::Mutate(const std::function<absl::Status()>& mutate) {
   absl::StatusOr<uint64_t> appended = journal_->Append(record);
   const absl::Status durable = appended.ok() ? journal_->Sync(*appended) : appended.status();
   if (durable.ok()) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> restored = CreateFromState(*before);
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> restored =
+      CreateStatefulFromState(*before);
   if (restored.ok()) {
-    calculator_.reset(static_cast<StatefulQParamsCalculatorBase*>(restored->release()));
+    calculator_ = *std::move(restored);
     update_time_ = previous_update;
   } else {  // cannot happen: the state was exported by this very calculator
-    LogError(absl::StrCat("session \"", key_.name, "\": cannot undo a mutation the journal "
-                          "refused: ", restored.status().message()));
+    LogError(absl::StrCat("session \"", key_.name,
+                          "\": cannot undo a mutation the journal "
+                          "refused: ",
+                          restored.status().message()));
   }
   return durable;
 }
 
 absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {
   ObserveResult result;
-  absl::Status status = Mutate([&]() -> absl::Status {
-    absl::StatusOr<QParams> qparams = calculator_->Forward(x);
+  absl::Status status = Mutate([&](StatefulQParamsCalculatorBase& calculator) -> absl::Status {
+    absl::StatusOr<QParams> qparams = calculator.Forward(x);
     if (!qparams.ok()) return qparams.status();
     result.qparams = *std::move(qparams);
-    result.observation_count = calculator_->observation_count();
+    result.observation_count = calculator.observation_count();
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -80,11 +84,14 @@ absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {
 }
 
 absl::Status Session::SetExportMode(bool enabled) {
-  return Mutate([&] { return calculator_->SetExportMode(enabled); });
+  return Mutate(
+      [&](StatefulQParamsCalculatorBase& calculator) { return calculator.SetExportMode(enabled); });
 }
 
 absl::Status Session::SetGranularity(const Granularity& granularity) {
-  return Mutate([&] { return calculator_->SetGranularity(granularity); });
+  return Mutate([&](StatefulQParamsCalculatorBase& calculator) {
+    return calculator.SetGranularity(granularity);
+  });
 }
 
 std::pair<QParams, bool> Session::GetQParams() const {
@@ -101,27 +108,26 @@ int64_t Session::observation_count() const {
 SessionInfo Session::Info() const {
   Touch();
   absl::ReaderMutexLock lock(&mu_);
-  const StatefulQParamsCalculatorBase& c = *calculator_;
+  // The exported state holds every kind's own fields (averaging constant, running
+  // range) without asking which kind this is.
+  CalculatorState state = calculator_->ExportState();
   SessionInfo info;
   info.name = key_.name;
-  info.calculator = std::string(c.key());
-  info.spec = c.spec();
-  if (auto* ma = dynamic_cast<const MovingAverageQParamsCalculator*>(&c)) {
-    info.averaging_constant = ma->averaging_constant();
+  info.calculator = std::move(state.calculator);
+  info.spec = std::move(state.spec);
+  info.averaging_constant = state.averaging_constant.value_or(0);
+  info.initialized = state.initialized;
+  info.export_mode = state.export_mode;
+  info.observation_count = state.observation_count;
+  info.qparams = std::move(state.qparams);
+  if (state.running) {
+    info.running_min = ToFloats(state.running->lo);
+    info.running_max = ToFloats(state.running->hi);
   }
-  info.initialized = c.initialized();
-  info.export_mode = c.export_mode();
-  info.observation_count = c.observation_count();
-  info.qparams = c.GetQParams();
-  if (auto* running = dynamic_cast<const RunningRangeQParamsCalculator*>(&c)) {
-    const WorkingRange range = running->running_range();
-    info.running_min = ToFloats(range.lo);
-    info.running_max = ToFloats(range.hi);
-  }
-  if (c.initialized()) info.input_dtype = c.compute_dtype_for_export();
+  if (state.initialized) info.input_dtype = state.compute_dtype_for_export;
   info.create_time = create_time_;
   info.update_time = update_time_;
-  info.description = c.Description();
+  info.description = calculator_->Description();
   return info;
 }
 

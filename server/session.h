@@ -35,13 +35,13 @@ namespace qparams {
 // Everything a client may read of a session, copied out under its lock.
 struct SessionInfo {
   std::string name;
-  std::string calculator;  // the resolved registry key
-  QuantSpec spec;          // resolved, with the current granularity
+  std::string calculator;         // the resolved registry key
+  QuantSpec spec;                 // resolved, with the current granularity
   double averaging_constant = 0;  // moving_average only
   bool initialized = false;
   bool export_mode = false;
   int64_t observation_count = 0;
-  QParams qparams;                  // the buffers
+  QParams qparams;                 // the buffers
   std::vector<float> running_min;  // running kinds, once initialized
   std::vector<float> running_max;
   std::optional<DType> input_dtype;  // fixed by the first computing forward
@@ -105,11 +105,13 @@ class Session {
  private:
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Touch() const;
-  // Runs `mutate` on the calculator under the session's lock, journals the new state
-  // and waits for it to be durable as the journal's durability promises (fsynced
-  // under kAlways), still under the lock; undoes the mutation if any step fails, so
-  // that no read ever sees a mutation that was not acknowledged.
-  absl::Status Mutate(const std::function<absl::Status()>& mutate) ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs `mutate` on the calculator under the session's lock (the calculator is
+  // passed in: lock analysis cannot see into a lambda), journals the new state and
+  // waits for it to be durable as the journal's durability promises (fsynced under
+  // kAlways), still under the lock; undoes the mutation if any step fails, so that
+  // no read ever sees a mutation that was not acknowledged.
+  absl::Status Mutate(const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionKey key_;
   const absl::Time create_time_;

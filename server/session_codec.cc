@@ -71,12 +71,12 @@ absl::StatusOr<DecodedSession> DecodeSession(const storage::v1::SessionState& re
                                  {r.lo().begin(), r.lo().end()},
                                  {r.hi().begin(), r.hi().end()}};
   }
-  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> calculator = CreateFromState(state);
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
+      CreateStatefulFromState(state);
   if (!calculator.ok()) return invalid(calculator.status().message());
-  if (!(*calculator)->stateful()) return invalid("a session's calculator must be stateful");
   DecodedSession out;
   out.key = key;
-  out.calculator.reset(static_cast<StatefulQParamsCalculatorBase*>(calculator->release()));
+  out.calculator = *std::move(calculator);
   out.create_time = wire::TimeFromProto(record.create_time());
   out.update_time = wire::TimeFromProto(record.update_time());
   return out;

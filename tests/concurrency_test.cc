@@ -108,11 +108,11 @@ TEST(Concurrency, ASessionMidObservationBlocksNoOtherSession) {
   forward_started = &started;
   release_forward = &release;
   QParamsCalculatorRegistry::Global().Register(
-      {"test_blocking", true, "waits for the test",
-       [](const QuantSpec& spec, const CalculatorOptions&)
-           -> absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> {
-         return std::make_unique<BlockingCalculator>(spec);
-       }});
+      StatefulClass("test_blocking", "waits for the test",
+                    [](const QuantSpec& spec, const CalculatorOptions&)
+                        -> absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> {
+                      return std::make_unique<BlockingCalculator>(spec);
+                    }));
   std::unique_ptr<TestServer> server = TestServer::Start();
   ASSERT_NE(server, nullptr);
   Engine& engine = server->server().engine();

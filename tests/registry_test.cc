@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -19,12 +20,11 @@ const QParamsCalculatorRegistry& Global() { return QParamsCalculatorRegistry::Gl
 
 // A class for a private registry; its factory builds a static calculator.
 CalculatorClass Fake(const std::string& key, const std::string& description = "fake") {
-  return CalculatorClass{
-      key, true, description,
-      [](const QuantSpec& spec,
-         const CalculatorOptions&) -> absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> {
-        return std::make_unique<StaticQParamsCalculator>(spec);
-      }};
+  return StatefulClass(key, description,
+                       [](const QuantSpec& spec, const CalculatorOptions&)
+                           -> absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> {
+                         return std::make_unique<StaticQParamsCalculator>(spec);
+                       });
 }
 
 // §8: list_registry_keys is a set upstream; the C++ returns it sorted.
@@ -116,11 +116,25 @@ TEST(Registry, RegisterAndDuplicateOverwrite) {
 TEST(Registry, CreateThroughAPrivateRegistry) {
   QParamsCalculatorRegistry registry;
   registry.Register(Fake("mine"));
-  registry.Register(CalculatorClass{"marker", true, "no factory", nullptr});
+  registry.Register(CalculatorClass{"marker", true, "no factory", nullptr, nullptr});
   ASSERT_OK_AND_ASSIGN(auto calc, registry.Create("mine", MakeSpec("int4", QS::kSymmetric)));
   EXPECT_EQ(calc->spec().quant_min, -8);  // the factory gets the resolved spec
   EXPECT_CODE(registry.Create("marker", QuantSpec()), kInvalid);
   EXPECT_CODE(registry.Create("other", QuantSpec()), kInvalid);
+  // A session's calculator comes typed as stateful, from the same factory.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StatefulQParamsCalculatorBase> stateful,
+                       registry.CreateStateful("mine", MakeSpec("int4", QS::kSymmetric)));
+  EXPECT_EQ(stateful->spec().quant_min, -8);
+}
+
+TEST(Registry, CreateStatefulRefusesStatelessClasses) {
+  const absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> dynamic =
+      Global().CreateStateful("dynamic", QuantSpec());
+  EXPECT_CODE(dynamic, kInvalid);
+  EXPECT_TRUE(absl::StrContains(dynamic.status().message(), "stateless")) << dynamic.status();
+  for (const char* key : {"static", "moving_average", "global_minmax", "default"}) {
+    EXPECT_OK(Global().CreateStateful(key, QuantSpec()).status()) << key;
+  }
 }
 
 // The "default" marker cannot itself be built once resolved (§1.1).
