@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace qparams {
 namespace {
@@ -69,7 +70,7 @@ absl::Status QParamsCalculatorBase::SetGranularity(const Granularity& granularit
     return absl::FailedPreconditionError(
         "Cannot change granularity after observer has been initialized.");
   }
-  if (absl::Status s = granularity.Validate(); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(granularity.Validate());
   spec_.granularity = granularity;
   return absl::OkStatus();
 }
@@ -212,7 +213,7 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
     return absl::InvalidArgumentError(absl::StrCat(
         "state.observation_count is ", state.observation_count, "; no calculator can have it"));
   }
-  if (absl::Status s = ExpectSize("qparams.scale", q.scale.size(), *n); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale", q.scale.size(), *n));
   if (absl::Status s =
           ExpectSize("qparams.zero_point", q.zero_point.size(), q.has_zero_point ? *n : 0);
       !s.ok()) {
@@ -240,7 +241,7 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
           "quant_max] (0 with an e8m0 scale)"));
     }
   }
-  if (absl::Status s = QParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(QParamsCalculatorBase::RestoreState(state));
   buffers_ = q;
   export_mode_ = state.export_mode;
   observation_count_ = state.observation_count;
@@ -306,7 +307,7 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
       }
     }
   }
-  if (absl::Status s = StatefulQParamsCalculatorBase::RestoreState(state); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(StatefulQParamsCalculatorBase::RestoreState(state));
   running_ = StoredRange(state.running.value_or(WorkingRange()));
   return absl::OkStatus();
 }

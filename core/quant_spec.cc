@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace qparams {
 namespace {
@@ -139,7 +140,7 @@ absl::StatusOr<QuantSpec> QuantSpec::Resolve() const {
     return s;
   }
 
-  if (absl::Status s = ValidateFloatRange(float_range); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(ValidateFloatRange(float_range));
   if (absl::Status s = granularity.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }

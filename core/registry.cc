@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace qparams {
 namespace {
@@ -20,7 +21,7 @@ template <typename Calculator>
 CalculatorClass::StatefulFactory PlainFactory(absl::string_view key) {
   return [key = std::string(key)](const QuantSpec& spec, const CalculatorOptions& options)
              -> absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> {
-    if (absl::Status s = RejectAveragingConstant(options, key); !s.ok()) return s;
+    QPARAMS_RETURN_IF_ERROR(RejectAveragingConstant(options, key));
     return std::make_unique<Calculator>(spec);
   };
 }
@@ -38,7 +39,7 @@ absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateMovingAvera
 
 absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateDynamic(
     const QuantSpec& spec, const CalculatorOptions& options) {
-  if (absl::Status s = RejectAveragingConstant(options, "dynamic"); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(RejectAveragingConstant(options, "dynamic"));
   if (!spec.float_range.empty()) {
     return absl::InvalidArgumentError(
         "spec.float_range: the stateless dynamic calculator requires float_range=[None, None]");
@@ -150,59 +151,54 @@ absl::StatusOr<std::string> QParamsCalculatorRegistry::ResolveKey(absl::string_v
 
 absl::StatusOr<QParamsCalculatorRegistry::Resolved> QParamsCalculatorRegistry::ResolveForCreate(
     absl::string_view key, const QuantSpec& spec) const {
-  absl::StatusOr<std::string> resolved_key = ResolveKey(key, spec.target);
-  if (!resolved_key.ok()) return resolved_key.status();
-  absl::StatusOr<const CalculatorClass*> cls = Resolve(*resolved_key);
-  if (!cls.ok()) return cls.status();
-  if (!(*cls)->create) {
+  QPARAMS_ASSIGN_OR_RETURN(const std::string resolved_key, ResolveKey(key, spec.target));
+  QPARAMS_ASSIGN_OR_RETURN(const CalculatorClass* cls, Resolve(resolved_key));
+  if (!cls->create) {
     return absl::InvalidArgumentError(
-        absl::StrCat("calculator \"", *resolved_key, "\" cannot be constructed"));
+        absl::StrCat("calculator \"", resolved_key, "\" cannot be constructed"));
   }
-  absl::StatusOr<QuantSpec> resolved_spec = spec.Resolve();
-  if (!resolved_spec.ok()) return resolved_spec.status();
-  return Resolved{*cls, *std::move(resolved_spec)};
+  QPARAMS_ASSIGN_OR_RETURN(QuantSpec resolved_spec, spec.Resolve());
+  return Resolved{cls, std::move(resolved_spec)};
 }
 
 absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> QParamsCalculatorRegistry::Create(
     absl::string_view key, const QuantSpec& spec, const CalculatorOptions& options) const {
-  absl::StatusOr<Resolved> resolved = ResolveForCreate(key, spec);
-  if (!resolved.ok()) return resolved.status();
-  return resolved->cls->create(resolved->spec, options);
+  QPARAMS_ASSIGN_OR_RETURN(const Resolved resolved, ResolveForCreate(key, spec));
+  return resolved.cls->create(resolved.spec, options);
 }
 
 absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>>
 QParamsCalculatorRegistry::CreateStateful(absl::string_view key, const QuantSpec& spec,
                                           const CalculatorOptions& options) const {
-  absl::StatusOr<Resolved> resolved = ResolveForCreate(key, spec);
-  if (!resolved.ok()) return resolved.status();
-  if (!resolved->cls->create_stateful) {
+  QPARAMS_ASSIGN_OR_RETURN(const Resolved resolved, ResolveForCreate(key, spec));
+  if (!resolved.cls->create_stateful) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "calculator \"", resolved->cls->key, "\" is stateless; a session needs a stateful one"));
+        "calculator \"", resolved.cls->key, "\" is stateless; a session needs a stateful one"));
   }
-  return resolved->cls->create_stateful(resolved->spec, options);
+  return resolved.cls->create_stateful(resolved.spec, options);
 }
 
 absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
     const CalculatorState& state) {
-  if (absl::Status s = CheckResolvedKey(state); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(CheckResolvedKey(state));
   absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> calculator =
       QParamsCalculatorRegistry::Global().Create(state.calculator, state.spec,
                                                  CalculatorOptions{state.averaging_constant});
   if (!calculator.ok()) return calculator.status();
-  if (absl::Status s = (*calculator)->RestoreState(state); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR((*calculator)->RestoreState(state));
   return calculator;
 }
 
 absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateStatefulFromState(
     const CalculatorState& state) {
-  if (absl::Status s = CheckResolvedKey(state); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(CheckResolvedKey(state));
   absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
       QParamsCalculatorRegistry::Global().CreateStateful(
           state.calculator, state.spec, CalculatorOptions{state.averaging_constant});
   if (!calculator.ok()) return calculator.status();
   // RestoreState is the base's, open to this friend of the base.
   QParamsCalculatorBase& base = **calculator;
-  if (absl::Status s = base.RestoreState(state); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(base.RestoreState(state));
   return calculator;
 }
 

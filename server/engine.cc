@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "server/log.h"
 #include "server/page_token.h"
 
@@ -64,7 +65,7 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
                                                   std::optional<double> averaging_constant) {
-  if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
   absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
   if (!key.ok()) return key.status();
   absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(*key);
@@ -85,7 +86,7 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
 
 absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view tenant,
                                                       absl::string_view name) const {
-  if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
   return store_.Find({std::string(tenant), std::string(name)});
 }
 
@@ -97,7 +98,7 @@ absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
 }
 
 absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
-  if (absl::Status s = ValidateSessionName(name); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
   return store_.Erase({std::string(tenant), std::string(name)});
 }
 
@@ -109,7 +110,7 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
         "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
   }
   if (!filter.empty()) {
-    if (absl::Status s = ValidateSessionName(filter, "filter"); !s.ok()) return s;
+    QPARAMS_RETURN_IF_ERROR(ValidateSessionName(filter, "filter"));
   }
   absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
   if (!after.ok()) return after.status();
@@ -149,7 +150,7 @@ absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
                                                   absl::string_view name, bool enabled) {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
-  if (absl::Status s = (*session)->SetExportMode(enabled); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR((*session)->SetExportMode(enabled));
   return (*session)->Info();
 }
 
@@ -162,7 +163,7 @@ absl::StatusOr<SessionInfo> Engine::SetGranularity(
   }
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
-  if (absl::Status s = (*session)->SetGranularity(*granularity); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR((*session)->SetGranularity(*granularity));
   return (*session)->Info();
 }
 

@@ -7,11 +7,12 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "core/status_macros.h"
 #include "server/log.h"
 
 namespace qparams {
@@ -322,7 +323,7 @@ absl::Status Journal::Compact() {
     Report(report);
     return broken;
   }
-  if (absl::Status s = WriteSnapshot(number); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(WriteSnapshot(number));
   RemoveFilesBefore(number);
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/registry.h"
+#include "core/status_macros.h"
 #include "server/log.h"
 
 namespace qparams {
@@ -44,7 +45,7 @@ absl::Status Session::Mutate(
   // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
   std::optional<CalculatorState> before;
   if (journal_ != nullptr) before = calculator_->ExportState();
-  if (absl::Status s = mutate(*calculator_); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(mutate(*calculator_));
   const absl::Time previous_update = update_time_;
   update_time_ = absl::Now();
   if (journal_ == nullptr) return absl::OkStatus();
@@ -139,7 +140,7 @@ storage::v1::SessionState Session::Record() const {
 absl::Status Session::Retire(const std::function<absl::Status()>& leave, absl::Status gone) {
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
-  if (absl::Status s = leave(); !s.ok()) return s;
+  QPARAMS_RETURN_IF_ERROR(leave());
   gone_ = std::move(gone);
   return absl::OkStatus();
 }

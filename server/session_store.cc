@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "proto/convert.h"
 
 namespace qparams {
@@ -81,7 +82,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
     sessions_.emplace(std::move(map_key), session);
   }
   if (journal_ != nullptr) {
-    if (absl::Status s = journal_->Sync(sequence); !s.ok()) return s;
+    QPARAMS_RETURN_IF_ERROR(journal_->Sync(sequence));
   }
   return session;
 }
