@@ -139,8 +139,8 @@ absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view tenant,
   return (*session)->observation_count();
 }
 
-absl::StatusOr<std::pair<QParams, bool>> Engine::GetQParams(absl::string_view tenant,
-                                                            absl::string_view name) const {
+absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
+                                                 absl::string_view name) const {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetQParams();

@@ -89,8 +89,7 @@ class Engine {
                                            absl::string_view name) const;
 
   // get_qparams: the buffers and the initialized flag.
-  absl::StatusOr<std::pair<QParams, bool>> GetQParams(absl::string_view tenant,
-                                                      absl::string_view name) const;
+  absl::StatusOr<CachedQParams> GetQParams(absl::string_view tenant, absl::string_view name) const;
 
   absl::StatusOr<SessionInfo> SetExportMode(absl::string_view tenant, absl::string_view name,
                                             bool enabled);

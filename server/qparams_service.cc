@@ -264,11 +264,11 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerCon
                                                          const v1::GetQParamsRequest* request,
                                                          v1::GetQParamsResponse* response) {
   absl::StatusOr<std::string> tenant = Tenant(context);
-  absl::StatusOr<std::pair<QParams, bool>> qparams =
+  absl::StatusOr<CachedQParams> qparams =
       tenant.ok() ? engine_->GetQParams(*tenant, request->name()) : tenant.status();
   if (qparams.ok()) {
-    *response->mutable_qparams() = wire::QParamsToProto(qparams->first);
-    response->set_initialized(qparams->second);
+    *response->mutable_qparams() = wire::QParamsToProto(qparams->qparams);
+    response->set_initialized(qparams->initialized);
   }
   return Finish(context, "GetQParams", qparams.status());
 }

@@ -95,7 +95,7 @@ absl::Status Session::SetGranularity(const Granularity& granularity) {
   });
 }
 
-std::pair<QParams, bool> Session::GetQParams() const {
+CachedQParams Session::GetQParams() const {
   Touch();
   absl::ReaderMutexLock lock(&mu_);
   return {calculator_->GetQParams(), calculator_->initialized()};

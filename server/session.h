@@ -32,6 +32,12 @@
 
 namespace qparams {
 
+// get_qparams: the buffers, and whether a computing forward has filled them.
+struct CachedQParams {
+  QParams qparams;
+  bool initialized = false;
+};
+
 // Everything a client may read of a session, copied out under its lock.
 struct SessionInfo {
   std::string name;
@@ -82,8 +88,7 @@ class Session {
   // granularity), INVALID_ARGUMENT for a granularity that cannot be built.
   absl::Status SetGranularity(const Granularity& granularity);
 
-  // get_qparams: the buffers and whether a computing forward has filled them.
-  std::pair<QParams, bool> GetQParams() const;
+  CachedQParams GetQParams() const;
 
   // Computing forwards applied so far.
   int64_t observation_count() const;
