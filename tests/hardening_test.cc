@@ -12,12 +12,14 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -695,7 +697,9 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
 
 // ---- The test ----
 
-class Hardening : public ::testing::Test {
+// One test per row of the table (the parameter is the row's index), each on a fresh
+// server holding the same sessions in varied states.
+class Hardening : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     ServerOptions options;
@@ -703,6 +707,23 @@ class Hardening : public ::testing::Test {
     server_ = TestServer::Start(options);
     ASSERT_NE(server_, nullptr);
     stub_ = server_->NewStub();
+    Create(CreateReq(kStatic, "static", Spec("int8", v1::ASYMMETRIC, PerChannel(1))));
+    Create(CreateReq(kMovingAvg, "moving_average",
+                     Spec("uint8", v1::ASYMMETRIC, PerChannel(0), v1::ACTIVATION), 0.25));
+    Observe(ObserveTensorReq(kMovingAvg, Bf16({2, 3}, {-1, 0.5, 2, 3, -4, 0.25})));
+    Create(CreateReq(kExport, "global_minmax", Spec("int4")));
+    Observe(ObserveTensorReq(kExport, F32({4}, {1, -2, 3, 0.5})));
+    {
+      grpc::ClientContext context;
+      Deadline(&context);
+      v1::Session session;
+      ASSERT_TRUE(stub_->SetExportMode(&context, ExportReq(kExport, true), &session).ok());
+      ASSERT_TRUE(session.export_mode());
+    }
+    Create(CreateReq(kBlock, "static", Spec("int8", v1::SYMMETRIC, PerBlockMulti({-1, 2}))));
+    Observe(ObserveTensorReq(kBlock, F16({2, 4}, {1, -2, 3, 4, -5, 6, 7, 0.5})));
+    tokens_.for_all = FirstPageToken("");
+    tokens_.for_prefix = FirstPageToken(kPrefix);
   }
 
   static void Deadline(grpc::ClientContext* context) {
@@ -832,102 +853,82 @@ class Hardening : public ::testing::Test {
 
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<v1::QParamsService::Stub> stub_;
+  Tokens tokens_;
 };
 
-TEST_F(Hardening, BadRequestsFailWithTheRightCodeNameTheFieldAndChangeNothing) {
-  // The sessions, in varied states.
-  Create(CreateReq(kStatic, "static", Spec("int8", v1::ASYMMETRIC, PerChannel(1))));
-  Create(CreateReq(kMovingAvg, "moving_average",
-                   Spec("uint8", v1::ASYMMETRIC, PerChannel(0), v1::ACTIVATION), 0.25));
-  Observe(ObserveTensorReq(kMovingAvg, Bf16({2, 3}, {-1, 0.5, 2, 3, -4, 0.25})));
-  Create(CreateReq(kExport, "global_minmax", Spec("int4")));
-  Observe(ObserveTensorReq(kExport, F32({4}, {1, -2, 3, 0.5})));
-  {
-    grpc::ClientContext context;
-    Deadline(&context);
-    v1::Session session;
-    ASSERT_TRUE(stub_->SetExportMode(&context, ExportReq(kExport, true), &session).ok());
-    ASSERT_TRUE(session.export_mode());
-  }
-  Create(CreateReq(kBlock, "static", Spec("int8", v1::SYMMETRIC, PerBlockMulti({-1, 2}))));
-  Observe(ObserveTensorReq(kBlock, F16({2, 4}, {1, -2, 3, 4, -5, 6, 7, 0.5})));
-  if (HasFatalFailure()) return;
-
-  Tokens tokens;
-  tokens.for_all = FirstPageToken("");
-  tokens.for_prefix = FirstPageToken(kPrefix);
-
-  v1::ListSessionsResponse before = Store();
+TEST_P(Hardening, FailsWithTheRightCodeNamesTheFieldAndChangesNothing) {
+  const v1::ListSessionsResponse before = Store();
   ASSERT_EQ(before.sessions_size(), 4);
   ASSERT_TRUE(before.next_page_token().empty());
-  std::string snapshot = before.SerializeAsString();
-  std::map<std::string, int64_t> counts;
-  for (const v1::Session& s : before.sessions()) counts[s.name()] = s.observation_count();
+  const std::vector<Row> rows = BadRequests(tokens_);
+  ASSERT_LT(GetParam(), static_cast<int>(rows.size()));
+  const Row& row = rows[GetParam()];
+  ASSERT_NE(row.code, StatusCode::OK) << row.what;
+  SCOPED_TRACE(absl::StrCat(MethodName(row.method), " [", row.what, "]"));
 
-  const std::vector<Row> rows = BadRequests(tokens);
-  EXPECT_GE(rows.size(), 50u);
-  int failed = 0;
-  for (const Row& row : rows) {
-    ASSERT_NE(row.code, StatusCode::OK) << row.what;
-    std::optional<v1::ObserveResponse> stream_response;
-    std::string stream_error;
-    const grpc::Status status = Call(row, &stream_response, &stream_error);
-    const std::string where = absl::StrCat(MethodName(row.method), " [", row.what, "]");
-    const std::string actual =
-        absl::StrCat("got ", CodeName(status.error_code()), ": \"", status.error_message(), "\"");
-    bool ok = true;
-    if (!stream_error.empty()) {
-      ADD_FAILURE() << where << ": " << stream_error;
-      ok = false;
+  std::optional<v1::ObserveResponse> stream_response;
+  std::string stream_error;
+  const grpc::Status status = Call(row, &stream_response, &stream_error);
+  const std::string actual =
+      absl::StrCat("got ", CodeName(status.error_code()), ": \"", status.error_message(), "\"");
+  EXPECT_TRUE(stream_error.empty()) << stream_error;
+  EXPECT_EQ(status.error_code(), row.code) << "expected " << CodeName(row.code) << ", " << actual;
+  EXPECT_TRUE(absl::StrContains(status.error_message(), row.field))
+      << "the message does not name \"" << row.field << "\"; " << actual;
+  if (stream_response.has_value()) {
+    // A failed stream response carries the session's current count and no qparams.
+    const std::string& name =
+        row.method == Method::kObserveBatch
+            ? std::get<v1::ObserveBatchRequest>(row.request).observations(0).name()
+            : std::get<v1::ObserveRequest>(row.request).name();
+    int64_t count = 0;
+    for (const v1::Session& s : before.sessions()) {
+      if (s.name() == name) count = s.observation_count();
     }
-    if (status.error_code() != row.code) {
-      ADD_FAILURE() << where << ": expected " << CodeName(row.code) << ", " << actual;
-      ok = false;
-    }
-    if (!absl::StrContains(status.error_message(), row.field)) {
-      ADD_FAILURE() << where << ": the message does not name \"" << row.field << "\"; " << actual;
-      ok = false;
-    }
-    if (stream_response.has_value()) {
-      // A failed stream response carries the session's current count and no qparams.
-      const std::string& name =
-          row.method == Method::kObserveBatch
-              ? std::get<v1::ObserveBatchRequest>(row.request).observations(0).name()
-              : std::get<v1::ObserveRequest>(row.request).name();
-      const int64_t count = counts.count(name) ? counts[name] : 0;
-      if (stream_response->observation_count() != count || stream_response->has_qparams()) {
-        ADD_FAILURE() << where << ": stream response has observation_count "
-                      << stream_response->observation_count() << " (session: " << count
-                      << "), has_qparams " << stream_response->has_qparams() << "; " << actual;
-        ok = false;
-      }
-    }
-    const v1::ListSessionsResponse after = Store();
-    if (after.SerializeAsString() != snapshot) {
-      std::string diff;
-      google::protobuf::util::MessageDifferencer differencer;
-      differencer.ReportDifferencesToString(&diff);
-      differencer.Compare(before, after);
-      ADD_FAILURE() << where << ": the store changed (" << actual << "):\n" << diff;
-      ok = false;
-      // Keep later rows independent of this one: drop a session it created, and
-      // judge later rows against the store as it is now.
-      for (const v1::Session& s : after.sessions()) {
-        if (counts.count(s.name())) continue;
-        grpc::ClientContext context;
-        Deadline(&context);
-        v1::DeleteSessionResponse none;
-        stub_->DeleteSession(&context, Named<v1::DeleteSessionRequest>(s.name()), &none);
-      }
-      before = Store();
-      snapshot = before.SerializeAsString();
-      for (const v1::Session& s : before.sessions()) counts[s.name()] = s.observation_count();
-    }
-    if (!ok) ++failed;
+    EXPECT_EQ(stream_response->observation_count(), count) << actual;
+    EXPECT_FALSE(stream_response->has_qparams()) << actual;
   }
-  EXPECT_EQ(failed, 0) << "of " << rows.size() << " rows";
-  std::printf("hardening: %d of %zu rows as the contract says\n",
-              static_cast<int>(rows.size()) - failed, rows.size());
+  const v1::ListSessionsResponse after = Store();
+  std::string diff;
+  google::protobuf::util::MessageDifferencer differencer;
+  differencer.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differencer.Compare(before, after)) << "the store changed (" << actual << "):\n"
+                                                  << diff;
+}
+
+// The rows' names (the table needs no server to be listed): the method and what the
+// row holds, in letters and digits, numbered so that each is unique.
+std::vector<std::string> RowNames() {
+  std::vector<std::string> names;
+  for (const Row& row : BadRequests(Tokens{})) {
+    std::string name = absl::StrCat(names.size(), "_", MethodName(row.method), "_");
+    bool gap = false;
+    for (char c : row.what) {
+      if (absl::ascii_isalnum(static_cast<unsigned char>(c))) {
+        if (gap && name.back() != '_') name.push_back('_');
+        name.push_back(c);
+        gap = false;
+      } else {
+        gap = true;
+      }
+    }
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(BadRequest, Hardening,
+                         ::testing::Range(0, static_cast<int>(RowNames().size())),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return RowNames()[info.param];
+                         });
+
+TEST(HardeningTable, HasARowForEveryMethodAndEnoughOfThem) {
+  const std::vector<Row> rows = BadRequests(Tokens{});
+  EXPECT_GE(rows.size(), 180u);
+  std::set<Method> methods;
+  for (const Row& row : rows) methods.insert(row.method);
+  EXPECT_EQ(methods.size(), 11u);  // every Method
 }
 
 }  // namespace
