@@ -39,6 +39,8 @@ CONFIGURE=(-DCMAKE_CXX_COMPILER="$CLANGXX" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 # which inherit them).
 export ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# OpenSSL allocations of gRPC's TLS, which an exiting process can leave (sanitizers/lsan.supp).
+export LSAN_OPTIONS="suppressions=$ROOT/sanitizers/lsan.supp:print_suppressions=0"
 
 # The executables of this build that the ctest entries matching $2 (a -R regex, ""
 # for all) run, as the command or an argument of it (bench_smoke runs a script on
