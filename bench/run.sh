@@ -103,7 +103,7 @@ verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
   echo "- Bytes per observation as sent (one ObserveRequest: the per-channel min and max of a ($(get python .calib_batch), $(get python .calib_width)) activation): $(get python .bytes_per_observation), against $(get python .raw_bytes_per_observation) raw ($(get python '.raw_bytes_per_observation / .bytes_per_observation | . * 10 | round / 10')x smaller)."
   echo "- Scales and zero points of RemoteObserver and PerChannelMinMaxObserver equal: $(get python 'if .calib_qparams_match then "yes" else "NO" end')."
   echo "- Client.observe with the default reduce=\"auto\" (sends the min and max): $(get python .observe_auto_cps) calls/s, $(get python .observe_auto_ratio) of the stub (information)."
-  echo "- The observers alone, without the model (information): PerChannelMinMaxObserver $(get python .observers_only_inprocess_us_per_observation) µs per observation, RemoteObserver $(get python .observers_only_remote_us_per_observation) µs (forward, queue, stream and final flush)."
+  echo "- The observers alone, without the model (information): PerChannelMinMaxObserver $(get python .observers_only_inprocess_us_per_observation) µs per observation, RemoteObserver $(get python .observers_only_remote_us_per_observation) µs (forward, queue, ObserveBatch calls and final flush)."
 } > "$out/RESULTS.md"
 
 jq -r 'select(.scenario | startswith("latency_c")) | "\(.concurrency) \(.p50_us) \(.p99_us) \(.echo_p50_us) \(.echo_p99_us)"' \

@@ -897,8 +897,9 @@ TEST_P(Hardening, FailsWithTheRightCodeNamesTheFieldAndChangesNothing) {
 }
 
 // The rows' names (the table needs no server to be listed): the method and what the
-// row holds, in letters and digits, numbered so that each is unique.
-std::vector<std::string> RowNames() {
+// row holds, in letters and digits, numbered so that each is unique. Built once: the
+// instantiation asks for the count and then for each name.
+std::vector<std::string> MakeRowNames() {
   std::vector<std::string> names;
   for (const Row& row : BadRequests(Tokens{})) {
     std::string name = absl::StrCat(names.size(), "_", MethodName(row.method), "_");
@@ -915,6 +916,12 @@ std::vector<std::string> RowNames() {
     names.push_back(std::move(name));
   }
   return names;
+}
+
+const std::vector<std::string>& RowNames() {
+  static const std::vector<std::string>* const names =
+      new std::vector<std::string>(MakeRowNames());
+  return *names;
 }
 
 INSTANTIATE_TEST_SUITE_P(BadRequest, Hardening,
