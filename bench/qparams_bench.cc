@@ -2,7 +2,8 @@
 // started in this process), optionally measured side by side with an in-process echo
 // server of the same gRPC build, the ceiling the service can reach. `--mode memory`
 // instead fills an in-process server with initialized sessions and prints its
-// resident memory against the raw bytes of their buffers.
+// resident memory against the raw bytes of their buffers; `--mode restart` fills a
+// real server's data directory, kills the server and times its restart.
 
 #include <algorithm>
 #include <iostream>
@@ -23,13 +24,14 @@
 #include "absl/time/clock.h"
 #include "bench/echo_server.h"
 #include "bench/load_generator.h"
+#include "bench/restart.h"
 #include "bench/session_fill.h"
 #include "client/cli.h"
 #include "common/flags.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
 
-ABSL_FLAG(std::string, mode, "observe", "compute, observe, stream, range or memory");
+ABSL_FLAG(std::string, mode, "observe", "compute, observe, stream, range, memory or restart");
 ABSL_FLAG(std::string, target, "",
           "host:port of the server to load; empty starts a qparams server in this process");
 ABSL_FLAG(int, concurrency, 1, "Workers, each with its own session, calling back to back");
@@ -51,8 +53,13 @@ ABSL_FLAG(bool, compare_parse_echo, false,
 ABSL_FLAG(bool, compare_full, false,
           "Range mode: also measure Observe of the whole tensor, and the ratio of covered bytes");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of a table");
-ABSL_FLAG(int64_t, sessions, 100000, "Memory mode: sessions to create");
-ABSL_FLAG(int64_t, channels, 1024, "Memory mode: channels of each session");
+ABSL_FLAG(int64_t, sessions, 100000, "Memory and restart modes: sessions to create");
+ABSL_FLAG(int64_t, channels, 1024, "Memory and restart modes: channels of each session");
+ABSL_FLAG(std::string, server_binary, "",
+          "Restart mode: the qparams-server binary to fill, kill and restart");
+ABSL_FLAG(std::string, scratch_dir, "/var/tmp",
+          "Restart mode: where the data directory is made (on disk, not tmpfs; it is "
+          "removed afterwards)");
 
 namespace qparams::bench {
 namespace {
@@ -296,13 +303,65 @@ absl::Status RunMemory() {
   return absl::OkStatus();
 }
 
+absl::Status RunRestart() {
+  RestartSpec spec;
+  spec.server_binary = absl::GetFlag(FLAGS_server_binary);
+  spec.scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
+  spec.fill.sessions = absl::GetFlag(FLAGS_sessions);
+  spec.fill.channels = absl::GetFlag(FLAGS_channels);
+  spec.fill.concurrency = absl::GetFlag(FLAGS_concurrency);
+  if (spec.server_binary.empty()) {
+    return absl::InvalidArgumentError("--mode=restart needs --server_binary=PATH/qparams-server");
+  }
+  if (spec.fill.sessions < 1 || spec.fill.channels < 1 || spec.fill.concurrency < 1) {
+    return absl::InvalidArgumentError("--sessions, --channels and --concurrency must be >= 1");
+  }
+  absl::StatusOr<RestartResult> r = MeasureRestart(spec);
+  if (!r.ok()) return r.status();
+  const double seconds = absl::ToDoubleSeconds(r->restart_time);
+  const double read = absl::ToDoubleSeconds(r->read_time);
+  const double time_ratio = seconds / read;
+  const double rss_ratio = static_cast<double>(r->rss_after_restart) / r->raw_bytes;
+  const double before_ratio = static_cast<double>(r->rss_before_kill) / r->raw_bytes;
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << absl::StrFormat(
+                     "{\"mode\": \"restart\", \"sessions\": %d, \"channels\": %d, "
+                     "\"sessions_restored\": %d, \"data_dir_bytes\": %d, \"raw_bytes\": %d, "
+                     "\"fill_seconds\": %.1f, \"read_seconds\": %.3f, "
+                     "\"restart_seconds\": %.3f, \"restart_ratio\": %.3f, "
+                     "\"rss_before_kill_bytes\": %d, \"rss_before_ratio\": %.4f, "
+                     "\"rss_bytes\": %d, \"rss_ratio\": %.4f}",
+                     spec.fill.sessions, spec.fill.channels, r->sessions_restored,
+                     r->data_dir_bytes, r->raw_bytes, absl::ToDoubleSeconds(r->fill_time), read,
+                     seconds, time_ratio, r->rss_before_kill, before_ratio, r->rss_after_restart,
+                     rss_ratio)
+              << std::endl;
+  } else {
+    std::cout << absl::StrFormat(
+        "%d moving_average per-channel sessions of %d channels filled in %.1f s; "
+        "the server killed (SIGKILL) and restarted\n"
+        "data directory: %.1f MB, read once (cat to /dev/null) in %.3f s\n"
+        "restart to serving: %.3f s (%.2fx the read), %d sessions restored\n"
+        "server RSS / raw buffer bytes (%.1f MB): %.3f before the kill, %.3f after the "
+        "restart\n",
+        spec.fill.sessions, spec.fill.channels, absl::ToDoubleSeconds(r->fill_time),
+        r->data_dir_bytes / 1e6, read, seconds, time_ratio, r->sessions_restored,
+        r->raw_bytes / 1e6, before_ratio, rss_ratio);
+  }
+  if (r->sessions_restored != spec.fill.sessions) {
+    return absl::DataLossError(
+        absl::StrCat("restored ", r->sessions_restored, " sessions of ", spec.fill.sessions));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace qparams::bench
 
 int main(int argc, char** argv) {
   qparams::TuneProcessForServing();
   absl::SetProgramUsageMessage(
-      "qparams-bench --mode=observe|compute|stream|range|memory [--target=HOST:PORT] "
+      "qparams-bench --mode=observe|compute|stream|range|memory|restart [--target=HOST:PORT] "
       "[--compare-echo] ...");
   // Accepts --compare-echo for --compare_echo (and so on) as ghz-style spellings.
   std::vector<std::string> args(argv, argv + argc);
@@ -320,6 +379,8 @@ int main(int argc, char** argv) {
   absl::Status status;
   if (mode == "memory") {
     status = qparams::bench::RunMemory();
+  } else if (mode == "restart") {
+    status = qparams::bench::RunRestart();
   } else if (absl::StatusOr<qparams::bench::Mode> load = qparams::bench::ParseMode(mode);
              load.ok()) {
     status = qparams::bench::RunLoad(*load);

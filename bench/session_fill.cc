@@ -76,8 +76,9 @@ absl::Status FillSessions(const std::string& target, const FillSpec& spec) {
   return first_error;
 }
 
-absl::StatusOr<int64_t> ResidentBytes() {
-  std::ifstream status("/proc/self/status");
+absl::StatusOr<int64_t> ResidentBytes(const std::string& process) {
+  const std::string path = absl::StrCat("/proc/", process, "/status");
+  std::ifstream status(path);
   std::string line;
   while (std::getline(status, line)) {
     absl::string_view rest = line;
@@ -86,7 +87,7 @@ absl::StatusOr<int64_t> ResidentBytes() {
     int64_t kib;
     if (absl::ConsumeSuffix(&rest, " kB") && absl::SimpleAtoi(rest, &kib)) return kib * 1024;
   }
-  return absl::InternalError("no VmRSS line in /proc/self/status");
+  return absl::InternalError(absl::StrCat("no VmRSS line in ", path));
 }
 
 }  // namespace qparams::bench

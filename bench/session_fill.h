@@ -31,8 +31,8 @@ inline int64_t RawStateBytes(const FillSpec& spec) {
 // ends it, with its status.
 absl::Status FillSessions(const std::string& target, const FillSpec& spec);
 
-// This process's resident set size (VmRSS), in bytes.
-absl::StatusOr<int64_t> ResidentBytes();
+// The resident set size (VmRSS) of `process` ("self" or a PID), in bytes.
+absl::StatusOr<int64_t> ResidentBytes(const std::string& process = "self");
 
 }  // namespace qparams::bench
 

@@ -110,7 +110,7 @@ void PrintSessions(const google::protobuf::RepeatedPtrField<v1::Session>& sessio
   for (const v1::Session& s : sessions) {
     rows.push_back({s.name(), s.calculator(), Bool(s.initialized()), Bool(s.export_mode()),
                     absl::StrCat(s.observation_count()),
-                    absl::FormatTime(absl::RFC3339_sec, wire::TimeFromProto(s.update_time()),
+                    absl::FormatTime(absl::RFC3339_sec, TimeFromTimestamp(s.update_time()),
                                      absl::UTCTimeZone())});
   }
   PrintColumns(rows, out);

@@ -105,6 +105,12 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // Computing forwards applied so far.
   int64_t observation_count() const { return observation_count_; }
 
+  // Moves every buffer the calculator keeps into a fresh allocation of its own. For
+  // a caller that has just freed the temporaries the calculator was built amid (a
+  // restore, the first forward): glibc's malloc would otherwise leave sub-page holes
+  // between long-lived buffers that no later buffer fits.
+  virtual void ReallocateBuffers();
+
  protected:
   using QParamsCalculatorBase::QParamsCalculatorBase;
 
@@ -114,8 +120,6 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // Whether the kind keeps running_min/running_max (and so may restore them).
   virtual bool has_running_range() const { return false; }
   absl::Status RestoreState(const CalculatorState& state) override;
-  // Moves every buffer the calculator keeps into a fresh allocation of its own.
-  virtual void ReallocateBuffers();
 
  private:
   absl::StatusOr<QParams> ComputingForward(const Observation& x);
@@ -143,6 +147,7 @@ class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
   WorkingRange running_range() const { return running_.Get(); }
   std::string Description() const override;
   CalculatorState ExportState() const override;
+  void ReallocateBuffers() override;
 
  protected:
   using StatefulQParamsCalculatorBase::StatefulQParamsCalculatorBase;
@@ -150,7 +155,6 @@ class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
   bool has_running_range() const final { return true; }
   virtual WorkingRange UpdateRunningRange(const WorkingRange& range) const = 0;
   absl::Status RestoreState(const CalculatorState& state) override;
-  void ReallocateBuffers() override;
 
  private:
   StoredRange running_;

@@ -233,22 +233,4 @@ absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& reque
       "observation is unset; send a tensor or a range (block minima and maxima)");
 }
 
-google::protobuf::Timestamp TimeToProto(absl::Time time) {
-  google::protobuf::Timestamp out;
-  const int64_t nanos = absl::ToUnixNanos(time);
-  int64_t seconds = nanos / 1000000000;
-  int64_t rest = nanos % 1000000000;
-  if (rest < 0) {
-    rest += 1000000000;
-    --seconds;
-  }
-  out.set_seconds(seconds);
-  out.set_nanos(static_cast<int32_t>(rest));
-  return out;
-}
-
-absl::Time TimeFromProto(const google::protobuf::Timestamp& timestamp) {
-  return absl::FromUnixSeconds(timestamp.seconds()) + absl::Nanoseconds(timestamp.nanos());
-}
-
 }  // namespace qparams::wire

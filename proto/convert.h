@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
 #include "core/observation.h"
@@ -64,8 +65,7 @@ QParams QParamsFromProto(const v1::QParams& qparams);
 absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
                                                  int64_t max_elements);
 
-google::protobuf::Timestamp TimeToProto(absl::Time time);
-absl::Time TimeFromProto(const google::protobuf::Timestamp& timestamp);
+// Timestamps convert through common/timestamp.h.
 
 }  // namespace qparams::wire
 

@@ -103,8 +103,13 @@ class Engine {
   // without a TTL); returns how many. The background thread calls it with the time.
   int EvictIdle(absl::Time now);
 
-  // The whole store as records (for the journal's snapshots), and the reverse.
+  // The store as records and back (SessionStore's EmitRecords, Records, Replay and
+  // Restore): the journal's snapshots and recovery.
+  absl::Status EmitRecords(const Journal::Emitter& emit) const { return store_.EmitRecords(emit); }
   std::vector<storage::v1::Record> Records() const { return store_.Records(); }
+  std::optional<std::string> Replay(const storage::v1::Record& record) {
+    return store_.Replay(record);
+  }
   std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records) {
     return store_.Restore(records);
   }

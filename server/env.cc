@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/file.h"
 
 namespace qparams {
 namespace {
@@ -39,6 +38,24 @@ class PosixWritableFile final : public WritableFile {
   absl::Status Sync() override {
     if (fdatasync(fd_) != 0) return Error("fsync", path_);
     return absl::OkStatus();
+  }
+
+ private:
+  const int fd_;
+  const std::string path_;
+};
+
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixSequentialFile() override { close(fd_); }
+
+  absl::StatusOr<size_t> Read(char* scratch, size_t n) override {
+    while (true) {
+      const ssize_t got = read(fd_, scratch, n);
+      if (got >= 0) return static_cast<size_t>(got);
+      if (errno != EINTR) return Error("read", path_);
+    }
   }
 
  private:
@@ -91,8 +108,11 @@ class PosixEnv final : public Env {
     return names;
   }
 
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
-    return qparams::ReadFile(path);
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Error("open", path);
+    return std::make_unique<PosixSequentialFile>(fd, path);
   }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {

@@ -11,6 +11,7 @@
 #ifndef QPARAMS_SERVER_ENV_H_
 #define QPARAMS_SERVER_ENV_H_
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,13 @@ class WritableFile {
   virtual absl::Status Append(absl::string_view data) = 0;
   // Makes what was appended durable (fdatasync).
   virtual absl::Status Sync() = 0;
+};
+
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Reads up to `n` bytes into `scratch`: the number read, 0 at the end of the file.
+  virtual absl::StatusOr<size_t> Read(char* scratch, size_t n) = 0;
 };
 
 // Held while the lock on a file is; released when destroyed.
@@ -50,7 +58,10 @@ class Env {
   virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
   // The names in `dir`, without "." and "..".
   virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) = 0;
-  virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  // Opens `path` for reading from its start (recovery streams files this way, so
+  // that it never holds a whole file).
+  virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) = 0;
   // Creates `path`, empty (truncating a file of that name), for appending.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
       const std::string& path) = 0;

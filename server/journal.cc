@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -22,6 +24,10 @@ constexpr char kMagic[8] = {'Q', 'P', 'J', 'R', 'N', 'L', '1', '\n'};
 constexpr char kSnapshotPrefix[] = "snapshot-";
 constexpr char kJournalPrefix[] = "journal-";
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
+constexpr size_t kWriteChunk = size_t{1} << 20;
+// Batches of parsed records waiting to be replayed at most (a few MB for large
+// sessions).
+constexpr size_t kPipeDepth = 4;
 
 std::string FileName(absl::string_view prefix, uint64_t number) {
   return absl::StrFormat("%s%020u", prefix, number);
@@ -32,8 +38,8 @@ uint32_t Checksum(absl::string_view bytes) {
       crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
 }
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+void PutU32(char* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 uint32_t GetU32(const char* p) {
@@ -42,47 +48,139 @@ uint32_t GetU32(const char* p) {
   return v;
 }
 
-std::string Frame(const storage::v1::Record& record) {
-  const std::string payload = record.SerializeAsString();
-  std::string out;
-  out.reserve(8 + payload.size());
-  PutU32(out, static_cast<uint32_t>(payload.size()));
-  PutU32(out, Checksum(payload));
-  out += payload;
-  return out;
+// Appends `record`'s frame to `out`, serializing in place.
+void AppendFrame(const storage::v1::Record& record, std::string& out) {
+  const size_t length = record.ByteSizeLong();
+  const size_t start = out.size();
+  out.resize(start + 8 + length);
+  char* payload = out.data() + start + 8;
+  record.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(payload));
+  char* header = out.data() + start;
+  PutU32(header, static_cast<uint32_t>(length));
+  PutU32(header + 4, Checksum(absl::string_view(payload, length)));
 }
 
-// Appends the records of `bytes` (a whole file) to `records`; returns "" if every
-// frame was whole and intact, else what was wrong and where.
-std::string ParseFile(absl::string_view bytes, std::vector<storage::v1::Record>& records) {
-  // A rotation cut short by a crash: the new file's magic never reached the disk.
-  if (bytes.empty()) return "";
-  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    return "the file does not start with the journal magic";
+// Frames of a file read in order through a bounded buffer: recovery holds one
+// record at a time, however large the file.
+class FrameReader {
+ public:
+  explicit FrameReader(SequentialFile* file) : file_(file) {}
+
+  // Makes `n` bytes available at data(); false if the file ends first (what is left
+  // stays available). Errors: a failed read.
+  absl::StatusOr<bool> Ensure(size_t n) {
+    if (end_ - begin_ >= n) return true;
+    if (capacity_ - begin_ < n) Reserve(n);
+    while (end_ - begin_ < n) {
+      QPARAMS_ASSIGN_OR_RETURN(const size_t got,
+                               file_->Read(buffer_.get() + end_, capacity_ - end_));
+      if (got == 0) return false;
+      end_ += got;
+    }
+    return true;
   }
-  size_t offset = sizeof kMagic;
-  while (offset < bytes.size()) {
-    if (bytes.size() - offset < 8) {
-      return absl::StrCat("a torn frame header at byte ", offset);
+
+  const char* data() const { return buffer_.get() + begin_; }
+  size_t available() const { return end_ - begin_; }
+  void Skip(size_t n) { begin_ += n; }
+
+ private:
+  // Moves the unread bytes to the front of a buffer that holds at least `n`.
+  void Reserve(size_t n) {
+    const size_t left = end_ - begin_;
+    if (capacity_ < n) {
+      const size_t capacity = std::max(n, kChunk);
+      std::unique_ptr<char[]> bigger(new char[capacity]);  // not zeroed: read into
+      if (left > 0) std::memcpy(bigger.get(), buffer_.get() + begin_, left);
+      buffer_ = std::move(bigger);
+      capacity_ = capacity;
+    } else if (left > 0) {
+      std::memmove(buffer_.get(), buffer_.get() + begin_, left);
     }
-    const uint32_t length = GetU32(bytes.data() + offset);
-    const uint32_t checksum = GetU32(bytes.data() + offset + 4);
-    if (length > kMaxRecordBytes || bytes.size() - offset - 8 < length) {
-      return absl::StrCat("a torn record at byte ", offset, " (", bytes.size() - offset,
-                          " bytes left of a ", length, "-byte record)");
-    }
-    const absl::string_view payload = bytes.substr(offset + 8, length);
-    storage::v1::Record record;
-    if (Checksum(payload) != checksum || !record.ParseFromArray(payload.data(), length)) {
-      return absl::StrCat("a corrupt record at byte ", offset, " (checksum mismatch)");
-    }
-    records.push_back(std::move(record));
-    offset += 8 + length;
+    begin_ = 0;
+    end_ = left;
   }
-  return "";
-}
+
+  static constexpr size_t kChunk = size_t{1} << 20;
+  SequentialFile* const file_;
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_ = 0, begin_ = 0, end_ = 0;
+};
 
 }  // namespace
+
+// Hands parsed records from recovery's reading thread to the replaying one, in
+// batches (one hand-off per batch, not per record), at most `depth` batches at a
+// time; replayed batches come back as spares, so that their records' storage is
+// reused.
+class RecordPipe {
+ public:
+  using Batch = std::vector<storage::v1::Record>;
+  static constexpr size_t kBatchRecords = 32;
+
+  explicit RecordPipe(size_t depth) : depth_(depth) {}
+
+  // The record to parse into next (reused storage when a spare is at hand).
+  storage::v1::Record& Next() {
+    if (filling_.size() == filled_) {
+      filling_.emplace_back();
+    }
+    return filling_[filled_++];
+  }
+
+  // The last record from Next() is not to be replayed.
+  void DropLast() { --filled_; }
+
+  // Hands over the records filled so far once they make a batch (or `now`); blocks
+  // while `depth` batches wait.
+  void Flush(bool now) {
+    if (filled_ == 0 || (!now && filled_ < kBatchRecords)) return;
+    filling_.resize(filled_);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](RecordPipe* pipe) { return pipe->ready_.size() < pipe->depth_; }, this));
+    ready_.push_back(std::move(filling_));
+    filling_.clear();
+    if (!spares_.empty()) {
+      filling_ = std::move(spares_.back());
+      spares_.pop_back();
+    }
+    filled_ = 0;
+  }
+
+  // No more batches (flushes what is left).
+  void Close() {
+    Flush(/*now=*/true);
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+  // The next batch, or nullopt once closed and drained.
+  std::optional<Batch> Pop() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](RecordPipe* pipe) { return pipe->closed_ || !pipe->ready_.empty(); }, this));
+    if (ready_.empty()) return std::nullopt;
+    Batch batch = std::move(ready_.front());
+    ready_.pop_front();
+    return batch;
+  }
+
+  void Recycle(Batch batch) {
+    absl::MutexLock lock(&mu_);
+    if (spares_.size() < depth_) spares_.push_back(std::move(batch));
+  }
+
+ private:
+  const size_t depth_;
+  // The reading thread's own.
+  Batch filling_;
+  size_t filled_ = 0;
+  absl::Mutex mu_;
+  std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<Batch> spares_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 absl::StatusOr<Durability> ParseDurability(absl::string_view text) {
   if (text == "always") return Durability::kAlways;
@@ -109,8 +207,7 @@ absl::Status AtStart(absl::string_view what, const absl::Status& cause) {
   return absl::FailedPreconditionError(absl::StrCat(what, ": ", cause.message()));
 }
 
-absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& options,
-                                                       Recovery* recovery) {
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& options) {
   std::unique_ptr<Journal> journal(new Journal(options));
   Env* env = journal->env_;
   const std::string& dir = options.data_dir;
@@ -146,64 +243,163 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& opt
 
   // The newest snapshot, then every journal from its number on.
   uint64_t first = 0;
-  if (!snapshots.empty()) first = snapshots.rbegin()->first;
-  std::vector<std::string> to_read;
-  if (!snapshots.empty()) to_read.push_back(snapshots.rbegin()->second);
+  if (!snapshots.empty()) {
+    first = snapshots.rbegin()->first;
+    journal->snapshot_file_ = snapshots.rbegin()->second;
+  }
   uint64_t last = first;
   for (const auto& [number, name] : journals) {
     if (number >= first) {
-      to_read.push_back(name);
+      journal->journal_files_.push_back(name);
       last = std::max(last, number);
     }
   }
+  absl::MutexLock lock_mu(&journal->mu_);
+  journal->file_number_ = last + 1;
+  return journal;
+}
 
+absl::StatusOr<Journal::FileReplay> Journal::ReadFile(const std::string& path, RecordPipe& pipe) {
+  QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, env_->NewSequentialFile(path));
+  FrameReader reader(file.get());
+  FileReplay result;
+  // A rotation cut short by a crash: the new file's magic never reached the disk.
+  QPARAMS_ASSIGN_OR_RETURN(const bool whole_magic, reader.Ensure(sizeof kMagic));
+  if (!whole_magic && reader.available() == 0) return result;
+  if (!whole_magic || std::memcmp(reader.data(), kMagic, sizeof kMagic) != 0) {
+    result.problem = "the file does not start with the journal magic";
+    return result;
+  }
+  reader.Skip(sizeof kMagic);
+  result.bytes = sizeof kMagic;
+  while (true) {
+    QPARAMS_ASSIGN_OR_RETURN(const bool whole_header, reader.Ensure(8));
+    if (!whole_header) {
+      if (reader.available() != 0) {
+        result.problem = absl::StrCat("a torn frame header at byte ", result.bytes);
+      }
+      return result;
+    }
+    const uint32_t length = GetU32(reader.data());
+    const uint32_t checksum = GetU32(reader.data() + 4);
+    if (length > kMaxRecordBytes) {
+      result.problem = absl::StrCat("a torn record at byte ", result.bytes, " (a ", length,
+                                    "-byte record is over the limit)");
+      return result;
+    }
+    QPARAMS_ASSIGN_OR_RETURN(const bool whole_record, reader.Ensure(8 + size_t{length}));
+    if (!whole_record) {
+      result.problem =
+          absl::StrCat("a torn record at byte ", result.bytes, " (", reader.available(),
+                       " bytes left of a ", length, "-byte record)");
+      return result;
+    }
+    const absl::string_view payload(reader.data() + 8, length);
+    storage::v1::Record& record = pipe.Next();
+    if (Checksum(payload) != checksum || !record.ParseFromArray(payload.data(), length)) {
+      pipe.DropLast();
+      result.problem =
+          absl::StrCat("a corrupt record at byte ", result.bytes, " (checksum mismatch)");
+      return result;
+    }
+    pipe.Flush(/*now=*/false);
+    ++result.records;
+    reader.Skip(8 + size_t{length});
+    result.bytes += 8 + int64_t{length};
+  }
+}
+
+absl::StatusOr<Recovery> Journal::Recover(const Replayer& replay) {
+  // Reading, checksumming and parsing (on a thread of its own) overlap with
+  // replaying (on the caller's): a restart takes about the longer of the two.
+  RecordPipe pipe(kPipeDepth);
+  absl::StatusOr<Recovery> recovery;
+  std::thread reader([&] {
+    recovery = ReadFiles(pipe);
+    pipe.Close();
+  });
+  while (std::optional<RecordPipe::Batch> batch = pipe.Pop()) {
+    for (const storage::v1::Record& record : *batch) replay(record);
+    pipe.Recycle(*std::move(batch));
+  }
+  reader.join();
+  return recovery;
+}
+
+absl::StatusOr<Recovery> Journal::ReadFiles(RecordPipe& pipe) {
+  std::vector<std::string> to_read = journal_files_;
+  if (!snapshot_file_.empty()) to_read.insert(to_read.begin(), snapshot_file_);
+  Recovery recovery;
   bool intact = true;
   for (const std::string& name : to_read) {
-    const std::string path = journal->PathOf(name);
+    const std::string path = PathOf(name);
     if (!intact) {
-      recovery->problems.push_back(
+      recovery.problems.push_back(
           absl::StrCat(path, ": not replayed, as it follows a corrupt record"));
-      journal->corrupt_files_.push_back(name);
+      corrupt_files_.push_back(name);
       continue;
     }
-    absl::StatusOr<std::string> bytes = env->ReadFile(path);
-    if (!bytes.ok()) return AtStart("the data directory", bytes.status());
-    ++recovery->files_read;
-    const std::string problem = ParseFile(*bytes, recovery->records);
-    if (!problem.empty()) {
+    absl::StatusOr<FileReplay> file = ReadFile(path, pipe);
+    if (!file.ok()) return AtStart("the data directory", file.status());
+    ++recovery.files_read;
+    recovery.records += file->records;
+    const bool is_snapshot = name == snapshot_file_;
+    (is_snapshot ? recovered_snapshot_bytes_ : recovered_journal_bytes_) += file->bytes;
+    if (!file->problem.empty()) {
       intact = false;
-      recovery->problems.push_back(
-          absl::StrCat(path, ": ", problem, "; restored everything before it"));
-      journal->corrupt_files_.push_back(name);
+      recovery.problems.push_back(
+          absl::StrCat(path, ": ", file->problem, "; restored everything before it"));
+      corrupt_files_.push_back(name);
+    } else if (!is_snapshot && file->records == 0) {
+      empty_files_.push_back(name);
     }
   }
-  {
-    absl::MutexLock lock(&journal->mu_);
-    journal->file_number_ = last + 1;
-  }
-  return journal;
+  return recovery;
 }
 
 std::string Journal::PathOf(absl::string_view name) const {
   return absl::StrCat(options_.data_dir, "/", name);
 }
 
-absl::Status Journal::Start(Collector collect) {
+absl::Status Journal::Start(Collector collect, bool snapshot) {
   collect_ = std::move(collect);
-  // The new snapshot holds everything recovered, so corrupt files can be set aside
-  // (kept for inspection, no longer read) and the rest removed (by Compact).
-  if (absl::Status s = Compact(); !s.ok()) return AtStart("the first snapshot", s);
-  for (const std::string& name : corrupt_files_) {
-    const std::string path = PathOf(name);
-    if (absl::Status s = env_->RenameFile(path, path + ".corrupt"); !s.ok()) {
-      return AtStart("setting a corrupt file aside", s);
+  // Journals that outgrew their snapshot (the background would compact them at
+  // once) are compacted before serving, so that a server restarted over and over
+  // keeps its directory bounded too.
+  if (snapshot || !corrupt_files_.empty() ||
+      Outgrown(recovered_journal_bytes_, recovered_snapshot_bytes_)) {
+    // The new snapshot holds everything recovered, so corrupt files can be set aside
+    // (kept for inspection, no longer read) and the rest removed (by Compact).
+    if (absl::Status s = Compact(); !s.ok()) return AtStart("the first snapshot", s);
+    for (const std::string& name : corrupt_files_) {
+      const std::string path = PathOf(name);
+      if (absl::Status s = env_->RenameFile(path, path + ".corrupt"); !s.ok()) {
+        return AtStart("setting a corrupt file aside", s);
+      }
     }
-  }
-  if (absl::Status s = env_->SyncDir(options_.data_dir); !s.ok()) {
-    return AtStart("the data directory", s);
+    if (absl::Status s = env_->SyncDir(options_.data_dir); !s.ok()) {
+      return AtStart("the data directory", s);
+    }
+  } else {
+    // The recovered files stay valid as they are: appends go to a new file after
+    // them, and compaction starts when the journals outgrow the snapshot, as ever.
+    if (absl::Status s = Rotate(); !s.ok()) return AtStart("a new journal file", s);
+    {
+      absl::MutexLock lock(&mu_);
+      snapshot_bytes_ = recovered_snapshot_bytes_;
+      journal_bytes_ = recovered_journal_bytes_;
+    }
+    // Harmless if left (they hold nothing), so failures are logged only.
+    for (const std::string& name : empty_files_) {
+      if (absl::Status s = env_->RemoveFile(PathOf(name)); !s.ok()) LogError(s.message());
+    }
   }
   background_ = std::thread([this] { Background(); });
   return absl::OkStatus();
+}
+
+bool Journal::Outgrown(int64_t journal_bytes, int64_t snapshot_bytes) const {
+  return journal_bytes > options_.compact_min_bytes && journal_bytes > 2 * snapshot_bytes;
 }
 
 absl::Status Journal::Break(absl::string_view what, const absl::Status& cause, bool* report) {
@@ -229,7 +425,8 @@ absl::Status Journal::health() const {
 }
 
 absl::StatusOr<uint64_t> Journal::Append(const storage::v1::Record& record) {
-  const std::string frame = Frame(record);
+  std::string frame;
+  AppendFrame(record, frame);
   bool report = false;
   absl::StatusOr<uint64_t> sequence;
   {
@@ -284,16 +481,14 @@ absl::Status Journal::SyncAll() {
   return status;
 }
 
-absl::Status Journal::Compact() {
-  uint64_t number;
+absl::Status Journal::Rotate() {
   bool report = false;
   absl::Status rotated;
   {
-    // Rotate: later appends go to the new file, which the snapshot precedes.
     absl::MutexLock sync_lock(&sync_mu_);
     absl::MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
-    number = file_number_ + (file_ == nullptr ? 0 : 1);
+    const uint64_t number = file_number_ + (file_ == nullptr ? 0 : 1);
     absl::StatusOr<std::unique_ptr<WritableFile>> next =
         env_->NewWritableFile(PathOf(FileName(kJournalPrefix, number)));
     if (next.ok()) rotated = (*next)->Append(absl::string_view(kMagic, sizeof kMagic));
@@ -323,23 +518,48 @@ absl::Status Journal::Compact() {
     Report(report);
     return broken;
   }
+  return absl::OkStatus();
+}
+
+absl::Status Journal::Compact() {
+  // Rotate first: later appends go to the new file, which the snapshot precedes.
+  QPARAMS_RETURN_IF_ERROR(Rotate());
+  uint64_t number;
+  {
+    absl::MutexLock lock(&mu_);
+    number = file_number_;
+  }
   QPARAMS_RETURN_IF_ERROR(WriteSnapshot(number));
   RemoveFilesBefore(number);
   return absl::OkStatus();
 }
 
 absl::Status Journal::WriteSnapshot(uint64_t number) {
-  // Every state collected now is at least as new as the rotation.
-  std::string snapshot(kMagic, sizeof kMagic);
-  for (const storage::v1::Record& record : collect_()) snapshot += Frame(record);
   const std::string path = PathOf(FileName(kSnapshotPrefix, number));
   const std::string temp = path + ".tmp";
+  int64_t size = 0;
   absl::Status written;
   {
     absl::StatusOr<std::unique_ptr<WritableFile>> file = env_->NewWritableFile(temp);
     written = file.status();
-    if (written.ok()) written = (*file)->Append(snapshot);
-    if (written.ok()) written = (*file)->Sync();
+    if (written.ok()) {
+      // Frames gather in a buffer that is written out once it passes kWriteChunk,
+      // so the snapshot never holds more than that (and one record) in memory.
+      std::string buffer(kMagic, sizeof kMagic);
+      auto write_out = [&] {
+        absl::Status s = (*file)->Append(buffer);
+        size += buffer.size();
+        buffer.clear();
+        return s;
+      };
+      // Every state collected now is at least as new as the rotation.
+      written = collect_([&](const storage::v1::Record& record) -> absl::Status {
+        AppendFrame(record, buffer);
+        return buffer.size() >= kWriteChunk ? write_out() : absl::OkStatus();
+      });
+      if (written.ok()) written = write_out();
+      if (written.ok()) written = (*file)->Sync();
+    }
   }
   if (written.ok()) written = env_->RenameFile(temp, path);
   if (written.ok()) written = env_->SyncDir(options_.data_dir);
@@ -353,7 +573,7 @@ absl::Status Journal::WriteSnapshot(uint64_t number) {
         absl::StrCat("snapshot ", path, " not written: ", written.message()));
   }
   absl::MutexLock lock(&mu_);
-  snapshot_bytes_ = snapshot.size();
+  snapshot_bytes_ = size;
   return absl::OkStatus();
 }
 
@@ -386,8 +606,7 @@ void Journal::Background() {
     bool compact;
     {
       absl::MutexLock lock(&mu_);
-      compact = broken_.ok() && journal_bytes_ > options_.compact_min_bytes &&
-                journal_bytes_ > 2 * snapshot_bytes_;
+      compact = broken_.ok() && Outgrown(journal_bytes_, snapshot_bytes_);
     }
     if (!compact) continue;
     if (absl::Status s = Compact(); !s.ok() && health().ok()) {

@@ -42,6 +42,8 @@
 
 namespace qparams {
 
+class RecordPipe;  // journal.cc
+
 // When an acknowledged mutation reaches the disk.
 enum class Durability {
   kAlways,   // fsynced before the response
@@ -66,31 +68,45 @@ struct JournalOptions {
   std::function<void(const absl::Status&)> on_failure;
 };
 
-// What Open found on disk: the records to replay, in order (snapshot first), and a
-// description of every torn or corrupt piece that was set aside.
+// What recovery found on disk: how much it replayed, and a description of every torn
+// or corrupt piece that was set aside.
 struct Recovery {
-  std::vector<storage::v1::Record> records;
-  std::vector<std::string> problems;
+  int64_t records = 0;
   int files_read = 0;
+  std::vector<std::string> problems;
 };
 
 class Journal {
  public:
-  // The live state as records (puts and evictions), for a snapshot.
-  using Collector = std::function<std::vector<storage::v1::Record>()>;
+  // Takes each record found on disk, in order (snapshot first); the last record of a
+  // session wins.
+  using Replayer = std::function<void(const storage::v1::Record&)>;
+  // Takes one record of a snapshot; a failure ends the snapshot.
+  using Emitter = std::function<absl::Status(const storage::v1::Record&)>;
+  // Emits the live state (puts and evictions) one record at a time, so that a
+  // snapshot never holds the whole store in memory; returns the emitter's first error.
+  using Collector = std::function<absl::Status(const Emitter&)>;
 
-  // Opens (creating if needed) the data directory and reads it. The journal
-  // accepts appends only after Start. FAILED_PRECONDITION if the directory cannot
-  // be created or read, or another server holds it.
-  static absl::StatusOr<std::unique_ptr<Journal>> Open(const JournalOptions& options,
-                                                        Recovery* recovery);
+  // Opens (creating if needed) the data directory and locks it. FAILED_PRECONDITION
+  // if the directory cannot be created or listed, or another server holds it.
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const JournalOptions& options);
 
   ~Journal();
 
-  // Writes a snapshot of `collect()` (the state restored from the recovery), starts
-  // a fresh journal, removes the files it replaces (corrupt ones are renamed
-  // `*.corrupt`), and starts the background flusher/compactor.
-  absl::Status Start(Collector collect);
+  // Streams the newest snapshot and the journals after it through `replay`, on the
+  // calling thread, while a thread of its own reads and parses ahead (memory: a read
+  // buffer and a few dozen records). A torn or corrupt frame
+  // ends the replay there (described in the result's problems). FAILED_PRECONDITION
+  // if a file cannot be read. Call once, before Start.
+  absl::StatusOr<Recovery> Recover(const Replayer& replay);
+
+  // Starts a fresh journal file and the background flusher/compactor. Writes a
+  // snapshot of `collect()` first, and removes the files it replaces, when
+  // `snapshot` says so, recovery found corrupt files (which are then renamed
+  // `*.corrupt`) or the journals outgrew the snapshot (as for Compact); otherwise the recovered
+  // files stay as they are, so that a restart costs one read of the directory. Journal files that
+  // held no record are removed.
+  absl::Status Start(Collector collect, bool snapshot = false);
 
   // Appends `record` (written to the file before returning) and returns its
   // sequence number. Mutations of one session must be appended in their order. After
@@ -121,8 +137,25 @@ class Journal {
   // Fsyncs the current journal file up to everything appended.
   absl::Status SyncAll();
   void Background();
+  // The compaction rule: journals above compact_min_bytes and twice the snapshot.
+  bool Outgrown(int64_t journal_bytes, int64_t snapshot_bytes) const;
+  // Creates journal-`number` with its magic and makes its entry durable; later
+  // appends go there. Breaks the journal on failure.
+  absl::Status Rotate() ABSL_LOCKS_EXCLUDED(sync_mu_, mu_);
   // Writes snapshot-`number` (temporary file, fsync, rename, directory fsync).
   absl::Status WriteSnapshot(uint64_t number);
+  // What replaying one file found: `problem` is "" if every frame was whole and
+  // intact, else what was wrong and where (`bytes` then stops before it).
+  struct FileReplay {
+    std::string problem;
+    int64_t records = 0;
+    int64_t bytes = 0;
+  };
+  // Reads the snapshot and journals into `pipe` (recovery's reading thread).
+  absl::StatusOr<Recovery> ReadFiles(RecordPipe& pipe);
+  // Reads, checks and parses one file's records into `pipe`. Errors: the file
+  // cannot be read.
+  absl::StatusOr<FileReplay> ReadFile(const std::string& path, RecordPipe& pipe);
   // Removes snapshot and journal files numbered below `number`, but corrupt ones.
   void RemoveFilesBefore(uint64_t number);
   // Breaks the journal with `failure` (UNAVAILABLE) unless it is broken already;
@@ -137,7 +170,13 @@ class Journal {
   Env* const env_;
   std::unique_ptr<FileLock> lock_;
   Collector collect_;
-  std::vector<std::string> corrupt_files_;  // found by Open, set aside by Start
+  // Found by Open: the newest snapshot (if any) and the journals from its number on.
+  std::string snapshot_file_;
+  std::vector<std::string> journal_files_;
+  std::vector<std::string> corrupt_files_;  // found by Recover, set aside by Start
+  std::vector<std::string> empty_files_;    // journals without a record, removed by Start
+  int64_t recovered_snapshot_bytes_ = 0;
+  int64_t recovered_journal_bytes_ = 0;
 
   // Lock order: sync_mu_, then mu_.
   absl::Mutex sync_mu_;

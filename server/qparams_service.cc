@@ -25,8 +25,8 @@ void SessionToProto(const SessionInfo& info, v1::Session* out) {
   out->mutable_running_min()->Assign(info.running_min.begin(), info.running_min.end());
   out->mutable_running_max()->Assign(info.running_max.begin(), info.running_max.end());
   if (info.input_dtype) out->set_input_dtype(wire::DTypeToProto(*info.input_dtype));
-  *out->mutable_create_time() = wire::TimeToProto(info.create_time);
-  *out->mutable_update_time() = wire::TimeToProto(info.update_time);
+  *out->mutable_create_time() = TimestampFromTime(info.create_time);
+  *out->mutable_update_time() = TimestampFromTime(info.update_time);
   out->set_description(info.description);
 }
 

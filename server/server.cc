@@ -94,7 +94,6 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     service_options.authenticator = server->authenticator_.get();
   }
 
-  Recovery recovery;
   if (options.durability != Durability::kNone) {
     JournalOptions journal_options;
     journal_options.data_dir = options.data_dir;
@@ -110,25 +109,37 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
         self->server_->GetHealthCheckService()->SetServingStatus(kStorageHealthName, false);
       }
     };
-    absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(journal_options, &recovery);
+    absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(journal_options);
     if (!journal.ok()) return journal.status();
     server->journal_ = *std::move(journal);
   }
   server->engine_ = std::make_unique<Engine>(options.engine, server->journal_.get());
   if (server->journal_ != nullptr) {
-    for (const std::string& problem : recovery.problems) LogError(problem);
-    for (const std::string& problem : server->engine_->Restore(recovery.records)) {
-      LogError(problem);
-    }
     Engine* engine = server->engine_.get();
-    if (absl::Status s = server->journal_->Start([engine] { return engine->Records(); });
+    const absl::Time start = absl::Now();
+    bool skipped = false;
+    absl::StatusOr<Recovery> recovery =
+        server->journal_->Recover([engine, &skipped](const storage::v1::Record& record) {
+          if (std::optional<std::string> problem = engine->Replay(record)) {
+            LogError(*problem);
+            skipped = true;
+          }
+        });
+    if (!recovery.ok()) return recovery.status();
+    for (const std::string& problem : recovery->problems) LogError(problem);
+    // Records that were skipped are dropped for good by a snapshot, not met again at
+    // every start.
+    if (absl::Status s = server->journal_->Start(
+            [engine](const Journal::Emitter& emit) { return engine->EmitRecords(emit); },
+            /*snapshot=*/skipped);
         !s.ok()) {
       return s;
     }
-    LogInfo(absl::StrCat("restored ", server->engine_->session_count(), " session(s) from ",
-                         options.data_dir, " (", recovery.files_read, " file(s), ",
-                         recovery.records.size(), " record(s)); durability ",
-                         DurabilityName(options.durability)));
+    LogInfo(
+        absl::StrCat("restored ", engine->session_count(), " session(s) from ", options.data_dir,
+                     " (", recovery->files_read, " file(s), ", recovery->records, " record(s)) in ",
+                     absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+                     "; durability ", DurabilityName(options.durability)));
   }
   server->service_ =
       std::make_unique<QParamsServiceImpl>(server->engine_.get(), service_options);

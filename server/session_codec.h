@@ -1,6 +1,10 @@
 // Sessions in the on-disk format (qparams.storage.v1): a core CalculatorState plus
 // the session's key and times. Decoding checks the state through CreateFromState, so
 // a record that parses but is inconsistent is refused, never half-restored.
+//
+// The storage format has its own messages (proto/qparams/storage/v1/storage.proto),
+// so this codec is the only translation between them and the core's values; it
+// knows nothing of the wire contract.
 
 #ifndef QPARAMS_SERVER_SESSION_CODEC_H_
 #define QPARAMS_SERVER_SESSION_CODEC_H_
@@ -12,6 +16,7 @@
 #include "absl/time/time.h"
 #include "core/calculator_state.h"
 #include "core/qparams_calculator.h"
+#include "google/protobuf/timestamp.pb.h"
 #include "qparams/storage/v1/storage.pb.h"
 
 namespace qparams {
@@ -27,6 +32,9 @@ struct SessionKey {
 
 storage::v1::SessionKey EncodeKey(const SessionKey& key);
 SessionKey DecodeKey(const storage::v1::SessionKey& key);
+
+// The record of an eviction.
+storage::v1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time);
 
 // A session's whole state as a record.
 storage::v1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,

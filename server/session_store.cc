@@ -1,12 +1,11 @@
 #include "server/session_store.h"
 
-#include <map>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/timestamp.h"
 #include "core/status_macros.h"
-#include "proto/convert.h"
 
 namespace qparams {
 namespace {
@@ -99,10 +98,10 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const SessionKey& ke
 absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
                                   const storage::v1::Record& why) {
   uint64_t sequence = 0;
-  absl::Status gone = why.has_evicted()
-                          ? Evicted(session->key(), wire::TimeFromProto(why.evicted().evict_time()))
-                          : absl::NotFoundError(
-                                absl::StrCat("session \"", session->name(), "\" was deleted"));
+  absl::Status gone =
+      why.has_evicted()
+          ? Evicted(session->key(), TimeFromTimestamp(why.evicted().evict_time()))
+          : absl::NotFoundError(absl::StrCat("session \"", session->name(), "\" was deleted"));
   absl::Status status = session->Retire(
       [&]() -> absl::Status {
         absl::MutexLock lock(&mu_);
@@ -114,7 +113,7 @@ absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
         const std::string map_key = MapKey(session->key());
         sessions_.erase(map_key);
         if (why.has_evicted()) {
-          Remember(map_key, wire::TimeFromProto(why.evicted().evict_time()));
+          Remember(map_key, TimeFromTimestamp(why.evicted().evict_time()));
         }
         return absl::OkStatus();
       },
@@ -164,10 +163,7 @@ int SessionStore::EvictIdle(absl::Time idle_since) {
   for (const std::shared_ptr<Session>& session : idle) {
     // A call that named the session since the scan keeps it.
     if (session->last_access() >= idle_since) continue;
-    storage::v1::Record why;
-    *why.mutable_evicted()->mutable_key() = EncodeKey(session->key());
-    *why.mutable_evicted()->mutable_evict_time() = wire::TimeToProto(absl::Now());
-    if (Remove(session, why).ok()) ++evicted;
+    if (Remove(session, EncodeEviction(session->key(), absl::Now())).ok()) ++evicted;
   }
   return evicted;
 }
@@ -190,71 +186,89 @@ SessionStore::Page SessionStore::List(absl::string_view tenant, absl::string_vie
   return page;
 }
 
-std::vector<storage::v1::Record> SessionStore::Records() const {
+absl::Status SessionStore::EmitRecords(const Journal::Emitter& emit) const {
   std::vector<std::shared_ptr<Session>> sessions;
-  std::vector<storage::v1::Record> records;
+  std::vector<storage::v1::Record> evictions;
   {
     absl::ReaderMutexLock lock(&mu_);
     sessions.reserve(sessions_.size());
     for (const auto& [map_key, session] : sessions_) sessions.push_back(session);
     for (const auto& [when, map_key] : eviction_order_) {
       const size_t split = map_key.find('\0');
-      storage::v1::Record& record = records.emplace_back();
-      record.mutable_evicted()->mutable_key()->set_tenant(map_key.substr(0, split));
-      record.mutable_evicted()->mutable_key()->set_name(map_key.substr(split + 1));
-      *record.mutable_evicted()->mutable_evict_time() = wire::TimeToProto(when);
+      evictions.push_back(
+          EncodeEviction({map_key.substr(0, split), map_key.substr(split + 1)}, when));
     }
   }
+  for (const storage::v1::Record& record : evictions) QPARAMS_RETURN_IF_ERROR(emit(record));
+  storage::v1::Record record;
   for (const std::shared_ptr<Session>& session : sessions) {
-    *records.emplace_back().mutable_put() = session->Record();
+    *record.mutable_put() = session->Record();
+    QPARAMS_RETURN_IF_ERROR(emit(record));
   }
+  return absl::OkStatus();
+}
+
+std::vector<storage::v1::Record> SessionStore::Records() const {
+  std::vector<storage::v1::Record> records;
+  EmitRecords([&](const storage::v1::Record& record) {
+    records.push_back(record);
+    return absl::OkStatus();
+  }).IgnoreError();  // the emitter never fails
   return records;
 }
 
+std::optional<std::string> SessionStore::Replay(const storage::v1::Record& record) {
+  switch (record.kind_case()) {
+    case storage::v1::Record::kPut: {
+      const std::string key = MapKey(DecodeKey(record.put().key()));
+      std::optional<std::string> problem;
+      std::shared_ptr<Session> session;
+      if (absl::Status name = ValidateSessionName(record.put().key().name(), "session name");
+          !name.ok()) {
+        problem = absl::StrCat("skipped a record of an invalid ", name.message());
+      } else if (absl::StatusOr<DecodedSession> decoded = DecodeSession(record.put());
+                 !decoded.ok()) {
+        problem =
+            absl::StrCat("skipped a record that does not restore: ", decoded.status().message());
+      } else {
+        // The record's temporaries are gone: the buffers move out of their gaps.
+        decoded->calculator->ReallocateBuffers();
+        session = std::make_shared<Session>(std::move(decoded->key), std::move(decoded->calculator),
+                                            journal_, decoded->create_time, decoded->update_time);
+      }
+      absl::MutexLock lock(&mu_);
+      Forget(key);
+      if (session != nullptr)
+        sessions_.insert_or_assign(key, std::move(session));
+      else
+        sessions_.erase(key);
+      return problem;
+    }
+    case storage::v1::Record::kErase: {
+      const std::string key = MapKey(DecodeKey(record.erase()));
+      absl::MutexLock lock(&mu_);
+      sessions_.erase(key);
+      return std::nullopt;
+    }
+    case storage::v1::Record::kEvicted: {
+      std::string key = MapKey(DecodeKey(record.evicted().key()));
+      absl::MutexLock lock(&mu_);
+      sessions_.erase(key);
+      Remember(std::move(key), TimeFromTimestamp(record.evicted().evict_time()));
+      return std::nullopt;
+    }
+    case storage::v1::Record::KIND_NOT_SET:
+      break;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Record>& records) {
-  // The last record of each key wins.
-  std::map<std::string, const storage::v1::SessionState*> live;
-  std::map<std::string, absl::Time> evicted;
-  for (const storage::v1::Record& record : records) {
-    switch (record.kind_case()) {
-      case storage::v1::Record::kPut: {
-        const std::string key = MapKey(DecodeKey(record.put().key()));
-        live[key] = &record.put();
-        evicted.erase(key);
-        break;
-      }
-      case storage::v1::Record::kErase:
-        live.erase(MapKey(DecodeKey(record.erase())));
-        break;
-      case storage::v1::Record::kEvicted: {
-        const std::string key = MapKey(DecodeKey(record.evicted().key()));
-        live.erase(key);
-        evicted[key] = wire::TimeFromProto(record.evicted().evict_time());
-        break;
-      }
-      case storage::v1::Record::KIND_NOT_SET:
-        break;
-    }
-  }
   std::vector<std::string> problems;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [key, state] : live) {
-    if (absl::Status name = ValidateSessionName(state->key().name(), "session name");
-        !name.ok()) {
-      problems.push_back(absl::StrCat("skipped a record of an invalid ", name.message()));
-      continue;
-    }
-    absl::StatusOr<DecodedSession> decoded = DecodeSession(*state);
-    if (!decoded.ok()) {
-      problems.push_back(absl::StrCat("skipped a record that does not restore: ",
-                                      decoded.status().message()));
-      continue;
-    }
-    sessions_[key] = std::make_shared<Session>(std::move(decoded->key),
-                                               std::move(decoded->calculator), journal_,
-                                               decoded->create_time, decoded->update_time);
+  for (const storage::v1::Record& record : records) {
+    if (std::optional<std::string> problem = Replay(record))
+      problems.push_back(*std::move(problem));
   }
-  for (auto& [key, when] : evicted) Remember(key, when);
   return problems;
 }
 

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,12 +73,18 @@ class SessionStore {
   Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after,
             int limit) const;
 
-  // The live state as records, for a snapshot: every eviction still remembered
-  // (oldest first), then every session.
+  // The live state as records, for a snapshot, one at a time through `emit`: every
+  // eviction still remembered (oldest first), then every session in key order. Stops
+  // at emit's first error and returns it. Sessions created meanwhile may be left out.
+  absl::Status EmitRecords(const Journal::Emitter& emit) const;
+  // The same, collected.
   std::vector<storage::v1::Record> Records() const;
 
-  // Replays journal/snapshot records into an empty store, without journaling them.
-  // Returns the problems met (records that do not decode are skipped and reported).
+  // Applies one journal/snapshot record, without journaling it: the last record of a
+  // key wins. A put that does not decode (or names an invalid name) leaves the key
+  // without a session and returns the problem.
+  std::optional<std::string> Replay(const storage::v1::Record& record);
+  // Replays `records` in order; returns the problems met.
   std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);
 
   int64_t size() const;

@@ -77,9 +77,10 @@ class FaultInjectionEnv final : public Env {
     if (absl::Status dead = Dead("list", dir); !dead.ok()) return dead;
     return base_->ListDir(dir);
   }
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override {
     if (absl::Status dead = Dead("read", path); !dead.ok()) return dead;
-    return base_->ReadFile(path);
+    return base_->NewSequentialFile(path);
   }
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {

@@ -171,17 +171,14 @@ TEST_P(StorageFaultTest, AFailedFsyncIsRefusedAndNeverSeen) {
   EXPECT_EQ(State(), acknowledged);
 }
 
-TEST_P(StorageFaultTest, ASnapshotThatFailsAtStartKeepsEverythingForTheNextStart) {
+TEST_P(StorageFaultTest, AStartThatFailsKeepsEverythingForTheNextStart) {
   FaultInjectionEnv env;
   ASSERT_TRUE(Start(&env));
   Populate();
   const std::string acknowledged = State();
   Stop();
-  // Each start writes a snapshot: rotation, the new journal's directory entry, the
-  // temporary file, its fsync, the rename, the directory.
-  for (auto [op, nth] :
-       {std::pair{Op::kRename, 1}, std::pair{Op::kSyncDir, 1}, std::pair{Op::kSyncDir, 2},
-        std::pair{Op::kSync, 1}, std::pair{Op::kNewFile, 2}}) {
+  // Each start rotates to a new journal file: its creation, its directory entry.
+  for (auto [op, nth] : {std::pair{Op::kNewFile, 1}, std::pair{Op::kSyncDir, 1}}) {
     SCOPED_TRACE(absl::StrCat("op ", static_cast<int>(op), " call ", nth));
     env.FailNext(op, nth);
     EXPECT_FALSE(Start(&env));
@@ -254,6 +251,57 @@ std::map<std::string, int64_t> Replayed(const std::vector<storage::v1::Record>& 
   return state;
 }
 
+TEST(JournalFaults, AFailedSnapshotStepLosesNothingAndAppendsGoOn) {
+  // A compaction's steps after the rotation: the temporary file, its write, its
+  // fsync, the rename, the directory sync. A failure leaves the older files, which
+  // still hold everything, and the journal keeps taking appends.
+  for (auto [op, nth] :
+       {std::pair{Op::kNewFile, 2}, std::pair{Op::kAppend, 2}, std::pair{Op::kSync, 2},
+        std::pair{Op::kRename, 1}, std::pair{Op::kSyncDir, 2}}) {
+    SCOPED_TRACE(absl::StrCat("op ", static_cast<int>(op), " call ", nth));
+    const std::string dir = TempDir();
+    FaultInjectionEnv env;
+    std::map<std::string, int64_t> acknowledged;
+    JournalOptions options;
+    options.data_dir = dir;
+    options.durability = Durability::kAlways;
+    options.compact_min_bytes = int64_t{1} << 40;  // only explicit compactions
+    options.env = &env;
+    {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
+      ASSERT_OK(journal->Recover([](const storage::v1::Record&) {}).status());
+      ASSERT_OK(journal->Start([&](const Journal::Emitter& emit) {
+        for (const auto& [name, version] : acknowledged) {
+          if (absl::Status s = emit(Put(name, version)); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      }));
+      for (int i = 0; i < 40; ++i) {
+        if (i == 20) {
+          env.FailNext(op, nth);
+          EXPECT_CODE(journal->Compact(), absl::StatusCode::kUnavailable);
+          ASSERT_OK(journal->health());
+        }
+        const std::string name = absl::StrCat("s", i % 7);
+        ASSERT_OK_AND_ASSIGN(uint64_t sequence, journal->Append(Put(name, i)));
+        ASSERT_OK(journal->Sync(sequence));
+        acknowledged[name] = i;
+      }
+    }
+    env.DropUnsyncedData();
+    options.env = Env::Posix();
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
+    std::vector<storage::v1::Record> records;
+    ASSERT_OK_AND_ASSIGN(Recovery recovery, journal->Recover([&](const storage::v1::Record& r) {
+      records.push_back(r);
+    }));
+    EXPECT_TRUE(recovery.problems.empty()) << recovery.problems.front();
+    EXPECT_EQ(Replayed(records), acknowledged);
+    journal.reset();
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(JournalFaults, ACrashBetweenAnyTwoStepsOfACompactionLosesNothingAcknowledged) {
   bool completed = false;
   for (int crash_at = 0; !completed; ++crash_at) {
@@ -267,12 +315,13 @@ TEST(JournalFaults, ACrashBetweenAnyTwoStepsOfACompactionLosesNothingAcknowledge
       options.data_dir = dir;
       options.durability = Durability::kAlways;
       options.env = &env;
-      Recovery recovery;
-      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options, &recovery));
-      ASSERT_OK(journal->Start([&] {
-        std::vector<storage::v1::Record> records;
-        for (const auto& [name, version] : acknowledged) records.push_back(Put(name, version));
-        return records;
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
+      ASSERT_OK(journal->Recover([](const storage::v1::Record&) {}).status());
+      ASSERT_OK(journal->Start([&](const Journal::Emitter& emit) {
+        for (const auto& [name, version] : acknowledged) {
+          if (absl::Status s = emit(Put(name, version)); !s.ok()) return s;
+        }
+        return absl::OkStatus();
       }));
       for (int i = 0; i < 30; ++i) {
         const std::string name = absl::StrCat("s", i % 7);
@@ -293,10 +342,13 @@ TEST(JournalFaults, ACrashBetweenAnyTwoStepsOfACompactionLosesNothingAcknowledge
     JournalOptions options;
     options.data_dir = dir;
     options.durability = Durability::kAlways;
-    Recovery recovery;
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options, &recovery));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
+    std::vector<storage::v1::Record> records;
+    ASSERT_OK_AND_ASSIGN(Recovery recovery, journal->Recover([&](const storage::v1::Record& r) {
+      records.push_back(r);
+    }));
     EXPECT_TRUE(recovery.problems.empty()) << recovery.problems.front();
-    EXPECT_EQ(Replayed(recovery.records), acknowledged);
+    EXPECT_EQ(Replayed(records), acknowledged);
     journal.reset();
     std::filesystem::remove_all(dir);
   }

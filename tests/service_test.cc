@@ -516,8 +516,8 @@ TEST_F(ServiceTest, ObserveTensorAndRangeAgree) {
     EXPECT_EQ(t.running_min(i), r.running_min(i));
     EXPECT_LE(t.running_min(i), t.running_max(i));
   }
-  EXPECT_GE(absl::ToUnixNanos(wire::TimeFromProto(t.update_time())),
-            absl::ToUnixNanos(wire::TimeFromProto(t.create_time())));
+  EXPECT_GE(absl::ToUnixNanos(TimeFromTimestamp(t.update_time())),
+            absl::ToUnixNanos(TimeFromTimestamp(t.create_time())));
 }
 
 TEST_F(ServiceTest, ObserveErrorsChangeNothing) {
@@ -632,14 +632,14 @@ TEST_F(ServiceTest, GetQParamsExportModeAndGranularity) {
 
 TEST_F(ServiceTest, UpdateTimeMovesOnMutations) {
   ASSERT_OK_AND_ASSIGN(v1::Session created, Create("s", "static", Int8Spec()));
-  absl::Time last = wire::TimeFromProto(created.update_time());
-  EXPECT_EQ(last, wire::TimeFromProto(created.create_time()));
+  absl::Time last = TimeFromTimestamp(created.update_time());
+  EXPECT_EQ(last, TimeFromTimestamp(created.create_time()));
   ASSERT_OK(ObserveTensor("s", Vec({1, 2})));
   ASSERT_OK_AND_ASSIGN(v1::Session observed, Get("s"));
-  EXPECT_GT(wire::TimeFromProto(observed.update_time()), last);
-  last = wire::TimeFromProto(observed.update_time());
+  EXPECT_GT(TimeFromTimestamp(observed.update_time()), last);
+  last = TimeFromTimestamp(observed.update_time());
   EXPECT_CODE(ObserveTensor("s", Vec({1, NAN})), kInvalid);
-  EXPECT_EQ(wire::TimeFromProto(Get("s")->update_time()), last);
+  EXPECT_EQ(TimeFromTimestamp(Get("s")->update_time()), last);
 }
 
 // ---- ObserveStream ----

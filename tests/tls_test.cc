@@ -506,7 +506,7 @@ TEST_F(CliSecurityTest, TlsMistakes) {
            {target_, "--tls_ca=" + pki_->Path("other_ca.pem"), "--tls_server_name=localhost",
             "health"}}) {
     const ProcessResult r = Cli(args);
-    EXPECT_EQ(r.exit_code, 1) << args[1];
+    EXPECT_EQ(r.exit_code, 1) << args[1] << "\n" << r.err;
     EXPECT_TRUE(absl::StartsWith(r.err, "error: UNAVAILABLE: ")) << r.err;
   }
   // Files that cannot be read or hold no certificate: exit 1, naming the file.
