@@ -4,7 +4,7 @@
 # build directory (gitignored), all with clang:
 #
 #   asan  ASan+UBSan build (build-asan); the whole ctest suite
-#   tsan  TSan build (build-tsan); the concurrency tests and service_unit
+#   tsan  TSan build (build-tsan); the service's unit and concurrency tests
 #   fuzz  libFuzzer build (build-fuzz); every fuzz target (fuzz/README.md) for
 #         $FUZZ_SECONDS, side by side, each on a copy of its committed seed corpus
 #         (fuzz/corpus/<target>; the repo is never written), from seed $FUZZ_SEED
@@ -42,38 +42,10 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # OpenSSL allocations of gRPC's TLS, which an exiting process can leave (sanitizers/lsan.supp).
 export LSAN_OPTIONS="suppressions=$ROOT/sanitizers/lsan.supp:print_suppressions=0"
 
-# The executables of this build that the ctest entries matching $2 (a -R regex, ""
-# for all) run, as the command or an argument of it (bench_smoke runs a script on
-# qparams-bench; the Python tests take --qparams-server=PATH); a target is named like
-# its executable. Before the build ctest says
-# it cannot find a missing command, after it it shows it in the test command.
-test_targets() {
-  local dir=$1 regex=$2
-  local build
-  build=$(cd "$dir" && pwd)
-  ctest --test-dir "$dir" -N -V ${regex:+-R "$regex"} |
-    sed -n -e 's/^Could not find executable \(.*\)$/\1/p' \
-      -e 's/^[0-9]*: Test command: \(.*\)$/\1/p' |
-    tr ' ' '\n' | tr -d '"' | sed 's/^--[a-z_-]*=//' | grep "^$build/" |
-    xargs -r -n1 basename | sort -u
-}
-
-build_for_tests() {
-  local dir=$1 regex=$2
-  local targets
-  targets=$(test_targets "$dir" "$regex")
-  [ -n "$targets" ] || { echo "no tests match '$regex'"; return 1; }
-  echo "building: $targets"
-  # shellcheck disable=SC2086
-  cmake --build "$dir" -j"$JOBS" --target $targets
-}
-
 stage_asan() {
-  # The Python tests (ctest label python) also import the package that the
-  # qparams_python target builds into build-asan/python; no test command names it.
+  # qparams_test_programs (tests/CMakeLists.txt): every program a ctest entry runs.
   cmake -S . -B build-asan "${CONFIGURE[@]}" -DQPARAMS_SANITIZE=address,undefined &&
-    build_for_tests build-asan "" &&
-    cmake --build build-asan --target qparams_python &&
+    cmake --build build-asan -j"$JOBS" --target qparams_test_programs &&
     ctest --test-dir build-asan --output-on-failure -j"$JOBS"
 }
 
@@ -86,12 +58,14 @@ stage_tsan() {
   # Archer tool.
   local archer
   archer=$(dpkg -L libomp-14-dev 2>/dev/null | grep '/libarcher\.so$' | head -n1)
-  local regex='^(service_concurrency|service_unit)$'
+  # The service's unit and concurrency tests (ctest labels of tests/CMakeLists.txt);
+  # qparams_service_tests brings the server and CLI binaries they spawn.
+  local labels='^service_(unit|concurrency)$'
   cmake -S . -B build-tsan "${CONFIGURE[@]}" -DQPARAMS_SANITIZE=thread &&
-    build_for_tests build-tsan "$regex" &&
+    cmake --build build-tsan -j"$JOBS" --target qparams_service_tests &&
     OMP_TOOL_LIBRARIES="$archer" \
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$ROOT/sanitizers/tsan.supp" \
-    ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -R "$regex"
+    ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L "$labels"
 }
 
 stage_fuzz() {
