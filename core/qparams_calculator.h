@@ -30,7 +30,6 @@ class StatefulQParamsCalculatorBase;
 class QParamsCalculatorBase {
  public:
   virtual ~QParamsCalculatorBase() = default;
-  QParamsCalculatorBase(const QParamsCalculatorBase&) = delete;
   QParamsCalculatorBase& operator=(const QParamsCalculatorBase&) = delete;
 
   // The registry key: "static", "moving_average", "global_minmax" or "dynamic".
@@ -69,6 +68,9 @@ class QParamsCalculatorBase {
  protected:
   // `resolved_spec` comes from QuantSpec::Resolve().
   explicit QParamsCalculatorBase(QuantSpec resolved_spec);
+  // For the concrete classes' copies (StatefulQParamsCalculatorBase::Clone); a base
+  // is never copied on its own, which would slice it.
+  QParamsCalculatorBase(const QParamsCalculatorBase&) = default;
 
   // The block-size vector of x's input shape for the spec's granularity and target.
   // INVALID_ARGUMENT if the granularity does not fit or the input has no elements.
@@ -105,6 +107,10 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // Computing forwards applied so far.
   int64_t observation_count() const { return observation_count_; }
 
+  // An independent copy, bit-identical in state: a caller can mutate the copy and
+  // keep it only if the mutation is to stand (the server's journaled mutations).
+  virtual std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const = 0;
+
   // Moves every buffer the calculator keeps into a fresh allocation of its own. For
   // a caller that has just freed the temporaries the calculator was built amid (a
   // restore, the first forward): glibc's malloc would otherwise leave sub-page holes
@@ -134,6 +140,9 @@ class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
   explicit StaticQParamsCalculator(QuantSpec resolved_spec)
       : StatefulQParamsCalculatorBase(std::move(resolved_spec)) {}
   absl::string_view key() const override { return "static"; }
+  std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const override {
+    return std::make_unique<StaticQParamsCalculator>(*this);
+  }
 
  protected:
   QParams ComputeQParams(const WorkingRange& range) override;
@@ -167,6 +176,9 @@ class MovingAverageQParamsCalculator final : public RunningRangeQParamsCalculato
       : RunningRangeQParamsCalculator(std::move(resolved_spec)),
         averaging_constant_(averaging_constant) {}
   absl::string_view key() const override { return "moving_average"; }
+  std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const override {
+    return std::make_unique<MovingAverageQParamsCalculator>(*this);
+  }
   double averaging_constant() const { return averaging_constant_; }
   CalculatorState ExportState() const override;
 
@@ -182,6 +194,9 @@ class GlobalMinMaxQParamsCalculator final : public RunningRangeQParamsCalculator
   explicit GlobalMinMaxQParamsCalculator(QuantSpec resolved_spec)
       : RunningRangeQParamsCalculator(std::move(resolved_spec)) {}
   absl::string_view key() const override { return "global_minmax"; }
+  std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const override {
+    return std::make_unique<GlobalMinMaxQParamsCalculator>(*this);
+  }
 
  protected:
   WorkingRange UpdateRunningRange(const WorkingRange& range) const override;

@@ -137,8 +137,7 @@ class RecordPipe {
     if (filled_ == 0 || (!now && filled_ < kBatchRecords)) return;
     filling_.resize(filled_);
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](RecordPipe* pipe) { return pipe->ready_.size() < pipe->depth_; }, this));
+    mu_.Await(absl::Condition(this, &RecordPipe::HasRoom));
     ready_.push_back(std::move(filling_));
     filling_.clear();
     if (!spares_.empty()) {
@@ -158,8 +157,7 @@ class RecordPipe {
   // The next batch, or nullopt once closed and drained.
   std::optional<Batch> Pop() {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](RecordPipe* pipe) { return pipe->closed_ || !pipe->ready_.empty(); }, this));
+    mu_.Await(absl::Condition(this, &RecordPipe::HasBatchOrClosed));
     if (ready_.empty()) return std::nullopt;
     Batch batch = std::move(ready_.front());
     ready_.pop_front();
@@ -172,6 +170,11 @@ class RecordPipe {
   }
 
  private:
+  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ready_.size() < depth_; }
+  bool HasBatchOrClosed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !ready_.empty();
+  }
+
   const size_t depth_;
   // The reading thread's own.
   Batch filling_;

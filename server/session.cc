@@ -2,10 +2,7 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "core/registry.h"
 #include "core/status_macros.h"
-#include "server/log.h"
 
 namespace qparams {
 namespace {
@@ -42,33 +39,27 @@ absl::Status Session::Mutate(
   Touch();
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
-  // Without a journal nothing can fail after `mutate`, so there is nothing to undo.
-  std::optional<CalculatorState> before;
-  if (journal_ != nullptr) before = calculator_->ExportState();
-  QPARAMS_RETURN_IF_ERROR(mutate(*calculator_));
-  const absl::Time previous_update = update_time_;
-  update_time_ = absl::Now();
-  if (journal_ == nullptr) return absl::OkStatus();
-  storage::v1::Record record;
-  *record.mutable_put() =
-      EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
-  // Synced under the session's lock, so that a storage failure can be undone before
-  // anyone sees the mutation; other sessions append meanwhile and share the fsync.
-  absl::StatusOr<uint64_t> appended = journal_->Append(record);
-  const absl::Status durable = appended.ok() ? journal_->Sync(*appended) : appended.status();
-  if (durable.ok()) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> restored =
-      CreateStatefulFromState(*before);
-  if (restored.ok()) {
-    calculator_ = *std::move(restored);
-    update_time_ = previous_update;
-  } else {  // cannot happen: the state was exported by this very calculator
-    LogError(absl::StrCat("session \"", key_.name,
-                          "\": cannot undo a mutation the journal "
-                          "refused: ",
-                          restored.status().message()));
+  // Without a journal nothing can fail after `mutate`: it runs on the calculator.
+  if (journal_ == nullptr) {
+    QPARAMS_RETURN_IF_ERROR(mutate(*calculator_));
+    update_time_ = absl::Now();
+    return absl::OkStatus();
   }
-  return durable;
+  // With one, it runs on a copy that takes the calculator's place only once its
+  // record is as durable as promised: a refused record leaves nothing to undo, and
+  // the state is exported once, for the record. Synced under the session's lock, so
+  // that no read sees a mutation before it is acknowledged; other sessions append
+  // meanwhile and share the fsync.
+  std::unique_ptr<StatefulQParamsCalculatorBase> next = calculator_->Clone();
+  QPARAMS_RETURN_IF_ERROR(mutate(*next));
+  const absl::Time update_time = absl::Now();
+  storage::v1::Record record;
+  *record.mutable_put() = EncodeSession(key_, next->ExportState(), create_time_, update_time);
+  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence, journal_->Append(record));
+  QPARAMS_RETURN_IF_ERROR(journal_->Sync(sequence));
+  calculator_ = std::move(next);
+  update_time_ = update_time;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {

@@ -64,8 +64,9 @@ struct ObserveResult {
 
 // With a journal, every successful mutation appends the session's new state under
 // the session's lock (so the journal holds one session's states in their order) and,
-// under Durability::kAlways, returns only once that record is on disk. If the
-// journal cannot take the record, the mutation is undone and the call fails.
+// under Durability::kAlways, returns only once that record is on disk. The mutation
+// is made on a copy of the calculator that replaces it only then: if the journal
+// cannot take the record, the session is unchanged and the call fails.
 class Session {
  public:
   // Takes over `calculator` (built from the session's spec, or restored with its
@@ -111,10 +112,11 @@ class Session {
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Touch() const;
   // Runs `mutate` on the calculator under the session's lock (the calculator is
-  // passed in: lock analysis cannot see into a lambda), journals the new state and
-  // waits for it to be durable as the journal's durability promises (fsynced under
-  // kAlways), still under the lock; undoes the mutation if any step fails, so that
-  // no read ever sees a mutation that was not acknowledged.
+  // passed in: lock analysis cannot see into a lambda). With a journal, on a copy
+  // (Clone) whose state is journaled and made as durable as the journal promises
+  // (fsynced under kAlways), still under the lock, before it replaces the
+  // calculator; if any step fails the session is unchanged, so that no read ever
+  // sees a mutation that was not acknowledged.
   absl::Status Mutate(const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate)
       ABSL_LOCKS_EXCLUDED(mu_);
 

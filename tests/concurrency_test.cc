@@ -94,6 +94,9 @@ class BlockingCalculator final : public StatefulQParamsCalculatorBase {
  public:
   explicit BlockingCalculator(QuantSpec spec) : StatefulQParamsCalculatorBase(std::move(spec)) {}
   absl::string_view key() const override { return "test_blocking"; }
+  std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const override {
+    return std::make_unique<BlockingCalculator>(*this);
+  }
 
  protected:
   QParams ComputeQParams(const WorkingRange& range) override {

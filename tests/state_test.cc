@@ -50,12 +50,21 @@ void ExpectRestoreContinuesIdentically(const std::string& key, const QuantSpec& 
     ASSERT_OK_AND_ASSIGN(Calc restored, CreateFromState(state));
     EXPECT_EQ(restored->key(), original->key());
     ASSERT_TRUE(SameState(state, restored->ExportState()));
+    // A clone continues alike too, and independently (shared storage would take
+    // every step twice).
+    std::unique_ptr<QParamsCalculatorBase> clone;
+    if (auto* s = AsStateful(original.get())) clone = s->Clone();
     for (size_t i = k; i < steps.size(); ++i) {
       const absl::StatusOr<QParams> a = Run(*original, steps[i]);
       const absl::StatusOr<QParams> b = Run(*restored, steps[i]);
       ASSERT_TRUE(SameOutcome(a, b)) << "step " << i << ": " << a.status() << " vs " << b.status();
+      if (clone != nullptr) {
+        const absl::StatusOr<QParams> c = Run(*clone, steps[i]);
+        ASSERT_TRUE(SameOutcome(a, c)) << "clone, step " << i;
+      }
     }
     EXPECT_TRUE(SameState(original->ExportState(), restored->ExportState()));
+    if (clone != nullptr) EXPECT_TRUE(SameState(original->ExportState(), clone->ExportState()));
     if (auto* s = AsStateful(original.get())) {
       EXPECT_EQ(s->GetQParams(), AsStateful(restored.get())->GetQParams());
     }
