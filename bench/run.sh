@@ -6,6 +6,7 @@
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
 # DURATION (default 8s) and ROUNDS (16) set each comparison's length: many short
 # turns, so that the bursts of load a shared VM sees fall on both servers alike.
+# SCRATCH_DIR (/var/tmp) holds the restart scenario's data directory (about 3 GB).
 # PY_ROUNDS (5) sets the turns of python_bench.py's calibration pass (about 4 s a
 # turn on OpenBLAS, which `make bench` installs; 85 s on the reference BLAS).
 set -euo pipefail
@@ -42,6 +43,9 @@ for c in 1 2 4 8 16 32; do
     --duration=4s --rounds=8 --warmup=100ms
 done
 scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
+# About 3 GB of data directory under SCRATCH_DIR (on disk, not tmpfs), removed after.
+scenario restart --mode=restart --server_binary="$build/server/qparams-server" \
+  --scratch_dir="${SCRATCH_DIR:-/var/tmp}" --sessions=100000 --channels=1024 --concurrency=8
 
 echo "== Python client: bench/python_bench.py" >&2
 PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/python_bench.py \
@@ -80,6 +84,10 @@ verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
   echo "| Range observations of (2048, 4096) float32 per_channel vs full Observe, input bytes covered | $(get range .covered_mb_per_s) MB/s | full: $(get range .full_covered_mb_per_s) MB/s | ${r}x | >= 50x | $(verdict "$r" 50 '>=') |"
   r=$(get memory .rss_ratio)
   echo "| 100,000 moving_average sessions x 1,024 channels: RSS / raw buffer bytes | $(get memory '.rss_bytes / 1e6 | floor') MB | raw: $(get memory '.raw_bytes / 1e6 | floor') MB | $r | < 1.25 | $(verdict "$r" 1.25 '<') |"
+  r=$(get restart .restart_ratio)
+  echo "| The same sessions journaled (--data_dir, $(get restart '.data_dir_bytes / 1e6 | floor') MB), the server killed: restart to serving vs reading the directory once (cat) | $(get restart .restart_seconds) s | cat: $(get restart .read_seconds) s | $r | <= 3 | $(verdict "$r" 3 '<=') |"
+  r=$(get restart .rss_ratio)
+  echo "| The restarted server's RSS / raw buffer bytes (before the kill: $(get restart .rss_before_ratio)) | $(get restart '.rss_bytes / 1e6 | floor') MB | raw: $(get restart '.raw_bytes / 1e6 | floor') MB | $r | <= 1.25 | $(verdict "$r" 1.25 '<=') |"
   echo
   echo "## Latency vs concurrency (Observe, 64 floats)"
   echo

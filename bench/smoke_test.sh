@@ -2,7 +2,8 @@
 # ctest bench_smoke: every qparams-bench mode runs briefly against its in-process
 # servers and prints the JSON fields bench/run.sh reads; bad flags fail clearly. Given
 # a Python (with the qparams package on its PYTHONPATH) and qparams-server,
-# python_bench.py --quick runs too and writes the JSON fields run.sh reads.
+# the restart mode and python_bench.py --quick run too, and print (write) the JSON
+# fields run.sh reads.
 #   bench/smoke_test.sh QPARAMS_BENCH [PYTHON QPARAMS_SERVER]
 set -euo pipefail
 qb=$1
@@ -29,12 +30,17 @@ expect qps ratio -- --mode=compute --compare-echo --shape=8,16 --granularity=per
 expect covered_mb_per_s full_covered_mb_per_s covered_ratio -- \
   --mode=range --compare-full --shape=64,256 --granularity=per_block:1:32 "${short[@]}"
 expect rss_bytes raw_bytes rss_ratio -- --mode=memory --sessions=50 --channels=16 --json
+if [ $# -ge 3 ]; then
+  expect sessions_restored data_dir_bytes read_seconds restart_seconds restart_ratio rss_ratio \
+    rss_before_ratio -- --mode=restart --server_binary="$3" --scratch_dir="${TMPDIR:-/tmp}" \
+    --sessions=40 --channels=16 --concurrency=2 --json
+fi
 
 help=$("$qb" --help) || { echo "FAIL: --help exits $?"; exit 1; }
 grep -q -- "--mode" <<<"$help" || { echo "FAIL: --help does not name --mode: $help"; exit 1; }
 echo "ok: --help exits 0"
 
-for bad in --mode=nope --granularity=per_row --shape=4,0 --concurrency=0; do
+for bad in --mode=nope --granularity=per_row --shape=4,0 --concurrency=0 --mode=restart; do
   if err=$("$qb" "$bad" --duration=100ms 2>&1); then
     echo "FAIL: $bad was accepted"; exit 1
   fi

@@ -137,8 +137,12 @@ class RecordPipe {
     if (filled_ == 0 || (!now && filled_ < kBatchRecords)) return;
     filling_.resize(filled_);
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &RecordPipe::HasRoom));
+    // CondVar loops rather than Mutex::Await: the sanitizers' model of the
+    // uninstrumented Abseil (sanitizers/tsan_absl_sync.cc) sees these conditions read
+    // under the lock.
+    while (!HasRoom()) room_cv_.Wait(&mu_);
     ready_.push_back(std::move(filling_));
+    filled_cv_.Signal();
     filling_.clear();
     if (!spares_.empty()) {
       filling_ = std::move(spares_.back());
@@ -152,15 +156,17 @@ class RecordPipe {
     Flush(/*now=*/true);
     absl::MutexLock lock(&mu_);
     closed_ = true;
+    filled_cv_.Signal();
   }
 
   // The next batch, or nullopt once closed and drained.
   std::optional<Batch> Pop() {
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &RecordPipe::HasBatchOrClosed));
+    while (!HasBatchOrClosed()) filled_cv_.Wait(&mu_);
     if (ready_.empty()) return std::nullopt;
     Batch batch = std::move(ready_.front());
     ready_.pop_front();
+    room_cv_.Signal();
     return batch;
   }
 
@@ -180,6 +186,8 @@ class RecordPipe {
   Batch filling_;
   size_t filled_ = 0;
   absl::Mutex mu_;
+  absl::CondVar room_cv_;    // a batch was taken
+  absl::CondVar filled_cv_;  // a batch was added, or the pipe closed
   std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
   std::vector<Batch> spares_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
