@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/status_macros.h"
+#include "google/protobuf/arena.h"
 #include "server/log.h"
 
 namespace qparams {
@@ -25,9 +26,6 @@ constexpr char kSnapshotPrefix[] = "snapshot-";
 constexpr char kJournalPrefix[] = "journal-";
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
 constexpr size_t kWriteChunk = size_t{1} << 20;
-// Batches of parsed records waiting to be replayed at most (a few MB for large
-// sessions).
-constexpr size_t kPipeDepth = 4;
 
 std::string FileName(absl::string_view prefix, uint64_t number) {
   return absl::StrFormat("%s%020u", prefix, number);
@@ -110,86 +108,106 @@ class FrameReader {
 }  // namespace
 
 // Hands parsed records from recovery's reading thread to the replaying one, in
-// batches (one hand-off per batch, not per record), at most `depth` batches at a
-// time; replayed batches come back as spares, so that their records' storage is
-// reused.
+// batches (one hand-off per batch, not per record), from a fixed pool of batches that
+// the replaying thread gives back. A batch's records live on its own protobuf arena,
+// whose first block the batch owns and reuses: parsing allocates nothing once the
+// pool is made (malloc from both threads would contend for glibc's arenas, which
+// TuneProcessForServing limits to the number of cores).
 class RecordPipe {
  public:
-  using Batch = std::vector<storage::v1::Record>;
+  struct Batch {
+    static constexpr size_t kBlockBytes = size_t{2} << 20;
+    Batch() : block(new char[kBlockBytes]), arena(Options(block.get())) {}
+    static google::protobuf::ArenaOptions Options(char* block) {
+      google::protobuf::ArenaOptions options;
+      options.initial_block = block;
+      options.initial_block_size = kBlockBytes;
+      return options;
+    }
+    std::unique_ptr<char[]> block;
+    google::protobuf::Arena arena;
+    std::vector<storage::v1::Record*> records;  // on `arena`
+  };
   static constexpr size_t kBatchRecords = 32;
+  static constexpr size_t kPoolBatches = 4;
 
-  explicit RecordPipe(size_t depth) : depth_(depth) {}
-
-  // The record to parse into next (reused storage when a spare is at hand).
+  // Reading thread: the record to parse into next.
   storage::v1::Record& Next() {
-    if (filling_.size() == filled_) {
-      filling_.emplace_back();
-    }
-    return filling_[filled_++];
+    if (filling_ == nullptr) filling_ = TakeEmpty();
+    filling_->records.push_back(
+        google::protobuf::Arena::CreateMessage<storage::v1::Record>(&filling_->arena));
+    return *filling_->records.back();
   }
 
-  // The last record from Next() is not to be replayed.
-  void DropLast() { --filled_; }
+  // Reading thread: the last record from Next() is not to be replayed.
+  void DropLast() { filling_->records.pop_back(); }
 
-  // Hands over the records filled so far once they make a batch (or `now`); blocks
-  // while `depth` batches wait.
+  // Reading thread: hands over the records filled so far once they make a batch (or
+  // `now`).
   void Flush(bool now) {
-    if (filled_ == 0 || (!now && filled_ < kBatchRecords)) return;
-    filling_.resize(filled_);
-    absl::MutexLock lock(&mu_);
-    // CondVar loops rather than Mutex::Await: the sanitizers' model of the
-    // uninstrumented Abseil (sanitizers/tsan_absl_sync.cc) sees these conditions read
-    // under the lock.
-    while (!HasRoom()) room_cv_.Wait(&mu_);
-    ready_.push_back(std::move(filling_));
-    filled_cv_.Signal();
-    filling_.clear();
-    if (!spares_.empty()) {
-      filling_ = std::move(spares_.back());
-      spares_.pop_back();
+    if (filling_ == nullptr || filling_->records.empty() ||
+        (!now && filling_->records.size() < kBatchRecords)) {
+      return;
     }
-    filled_ = 0;
+    absl::MutexLock lock(&mu_);
+    ready_.push_back(std::move(filling_));
+    ready_cv_.Signal();
   }
 
-  // No more batches (flushes what is left).
+  // Reading thread: no more batches (flushes what is left).
   void Close() {
     Flush(/*now=*/true);
     absl::MutexLock lock(&mu_);
     closed_ = true;
-    filled_cv_.Signal();
+    ready_cv_.Signal();
   }
 
-  // The next batch, or nullopt once closed and drained.
-  std::optional<Batch> Pop() {
+  // Replaying thread: the next batch, or nullopt once closed and drained.
+  std::unique_ptr<Batch> Pop() {
     absl::MutexLock lock(&mu_);
-    while (!HasBatchOrClosed()) filled_cv_.Wait(&mu_);
-    if (ready_.empty()) return std::nullopt;
-    Batch batch = std::move(ready_.front());
+    // CondVar loops rather than Mutex::Await: the sanitizers' model of the
+    // uninstrumented Abseil (sanitizers/tsan_absl_sync.cc) sees these conditions read
+    // under the lock.
+    while (!closed_ && ready_.empty()) ready_cv_.Wait(&mu_);
+    if (ready_.empty()) return nullptr;
+    std::unique_ptr<Batch> batch = std::move(ready_.front());
     ready_.pop_front();
-    room_cv_.Signal();
     return batch;
   }
 
-  void Recycle(Batch batch) {
+  // Replaying thread: gives a replayed batch back.
+  void Recycle(std::unique_ptr<Batch> batch) {
     absl::MutexLock lock(&mu_);
-    if (spares_.size() < depth_) spares_.push_back(std::move(batch));
+    spares_.push_back(std::move(batch));
+    spare_cv_.Signal();
   }
 
  private:
-  bool HasRoom() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ready_.size() < depth_; }
-  bool HasBatchOrClosed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return closed_ || !ready_.empty();
+  // A batch to fill: a new one while the pool is not all made, else a given-back one.
+  std::unique_ptr<Batch> TakeEmpty() {
+    std::unique_ptr<Batch> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      if (made_ < kPoolBatches) {
+        ++made_;
+        return std::make_unique<Batch>();
+      }
+      while (spares_.empty()) spare_cv_.Wait(&mu_);
+      batch = std::move(spares_.back());
+      spares_.pop_back();
+    }
+    batch->records.clear();
+    batch->arena.Reset();
+    return batch;
   }
 
-  const size_t depth_;
-  // The reading thread's own.
-  Batch filling_;
-  size_t filled_ = 0;
+  std::unique_ptr<Batch> filling_;  // the reading thread's own
   absl::Mutex mu_;
-  absl::CondVar room_cv_;    // a batch was taken
-  absl::CondVar filled_cv_;  // a batch was added, or the pipe closed
-  std::deque<Batch> ready_ ABSL_GUARDED_BY(mu_);
-  std::vector<Batch> spares_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar ready_cv_;  // a batch was added, or the pipe closed
+  absl::CondVar spare_cv_;  // a batch was given back
+  size_t made_ ABSL_GUARDED_BY(mu_) = 0;
+  std::deque<std::unique_ptr<Batch>> ready_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Batch>> spares_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -323,15 +341,15 @@ absl::StatusOr<Journal::FileReplay> Journal::ReadFile(const std::string& path, R
 absl::StatusOr<Recovery> Journal::Recover(const Replayer& replay) {
   // Reading, checksumming and parsing (on a thread of its own) overlap with
   // replaying (on the caller's): a restart takes about the longer of the two.
-  RecordPipe pipe(kPipeDepth);
+  RecordPipe pipe;
   absl::StatusOr<Recovery> recovery;
   std::thread reader([&] {
     recovery = ReadFiles(pipe);
     pipe.Close();
   });
-  while (std::optional<RecordPipe::Batch> batch = pipe.Pop()) {
-    for (const storage::v1::Record& record : *batch) replay(record);
-    pipe.Recycle(*std::move(batch));
+  while (std::unique_ptr<RecordPipe::Batch> batch = pipe.Pop()) {
+    for (const storage::v1::Record* record : batch->records) replay(*record);
+    pipe.Recycle(std::move(batch));
   }
   reader.join();
   return recovery;
