@@ -259,11 +259,8 @@ absl::Status RunLoad(Mode mode) {
   return absl::OkStatus();
 }
 
-absl::Status RunMemory() {
-  if (!absl::GetFlag(FLAGS_target).empty()) {
-    return absl::InvalidArgumentError(
-        "--mode=memory measures a server in this process; it takes no --target");
-  }
+// The sessions the memory and restart modes create, from the flags.
+absl::StatusOr<FillSpec> FillSpecFromFlags() {
   FillSpec spec;
   spec.sessions = absl::GetFlag(FLAGS_sessions);
   spec.channels = absl::GetFlag(FLAGS_channels);
@@ -271,6 +268,17 @@ absl::Status RunMemory() {
   if (spec.sessions < 1 || spec.channels < 1 || spec.concurrency < 1) {
     return absl::InvalidArgumentError("--sessions, --channels and --concurrency must be >= 1");
   }
+  return spec;
+}
+
+absl::Status RunMemory() {
+  if (!absl::GetFlag(FLAGS_target).empty()) {
+    return absl::InvalidArgumentError(
+        "--mode=memory measures a server in this process; it takes no --target");
+  }
+  absl::StatusOr<FillSpec> fill = FillSpecFromFlags();
+  if (!fill.ok()) return fill.status();
+  const FillSpec spec = *fill;
   absl::StatusOr<std::unique_ptr<QParamsServer>> server =
       StartServer(ServerOptions().max_message_bytes, spec.sessions);
   if (!server.ok()) return server.status();
@@ -307,15 +315,12 @@ absl::Status RunRestart() {
   RestartSpec spec;
   spec.server_binary = absl::GetFlag(FLAGS_server_binary);
   spec.scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
-  spec.fill.sessions = absl::GetFlag(FLAGS_sessions);
-  spec.fill.channels = absl::GetFlag(FLAGS_channels);
-  spec.fill.concurrency = absl::GetFlag(FLAGS_concurrency);
   if (spec.server_binary.empty()) {
     return absl::InvalidArgumentError("--mode=restart needs --server_binary=PATH/qparams-server");
   }
-  if (spec.fill.sessions < 1 || spec.fill.channels < 1 || spec.fill.concurrency < 1) {
-    return absl::InvalidArgumentError("--sessions, --channels and --concurrency must be >= 1");
-  }
+  absl::StatusOr<FillSpec> fill = FillSpecFromFlags();
+  if (!fill.ok()) return fill.status();
+  spec.fill = *fill;
   absl::StatusOr<RestartResult> r = MeasureRestart(spec);
   if (!r.ok()) return r.status();
   const double seconds = absl::ToDoubleSeconds(r->restart_time);

@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/journal.h"
 #include "tests/fault_injection_env.h"
@@ -242,12 +243,31 @@ storage::v1::Record Put(const std::string& name, int64_t version) {
   return record;
 }
 
-// The last put of each name in `records`, as the store would restore them.
-std::map<std::string, int64_t> Replayed(const std::vector<storage::v1::Record>& records) {
-  std::map<std::string, int64_t> state;
-  for (const storage::v1::Record& r : records) {
+// Names and versions: what the tests' journals hold.
+using Versions = std::map<std::string, int64_t>;
+
+// A journal started on a fresh `options.data_dir`, whose snapshots hold `*live` (one
+// put per name, read at each snapshot).
+absl::StatusOr<std::unique_ptr<Journal>> StartJournal(const JournalOptions& options,
+                                                      const Versions* live) {
+  QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal, Journal::Open(options));
+  QPARAMS_RETURN_IF_ERROR(journal->Recover([](const storage::v1::Record&) {}).status());
+  QPARAMS_RETURN_IF_ERROR(journal->Start([live](const Journal::Emitter& emit) {
+    for (const auto& [name, version] : *live) QPARAMS_RETURN_IF_ERROR(emit(Put(name, version)));
+    return absl::OkStatus();
+  }));
+  return journal;
+}
+
+// What a journal reopened on `options` restores (the last put of each name); an
+// error if recovery met a problem.
+absl::StatusOr<Versions> Reopened(const JournalOptions& options) {
+  QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal, Journal::Open(options));
+  Versions state;
+  QPARAMS_ASSIGN_OR_RETURN(Recovery recovery, journal->Recover([&](const storage::v1::Record& r) {
     state[r.put().key().name()] = r.put().observation_count();
-  }
+  }));
+  if (!recovery.problems.empty()) return absl::DataLossError(recovery.problems.front());
   return state;
 }
 
@@ -261,21 +281,14 @@ TEST(JournalFaults, AFailedSnapshotStepLosesNothingAndAppendsGoOn) {
     SCOPED_TRACE(absl::StrCat("op ", static_cast<int>(op), " call ", nth));
     const std::string dir = TempDir();
     FaultInjectionEnv env;
-    std::map<std::string, int64_t> acknowledged;
+    Versions acknowledged;
     JournalOptions options;
     options.data_dir = dir;
     options.durability = Durability::kAlways;
     options.compact_min_bytes = int64_t{1} << 40;  // only explicit compactions
     options.env = &env;
     {
-      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
-      ASSERT_OK(journal->Recover([](const storage::v1::Record&) {}).status());
-      ASSERT_OK(journal->Start([&](const Journal::Emitter& emit) {
-        for (const auto& [name, version] : acknowledged) {
-          if (absl::Status s = emit(Put(name, version)); !s.ok()) return s;
-        }
-        return absl::OkStatus();
-      }));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, StartJournal(options, &acknowledged));
       for (int i = 0; i < 40; ++i) {
         if (i == 20) {
           env.FailNext(op, nth);
@@ -290,14 +303,8 @@ TEST(JournalFaults, AFailedSnapshotStepLosesNothingAndAppendsGoOn) {
     }
     env.DropUnsyncedData();
     options.env = Env::Posix();
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
-    std::vector<storage::v1::Record> records;
-    ASSERT_OK_AND_ASSIGN(Recovery recovery, journal->Recover([&](const storage::v1::Record& r) {
-      records.push_back(r);
-    }));
-    EXPECT_TRUE(recovery.problems.empty()) << recovery.problems.front();
-    EXPECT_EQ(Replayed(records), acknowledged);
-    journal.reset();
+    ASSERT_OK_AND_ASSIGN(Versions restored, Reopened(options));
+    EXPECT_EQ(restored, acknowledged);
     std::filesystem::remove_all(dir);
   }
 }
@@ -309,20 +316,13 @@ TEST(JournalFaults, ACrashBetweenAnyTwoStepsOfACompactionLosesNothingAcknowledge
     ASSERT_LT(crash_at, 100) << "the compaction never completes";
     const std::string dir = TempDir();
     FaultInjectionEnv env;
-    std::map<std::string, int64_t> acknowledged;
+    Versions acknowledged;
+    JournalOptions options;
+    options.data_dir = dir;
+    options.durability = Durability::kAlways;
     {
-      JournalOptions options;
-      options.data_dir = dir;
-      options.durability = Durability::kAlways;
       options.env = &env;
-      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
-      ASSERT_OK(journal->Recover([](const storage::v1::Record&) {}).status());
-      ASSERT_OK(journal->Start([&](const Journal::Emitter& emit) {
-        for (const auto& [name, version] : acknowledged) {
-          if (absl::Status s = emit(Put(name, version)); !s.ok()) return s;
-        }
-        return absl::OkStatus();
-      }));
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, StartJournal(options, &acknowledged));
       for (int i = 0; i < 30; ++i) {
         const std::string name = absl::StrCat("s", i % 7);
         ASSERT_OK_AND_ASSIGN(uint64_t sequence, journal->Append(Put(name, i)));
@@ -339,17 +339,9 @@ TEST(JournalFaults, ACrashBetweenAnyTwoStepsOfACompactionLosesNothingAcknowledge
       if (after.ok() && journal->Sync(*after).ok()) acknowledged["late"] = 1;
     }
     env.DropUnsyncedData();
-    JournalOptions options;
-    options.data_dir = dir;
-    options.durability = Durability::kAlways;
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
-    std::vector<storage::v1::Record> records;
-    ASSERT_OK_AND_ASSIGN(Recovery recovery, journal->Recover([&](const storage::v1::Record& r) {
-      records.push_back(r);
-    }));
-    EXPECT_TRUE(recovery.problems.empty()) << recovery.problems.front();
-    EXPECT_EQ(Replayed(records), acknowledged);
-    journal.reset();
+    options.env = Env::Posix();
+    ASSERT_OK_AND_ASSIGN(Versions restored, Reopened(options));
+    EXPECT_EQ(restored, acknowledged);
     std::filesystem::remove_all(dir);
   }
 }
