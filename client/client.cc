@@ -202,6 +202,27 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
   return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_, authorization_);
 }
 
+absl::Status Client::ReadSessions(const std::string& prefix,
+                                  const std::function<absl::Status(const v1::Session&)>& each) {
+  v1::ReadSessionsRequest request;
+  request.set_prefix(prefix);
+  grpc::ClientContext context;
+  Prepare(context, timeout_, authorization_);
+  std::unique_ptr<grpc::ClientReader<v1::Session>> reader = stub_->ReadSessions(&context, request);
+  v1::Session session;
+  absl::Status stopped;
+  while (reader->Read(&session)) {
+    stopped = each(session);
+    if (!stopped.ok()) {
+      context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status finished = reader->Finish();
+  if (!stopped.ok()) return stopped;
+  return wire::FromGrpcStatus(finished);
+}
+
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);

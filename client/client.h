@@ -9,6 +9,7 @@
 #define QPARAMS_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,12 @@ class Client {
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(int page_size,
                                                         const std::string& page_token,
                                                         const std::string& filter);
+
+  // Every session whose name starts with `prefix` ("" for all), in name order, one
+  // at a time through `each` as the server streams them (ReadSessions). The first
+  // error ends it (the server's status, or `each`'s).
+  absl::Status ReadSessions(const std::string& prefix,
+                            const std::function<absl::Status(const v1::Session&)>& each);
 
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);

@@ -9,6 +9,7 @@
 #include "proto/convert.h"
 #include "proto/status.h"
 #include "server/log.h"
+#include "server/session_store.h"
 
 namespace qparams {
 namespace {
@@ -239,6 +240,83 @@ class QParamsServiceImpl::ObserveStreamReactor final
 grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>*
 QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
   return new ObserveStreamReactor(this, context);
+}
+
+// Writes one session per message, fetching them a page at a time (kPage sessions,
+// each copied whole under its lock), and the next page only once the client has
+// taken the last message: memory holds one page, whatever the prefix matches.
+class QParamsServiceImpl::ReadSessionsReactor final : public grpc::ServerWriteReactor<v1::Session> {
+ public:
+  ReadSessionsReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
+                      const v1::ReadSessionsRequest& request)
+      : service_(service), context_(context), prefix_(request.prefix()) {
+    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    absl::Status valid = tenant.status();
+    if (valid.ok() && !prefix_.empty()) valid = ValidateSessionName(prefix_, "prefix");
+    if (!valid.ok()) {
+      End(valid);
+      return;
+    }
+    tenant_ = *std::move(tenant);
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the stream ended before every session was written"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  static constexpr int kPage = 64;
+
+  void WriteNext() {
+    if (next_ == page_.sessions.size()) {
+      if (fetched_ && page_.next_page_token.empty()) {
+        End(absl::OkStatus());
+        return;
+      }
+      absl::StatusOr<SessionPage> page =
+          service_->engine_->ListSessions(tenant_, kPage, page_.next_page_token, prefix_);
+      if (!page.ok()) {
+        End(page.status());
+        return;
+      }
+      page_ = *std::move(page);
+      fetched_ = true;
+      next_ = 0;
+      if (page_.sessions.empty()) {
+        End(absl::OkStatus());
+        return;
+      }
+    }
+    session_.Clear();
+    SessionToProto(page_.sessions[next_++], &session_);
+    StartWrite(&session_);
+  }
+
+  void End(const absl::Status& status) {
+    service_->LogFailure(context_, "ReadSessions", status);
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  QParamsServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::string prefix_;
+  std::string tenant_;
+  SessionPage page_;
+  size_t next_ = 0;
+  bool fetched_ = false;
+  v1::Session session_;
+};
+
+grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
+    grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) {
+  return new ReadSessionsReactor(this, context, *request);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,

@@ -54,6 +54,8 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* Observe(grpc::CallbackServerContext* context,
                                     const v1::ObserveRequest* request,
                                     v1::ObserveResponse* response) override;
+  grpc::ServerWriteReactor<v1::Session>* ReadSessions(
+      grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) override;
   grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>* ObserveStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ObserveBatch(grpc::CallbackServerContext* context,
@@ -71,6 +73,7 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
 
  private:
   class ObserveStreamReactor;
+  class ReadSessionsReactor;
 
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one).

@@ -149,6 +149,30 @@ TEST_F(ClientTest, SessionLifecycle) {
   ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse listed, client_->ListSessions(0, "", ""));
   ASSERT_EQ(listed.sessions_size(), 1);
   EXPECT_EQ(listed.sessions(0).name(), "s");
+  std::vector<v1::Session> read;
+  ASSERT_OK(client_->ReadSessions("s", [&](const v1::Session& session) {
+    read.push_back(session);
+    return absl::OkStatus();
+  }));
+  ASSERT_EQ(read.size(), 1u);
+  EXPECT_TRUE(MessageDifferencer::Equals(read[0], listed.sessions(0)));
+  // The callback's error ends the stream, and is the result.
+  ASSERT_OK(client_->CreateSession([] {
+    v1::CreateSessionRequest r;
+    r.set_name("t");
+    return r;
+  }()));
+  int seen = 0;
+  EXPECT_CODE(client_->ReadSessions("",
+                                    [&](const v1::Session&) {
+                                      ++seen;
+                                      return absl::AbortedError("enough");
+                                    }),
+              absl::StatusCode::kAborted);
+  EXPECT_EQ(seen, 1);
+  EXPECT_CODE(
+      client_->ReadSessions("bad prefix", [](const v1::Session&) { return absl::OkStatus(); }),
+      absl::StatusCode::kInvalidArgument);
 
   EXPECT_OK(client_->DeleteSession("s"));
   EXPECT_CODE(client_->GetSession("s"), absl::StatusCode::kNotFound);

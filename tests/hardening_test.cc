@@ -202,6 +202,7 @@ enum class Method {
   kCreateSession,
   kGetSession,
   kListSessions,
+  kReadSessions,
   kDeleteSession,
   kObserve,
   kObserveStream,
@@ -221,6 +222,8 @@ const char* MethodName(Method m) {
       return "GetSession";
     case Method::kListSessions:
       return "ListSessions";
+    case Method::kReadSessions:
+      return "ReadSessions";
     case Method::kDeleteSession:
       return "DeleteSession";
     case Method::kObserve:
@@ -239,10 +242,11 @@ const char* MethodName(Method m) {
   return "?";
 }
 
-using Request = std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
-                             v1::ListSessionsRequest, v1::DeleteSessionRequest, v1::ObserveRequest,
-                             v1::ObserveBatchRequest, v1::GetQParamsRequest,
-                             v1::SetExportModeRequest, v1::SetGranularityRequest>;
+using Request =
+    std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
+                 v1::ListSessionsRequest, v1::ReadSessionsRequest, v1::DeleteSessionRequest,
+                 v1::ObserveRequest, v1::ObserveBatchRequest, v1::GetQParamsRequest,
+                 v1::SetExportModeRequest, v1::SetGranularityRequest>;
 
 struct Row {
   std::string what;
@@ -497,6 +501,15 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
       "hard/missing");
 
   // ---- ListSessions ----
+  for (const auto& [what, prefix] : std::vector<std::pair<std::string, std::string>>{
+           {"a space", "hard/a b"},
+           {"a colon", "hard:"},
+           {"a newline", "hard/\n"},
+           {"129 characters", std::string(129, 'p')}}) {
+    v1::ReadSessionsRequest request;
+    request.set_prefix(prefix);
+    add(absl::StrCat("prefix with ", what), Method::kReadSessions, request, kInvalid, "prefix");
+  }
   list("negative page_size", ListReq(-1, "", ""), kInvalid, "page_size");
   list("page_size INT32_MIN", ListReq(std::numeric_limits<int32_t>::min(), "", kPrefix), kInvalid,
        "page_size");
@@ -755,6 +768,14 @@ class Hardening : public ::testing::TestWithParam<int> {
         return stub_->ListSessions(&context, std::get<v1::ListSessionsRequest>(row.request),
                                    &response);
       }
+      case Method::kReadSessions: {
+        std::unique_ptr<grpc::ClientReader<v1::Session>> reader =
+            stub_->ReadSessions(&context, std::get<v1::ReadSessionsRequest>(row.request));
+        v1::Session session;
+        while (reader->Read(&session)) {
+        }
+        return reader->Finish();
+      }
       case Method::kDeleteSession: {
         v1::DeleteSessionResponse response;
         return stub_->DeleteSession(&context, std::get<v1::DeleteSessionRequest>(row.request),
@@ -935,7 +956,7 @@ TEST(HardeningTable, HasARowForEveryMethodAndEnoughOfThem) {
   EXPECT_GE(rows.size(), 180u);
   std::set<Method> methods;
   for (const Row& row : rows) methods.insert(row.method);
-  EXPECT_EQ(methods.size(), 11u);  // every Method
+  EXPECT_EQ(methods.size(), 12u);  // every Method
 }
 
 }  // namespace

@@ -12,11 +12,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
-#include "client/client.h"
 #include "proto/convert.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
@@ -449,6 +450,54 @@ TEST_F(ServiceTest, ListSessionsCapsThePageSize) {
   EXPECT_FALSE(page.next_page_token().empty());
   ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse defaults, List(0, "", ""));
   EXPECT_EQ(defaults.sessions_size(), 50);
+}
+
+// Reads every session under a prefix through ReadSessions: the names, or the
+// status the stream ended with.
+absl::StatusOr<std::vector<std::string>> ReadNames(v1::QParamsService::Stub& stub,
+                                                   const std::string& prefix) {
+  grpc::ClientContext context;
+  v1::ReadSessionsRequest request;
+  request.set_prefix(prefix);
+  std::unique_ptr<grpc::ClientReader<v1::Session>> reader = stub.ReadSessions(&context, request);
+  std::vector<std::string> names;
+  v1::Session session;
+  while (reader->Read(&session)) names.push_back(session.name());
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return FromGrpc(status);
+  return names;
+}
+
+TEST_F(ServiceTest, ReadSessionsStreamsEverySessionUnderAPrefixInNameOrder) {
+  // More than one of the server's pages (64), so that the stream crosses them.
+  std::vector<std::string> expected;
+  for (int i = 0; i < 150; ++i) {
+    expected.push_back(absl::StrFormat("run/%03d", i));
+    ASSERT_OK(Create(expected.back(), "static", Int8Spec()));
+  }
+  ASSERT_OK(Create("other", "static", Int8Spec()));
+  ASSERT_OK(Create("run", "static", Int8Spec()));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> run, ReadNames(*stub_, "run/"));
+  EXPECT_EQ(run, expected);
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> all, ReadNames(*stub_, ""));
+  EXPECT_EQ(all.size(), 152u);
+  EXPECT_EQ(all.front(), "other");
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> none, ReadNames(*stub_, "none/"));
+  EXPECT_TRUE(none.empty());
+  EXPECT_CODE(ReadNames(*stub_, "bad prefix"), kInvalid);
+
+  // Each message is the whole session, as GetSession answers it.
+  ASSERT_OK(ObserveTensor("run/007", MakeTensor(DType::kFloat32, {4}, {-1, 0.5, 2, 3})));
+  ASSERT_OK_AND_ASSIGN(v1::Session got, Get("run/007"));
+  grpc::ClientContext context;
+  v1::ReadSessionsRequest request;
+  request.set_prefix("run/007");
+  std::unique_ptr<grpc::ClientReader<v1::Session>> reader = stub_->ReadSessions(&context, request);
+  v1::Session read;
+  ASSERT_TRUE(reader->Read(&read));
+  EXPECT_EQ(read.SerializeAsString(), got.SerializeAsString());
+  EXPECT_FALSE(reader->Read(&read));
+  EXPECT_TRUE(reader->Finish().ok());
 }
 
 TEST_F(ServiceTest, ConcurrentCreateAndDeleteRacesStayConsistent) {

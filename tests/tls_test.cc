@@ -290,6 +290,8 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryMethod(Client& client
       {"CreateSession", ToStatus(client.CreateSession(CreateRequest("s")))},
       {"GetSession", ToStatus(client.GetSession("s"))},
       {"ListSessions", ToStatus(client.ListSessions(0, "", ""))},
+      {"ReadSessions",
+       client.ReadSessions("", [](const v1::Session&) { return absl::OkStatus(); })},
       {"SetGranularity", ToStatus(client.SetGranularity("s", per_tensor))},
       {"Observe", ToStatus(client.Observe("s", x.view()))},
       {"ObserveStream", ToStatus(client.ObserveStream({TensorObservation("s", x.view())}))},
@@ -376,6 +378,15 @@ TEST_F(AuthTest, TenantsHaveTheirOwnSessions) {
   EXPECT_EQ(Names(a_list), (std::vector<std::string>{"a-only", "x"}));
   ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse b_list, b->ListSessions(0, "", ""));
   EXPECT_EQ(Names(b_list), (std::vector<std::string>{"b-only", "x"}));
+  for (auto [client, expected] : {std::pair{a.get(), std::vector<std::string>{"a-only", "x"}},
+                                  std::pair{b.get(), std::vector<std::string>{"b-only", "x"}}}) {
+    std::vector<std::string> read;
+    ASSERT_OK(client->ReadSessions("", [&](const v1::Session& s) {
+      read.push_back(s.name());
+      return absl::OkStatus();
+    }));
+    EXPECT_EQ(read, expected);
+  }
   ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse a_filtered, a->ListSessions(0, "", "b"));
   EXPECT_EQ(a_filtered.sessions_size(), 0);
   // A page token of A's, played by B, shows none of A's sessions.

@@ -188,6 +188,26 @@ def test_list_sessions_pages_through_every_session(client, name) -> None:
         list(client.list_sessions(name, page_size=-1))
 
 
+def test_read_sessions_streams_every_session_under_a_prefix(client, name) -> None:
+    names = [f"{name}/{i:03d}" for i in range(70)]  # more than one server page (64)
+    for n in reversed(names):
+        client.create_session(n)
+    client.create_session(name + "-outside")
+    client.observe(names[3], np.array([[1.0, -2.0], [0.5, 4.0]], dtype=np.float32))
+    read = list(client.read_sessions(name + "/"))
+    assert [s.name for s in read] == names
+    assert read == list(client.list_sessions(name + "/"))  # whole sessions, alike
+    assert read[3].observation_count == 1
+    assert list(client.read_sessions(name + "/none")) == []
+    # Closing the iterator early cancels the call; the client goes on working.
+    stream = client.read_sessions(name + "/")
+    assert next(stream).name == names[0]
+    stream.close()
+    assert client.get_session(names[0]).name == names[0]
+    with pytest.raises(qparams.InvalidArgument, match="prefix"):
+        list(client.read_sessions("bad prefix!"))
+
+
 def test_bad_names_and_specs_are_invalid_argument(client) -> None:
     with pytest.raises(qparams.InvalidArgument, match="name"):
         client.get_session("bad name!")

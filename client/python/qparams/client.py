@@ -199,6 +199,27 @@ class Client:
             if not token:
                 return
 
+    def read_sessions(self, prefix: str = "", *,
+                      timeout: float | None = None) -> Iterator[pb.Session]:
+        """Every session whose name starts with `prefix`, in name order, streamed by the
+        server in one call (ReadSessions), each read whole under its own lock: for
+        exports and reports of many sessions. A session created or deleted meanwhile
+        may or may not appear. The call's deadline is `timeout` (default: the
+        client's); closing the iterator early cancels the call.
+
+        Raises:
+            InvalidArgument: a prefix with characters no session name holds.
+        """
+        responses = self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
+                                            timeout=timeout or self.timeout,
+                                            metadata=self._metadata)
+        try:
+            yield from responses
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
+        finally:
+            responses.cancel()
+
     def delete_session(self, name: str) -> None:
         """Deletes the session `name` (NotFound if there is none)."""
         with self._specs_lock:
