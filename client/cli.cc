@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "client/client.h"
 #include "client/npy.h"
+#include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
 #include "core/quant_spec.h"

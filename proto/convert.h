@@ -10,15 +10,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/time/time.h"
-#include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
 #include "core/observation.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 #include "core/tensor.h"
-#include "google/protobuf/timestamp.pb.h"
 #include "qparams/v1/qparams.pb.h"
 
 namespace qparams::wire {
@@ -64,8 +61,6 @@ QParams QParamsFromProto(const v1::QParams& qparams);
 // set is INVALID_ARGUMENT.
 absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
                                                  int64_t max_elements);
-
-// Timestamps convert through common/timestamp.h.
 
 }  // namespace qparams::wire
 

@@ -162,7 +162,7 @@ class RecordPipe {
     ready_cv_.Signal();
   }
 
-  // Replaying thread: the next batch, or nullopt once closed and drained.
+  // Replaying thread: the next batch, or null once closed and drained.
   std::unique_ptr<Batch> Pop() {
     absl::MutexLock lock(&mu_);
     // CondVar loops rather than Mutex::Await: the sanitizers' model of the
@@ -288,7 +288,7 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& opt
   return journal;
 }
 
-absl::StatusOr<Journal::FileReplay> Journal::ReadFile(const std::string& path, RecordPipe& pipe) {
+absl::StatusOr<Journal::FileReplay> Journal::ParseFile(const std::string& path, RecordPipe& pipe) {
   QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, env_->NewSequentialFile(path));
   FrameReader reader(file.get());
   FileReplay result;
@@ -368,7 +368,7 @@ absl::StatusOr<Recovery> Journal::ReadFiles(RecordPipe& pipe) {
       corrupt_files_.push_back(name);
       continue;
     }
-    absl::StatusOr<FileReplay> file = ReadFile(path, pipe);
+    absl::StatusOr<FileReplay> file = ParseFile(path, pipe);
     if (!file.ok()) return AtStart("the data directory", file.status());
     ++recovery.files_read;
     recovery.records += file->records;

@@ -155,7 +155,7 @@ class Journal {
   absl::StatusOr<Recovery> ReadFiles(RecordPipe& pipe);
   // Reads, checks and parses one file's records into `pipe`. Errors: the file
   // cannot be read.
-  absl::StatusOr<FileReplay> ReadFile(const std::string& path, RecordPipe& pipe);
+  absl::StatusOr<FileReplay> ParseFile(const std::string& path, RecordPipe& pipe);
   // Removes snapshot and journal files numbered below `number`, but corrupt ones.
   void RemoveFilesBefore(uint64_t number);
   // Breaks the journal with `failure` (UNAVAILABLE) unless it is broken already;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/timestamp.h"
 #include "core/observation.h"
 #include "proto/convert.h"
 #include "proto/status.h"

@@ -238,10 +238,11 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
       }
       absl::MutexLock lock(&mu_);
       Forget(key);
-      if (session != nullptr)
+      if (session != nullptr) {
         sessions_.insert_or_assign(key, std::move(session));
-      else
+      } else {
         sessions_.erase(key);
+      }
       return problem;
     }
     case storage::v1::Record::kErase: {
@@ -266,8 +267,9 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
 std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Record>& records) {
   std::vector<std::string> problems;
   for (const storage::v1::Record& record : records) {
-    if (std::optional<std::string> problem = Replay(record))
+    if (std::optional<std::string> problem = Replay(record)) {
       problems.push_back(*std::move(problem));
+    }
   }
   return problems;
 }
