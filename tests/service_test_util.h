@@ -34,7 +34,15 @@ class TestServer {
     args.SetMaxSendMessageSize(-1);
     // A fresh connection per channel, so clients of one test do not share one.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+    // Connected before use: on this VM about one connect in a few thousand to the
+    // loopback server fails at once (ENOENT, seen as UNAVAILABLE by every call of
+    // that channel, ServiceTest.ConcurrentCreateAndDeleteRaces* 1 run in 40); the
+    // channel's own reconnection retries it. A server that is down just costs the wait.
+    channel->WaitForConnected(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                           gpr_time_from_seconds(5, GPR_TIMESPAN)));
+    return channel;
   }
 
   std::unique_ptr<v1::QParamsService::Stub> NewStub() const {
