@@ -202,17 +202,20 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
   return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_, authorization_);
 }
 
-absl::Status Client::ReadSessions(const std::string& prefix,
-                                  const std::function<absl::Status(const v1::Session&)>& each) {
-  v1::ReadSessionsRequest request;
-  request.set_prefix(prefix);
+namespace {
+
+// Reads a server stream to its end through `each`; `each`'s error cancels the call.
+template <typename Response, typename Request, typename Start>
+absl::Status ReadStream(Start start, const Request& request, absl::Duration timeout,
+                        const std::string& authorization,
+                        const std::function<absl::Status(const Response&)>& each) {
   grpc::ClientContext context;
-  Prepare(context, timeout_, authorization_);
-  std::unique_ptr<grpc::ClientReader<v1::Session>> reader = stub_->ReadSessions(&context, request);
-  v1::Session session;
+  Prepare(context, timeout, authorization);
+  std::unique_ptr<grpc::ClientReader<Response>> reader = start(&context, request);
+  Response response;
   absl::Status stopped;
-  while (reader->Read(&session)) {
-    stopped = each(session);
+  while (reader->Read(&response)) {
+    stopped = each(response);
     if (!stopped.ok()) {
       context.TryCancel();
       break;
@@ -221,6 +224,29 @@ absl::Status Client::ReadSessions(const std::string& prefix,
   const grpc::Status finished = reader->Finish();
   if (!stopped.ok()) return stopped;
   return wire::FromGrpcStatus(finished);
+}
+
+}  // namespace
+
+absl::Status Client::ReadSessions(const std::string& prefix,
+                                  const std::function<absl::Status(const v1::Session&)>& each) {
+  v1::ReadSessionsRequest request;
+  request.set_prefix(prefix);
+  return ReadStream<v1::Session>(
+      [this](grpc::ClientContext* context, const v1::ReadSessionsRequest& r) {
+        return stub_->ReadSessions(context, r);
+      },
+      request, timeout_, authorization_, each);
+}
+
+absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
+                                    const std::function<absl::Status(absl::string_view)>& each) {
+  return ReadStream<v1::ExportChunk>(
+      [this](grpc::ClientContext* context, const v1::ExportSessionsRequest& r) {
+        return stub_->ExportSessions(context, r);
+      },
+      request, timeout_, authorization_,
+      [&each](const v1::ExportChunk& chunk) { return each(chunk.data()); });
 }
 
 absl::Status Client::DeleteSession(const std::string& name) {

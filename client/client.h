@@ -111,6 +111,13 @@ class Client {
   absl::Status ReadSessions(const std::string& prefix,
                             const std::function<absl::Status(const v1::Session&)>& each);
 
+  // The sessions under request.prefix rendered in request.format (ExportSessions):
+  // the document's bytes, in order, through `each` as the server streams them. The
+  // first error ends it (the server's status, or `each`'s); nothing reaches `each`
+  // when the server refuses the export.
+  absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
+                              const std::function<absl::Status(absl::string_view)>& each);
+
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);
 

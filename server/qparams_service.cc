@@ -9,6 +9,7 @@
 #include "core/observation.h"
 #include "proto/convert.h"
 #include "proto/status.h"
+#include "server/exporter.h"
 #include "server/log.h"
 #include "server/session_store.h"
 
@@ -318,6 +319,68 @@ class QParamsServiceImpl::ReadSessionsReactor final : public grpc::ServerWriteRe
 grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
     grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) {
   return new ReadSessionsReactor(this, context, *request);
+}
+
+// Checks every session before the first message (Exporter::Start), then writes the
+// document a piece at a time, rendering the next piece only once the client has
+// taken the last.
+class QParamsServiceImpl::ExportSessionsReactor final
+    : public grpc::ServerWriteReactor<v1::ExportChunk> {
+ public:
+  ExportSessionsReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
+                        const v1::ExportSessionsRequest& request)
+      : service_(service), context_(context) {
+    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    if (!tenant.ok()) {
+      End(tenant.status());
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<Exporter>> exporter =
+        Exporter::Start(service_->engine_, *std::move(tenant),
+                        {request.prefix(), request.format(), request.allow_uninitialized()});
+    if (!exporter.ok()) {
+      End(exporter.status());
+      return;
+    }
+    exporter_ = *std::move(exporter);
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the stream ended before the export was written"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    absl::StatusOr<std::string> piece = exporter_->Next();
+    if (!piece.ok() || piece->empty()) {
+      End(piece.status());
+      return;
+    }
+    chunk_.set_data(*std::move(piece));
+    StartWrite(&chunk_);
+  }
+
+  void End(const absl::Status& status) {
+    service_->LogFailure(context_, "ExportSessions", status);
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  QParamsServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  std::unique_ptr<Exporter> exporter_;
+  v1::ExportChunk chunk_;
+};
+
+grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
+    grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) {
+  return new ExportSessionsReactor(this, context, *request);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,

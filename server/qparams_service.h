@@ -56,6 +56,8 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                                     v1::ObserveResponse* response) override;
   grpc::ServerWriteReactor<v1::Session>* ReadSessions(
       grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) override;
+  grpc::ServerWriteReactor<v1::ExportChunk>* ExportSessions(
+      grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) override;
   grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>* ObserveStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ObserveBatch(grpc::CallbackServerContext* context,
@@ -74,6 +76,7 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
  private:
   class ObserveStreamReactor;
   class ReadSessionsReactor;
+  class ExportSessionsReactor;
 
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one).

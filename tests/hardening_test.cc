@@ -203,6 +203,7 @@ enum class Method {
   kGetSession,
   kListSessions,
   kReadSessions,
+  kExportSessions,
   kDeleteSession,
   kObserve,
   kObserveStream,
@@ -224,6 +225,8 @@ const char* MethodName(Method m) {
       return "ListSessions";
     case Method::kReadSessions:
       return "ReadSessions";
+    case Method::kExportSessions:
+      return "ExportSessions";
     case Method::kDeleteSession:
       return "DeleteSession";
     case Method::kObserve:
@@ -244,9 +247,9 @@ const char* MethodName(Method m) {
 
 using Request =
     std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
-                 v1::ListSessionsRequest, v1::ReadSessionsRequest, v1::DeleteSessionRequest,
-                 v1::ObserveRequest, v1::ObserveBatchRequest, v1::GetQParamsRequest,
-                 v1::SetExportModeRequest, v1::SetGranularityRequest>;
+                 v1::ListSessionsRequest, v1::ReadSessionsRequest, v1::ExportSessionsRequest,
+                 v1::DeleteSessionRequest, v1::ObserveRequest, v1::ObserveBatchRequest,
+                 v1::GetQParamsRequest, v1::SetExportModeRequest, v1::SetGranularityRequest>;
 
 struct Row {
   std::string what;
@@ -509,7 +512,30 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
     v1::ReadSessionsRequest request;
     request.set_prefix(prefix);
     add(absl::StrCat("prefix with ", what), Method::kReadSessions, request, kInvalid, "prefix");
+    v1::ExportSessionsRequest export_request;
+    export_request.set_prefix(prefix);
+    export_request.set_format("onnx");
+    add(absl::StrCat("export prefix with ", what), Method::kExportSessions, export_request,
+        kInvalid, "prefix");
   }
+  auto export_sessions = [&](const std::string& what, const std::string& prefix,
+                             const std::string& format, bool allow_uninitialized, StatusCode code,
+                             const std::string& field) {
+    v1::ExportSessionsRequest request;
+    request.set_prefix(prefix);
+    request.set_format(format);
+    request.set_allow_uninitialized(allow_uninitialized);
+    add(absl::StrCat("export ", what), Method::kExportSessions, request, code, field);
+  };
+  export_sessions("format empty", kPrefix, "", false, kInvalid, "format");
+  export_sessions("format unknown", kPrefix, "csv", false, kInvalid, "format");
+  export_sessions("format in capitals", kPrefix, "ONNX", false, kInvalid, "format");
+  export_sessions("with an uninitialized session", kStatic, "onnx", false, kPrecondition, kStatic);
+  export_sessions("of no session", "hard/none", "onnx", false, kNotFound, "hard/none");
+  export_sessions("of multi-axis blocks over a whole axis to aimet", kBlock, "aimet", true,
+                  kInvalid, kBlock);
+  export_sessions("of a per-channel activation to compressed-tensors", kMovingAvg,
+                  "compressed-tensors", true, kInvalid, kMovingAvg);
   list("negative page_size", ListReq(-1, "", ""), kInvalid, "page_size");
   list("page_size INT32_MIN", ListReq(std::numeric_limits<int32_t>::min(), "", kPrefix), kInvalid,
        "page_size");
@@ -776,6 +802,14 @@ class Hardening : public ::testing::TestWithParam<int> {
         }
         return reader->Finish();
       }
+      case Method::kExportSessions: {
+        std::unique_ptr<grpc::ClientReader<v1::ExportChunk>> reader =
+            stub_->ExportSessions(&context, std::get<v1::ExportSessionsRequest>(row.request));
+        v1::ExportChunk chunk;
+        while (reader->Read(&chunk)) {
+        }
+        return reader->Finish();
+      }
       case Method::kDeleteSession: {
         v1::DeleteSessionResponse response;
         return stub_->DeleteSession(&context, std::get<v1::DeleteSessionRequest>(row.request),
@@ -956,7 +990,7 @@ TEST(HardeningTable, HasARowForEveryMethodAndEnoughOfThem) {
   EXPECT_GE(rows.size(), 180u);
   std::set<Method> methods;
   for (const Row& row : rows) methods.insert(row.method);
-  EXPECT_EQ(methods.size(), 12u);  // every Method
+  EXPECT_EQ(methods.size(), 13u);  // every Method
 }
 
 }  // namespace

@@ -284,6 +284,8 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryMethod(Client& client
   const Tensor x = F32({2, 2}, {1, -2, 3, 4});
   v1::Granularity per_tensor;
   per_tensor.mutable_per_tensor();
+  v1::ExportSessionsRequest export_request;
+  export_request.set_format("onnx");
   return {
       {"ListCalculators", ToStatus(client.ListCalculators())},
       {"Compute", ToStatus(client.Compute("", v1::QuantSpec(), x.view()))},
@@ -297,6 +299,8 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryMethod(Client& client
       {"ObserveStream", ToStatus(client.ObserveStream({TensorObservation("s", x.view())}))},
       {"ObserveBatch", ToStatus(client.ObserveBatch({TensorObservation("s", x.view())}))},
       {"GetQParams", ToStatus(client.GetQParams("s"))},
+      {"ExportSessions",
+       client.ExportSessions(export_request, [](absl::string_view) { return absl::OkStatus(); })},
       {"SetExportMode", ToStatus(client.SetExportMode("s", true))},
       {"DeleteSession", client.DeleteSession("s")},
   };

@@ -1,0 +1,232 @@
+#include "server/exporter.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status_macros.h"
+#include "server/session_store.h"
+
+namespace qparams {
+namespace {
+
+constexpr int kPage = 64;            // sessions read at a time
+constexpr size_t kListedNames = 20;  // uninitialized sessions named in the refusal
+constexpr absl::string_view kEntryIndent = "    ";
+
+}  // namespace
+
+// Sessions of a tenant under a prefix, in name order, a page at a time.
+class Exporter::Cursor {
+ public:
+  Cursor(const Engine* engine, absl::string_view tenant, absl::string_view prefix)
+      : engine_(engine), tenant_(tenant), prefix_(prefix) {}
+
+  // The next session; null after the last.
+  absl::StatusOr<const SessionInfo*> Next() {
+    if (next_ == page_.sessions.size()) {
+      if (fetched_ && page_.next_page_token.empty()) return nullptr;
+      QPARAMS_ASSIGN_OR_RETURN(
+          page_, engine_->ListSessions(tenant_, kPage, page_.next_page_token, prefix_));
+      fetched_ = true;
+      next_ = 0;
+      if (page_.sessions.empty()) return nullptr;
+    }
+    return &page_.sessions[next_++];
+  }
+
+ private:
+  const Engine* const engine_;
+  const absl::string_view tenant_;
+  const absl::string_view prefix_;
+  SessionPage page_;
+  size_t next_ = 0;
+  bool fetched_ = false;
+};
+
+Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions options,
+                   ExportFormat format)
+    : engine_(engine),
+      tenant_(std::move(tenant)),
+      options_(std::move(options)),
+      format_(format),
+      cursor_(std::make_unique<Cursor>(engine_, tenant_, options_.prefix)) {}
+
+Exporter::~Exporter() = default;
+
+absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
+                                                          ExportOptions options) {
+  if (!options.prefix.empty()) {
+    QPARAMS_RETURN_IF_ERROR(ValidateSessionName(options.prefix, "prefix"));
+  }
+  QPARAMS_ASSIGN_OR_RETURN(const ExportFormat format, ParseExportFormat(options.format));
+  std::unique_ptr<Exporter> exporter(
+      new Exporter(engine, std::move(tenant), std::move(options), format));
+  QPARAMS_RETURN_IF_ERROR(exporter->Check());
+  return exporter;
+}
+
+absl::Status Exporter::Check() {
+  Cursor cursor(engine_, tenant_, options_.prefix);
+  int64_t sessions = 0;
+  std::vector<std::string> uninitialized;
+  int64_t uninitialized_count = 0;
+  // Tensor name (compressed-tensors: module and role) -> the session that has it.
+  absl::flat_hash_map<std::string, std::string> owners;
+  for (;;) {
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* session, cursor.Next());
+    if (session == nullptr) break;
+    ++sessions;
+    if (!session->initialized) {
+      if (uninitialized.size() < kListedNames) uninitialized.push_back(session->name);
+      ++uninitialized_count;
+      continue;
+    }
+    const TensorBinding binding = BindTensor(session->name, options_.prefix, session->spec.target);
+    QPARAMS_RETURN_IF_ERROR(RenderSession(format_, *session, binding, kEntryIndent).status());
+    std::string key = binding.tensor;
+    if (format_ == ExportFormat::kCompressedTensors) {
+      key = absl::StrCat(binding.module, " as ",
+                         binding.role == TensorRole::kWeight  ? "weight"
+                         : binding.role == TensorRole::kInput ? "input"
+                                                              : "output");
+      QPARAMS_ASSIGN_OR_RETURN(std::string args, CompressedTensorsArgs(*session, binding));
+      ModuleArgs& module = modules_[binding.module];
+      (binding.role == TensorRole::kWeight  ? module.weights
+       : binding.role == TensorRole::kInput ? module.input_activations
+                                            : module.output_activations) = std::move(args);
+    }
+    auto [owner, inserted] = owners.try_emplace(key, session->name);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sessions ", owner->second, " and ", session->name, " both export as ", key,
+          " (the names map to tensors as README \"Exporting a calibration run\" says)"));
+    }
+  }
+  if (sessions == 0) {
+    return absl::NotFoundError(absl::StrCat("no session's name starts with prefix \"",
+                                            options_.prefix, "\"; nothing to export"));
+  }
+  if (uninitialized_count > 0 && !options_.allow_uninitialized) {
+    std::string names = absl::StrJoin(uninitialized, ", ");
+    if (uninitialized_count > static_cast<int64_t>(uninitialized.size())) {
+      absl::StrAppend(&names, " and ", uninitialized_count - uninitialized.size(), " more");
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(uninitialized_count, " of the ", sessions, " sessions under prefix \"",
+                     options_.prefix, "\" never saw data (not initialized): ", names,
+                     "; observe them, delete them, or allow_uninitialized (qparams-cli "
+                     "--allow-uninitialized) to leave them out"));
+  }
+  return absl::OkStatus();
+}
+
+bool Exporter::InPass(const TensorBinding& binding) const {
+  if (format_ != ExportFormat::kAimet) return true;
+  return (binding.role == TensorRole::kWeight) == (pass_ == 1);  // activations first
+}
+
+std::string Exporter::Opening() const {
+  switch (format_) {
+    case ExportFormat::kAimet:
+      return "{\n  \"version\": \"1.0.0\",\n  \"activation_encodings\": [";
+    case ExportFormat::kOnnx:
+      return "{\n  \"version\": \"2.0.0\",\n  \"encodings\": [";
+    case ExportFormat::kCompressedTensors:
+      return "{\n  \"tensors\": {";
+  }
+  return "";
+}
+
+std::string Exporter::BetweenPasses() const { return "\n  ],\n  \"param_encodings\": ["; }
+
+std::string Exporter::Closing() const {
+  switch (format_) {
+    case ExportFormat::kAimet:
+      return "\n  ],\n  \"excluded_layers\": []\n}\n";
+    case ExportFormat::kOnnx:
+      return "\n  ]\n}\n";
+    case ExportFormat::kCompressedTensors:
+      return absl::StrCat("\n  },\n  \"quantization_config\": ", QuantizationConfig(), "\n}\n");
+  }
+  return "";
+}
+
+std::string Exporter::QuantizationConfig() const {
+  // Modules whose three args are equal share a group, numbered by their first module.
+  std::map<std::string, std::vector<std::string>> groups;  // args key -> modules
+  std::vector<std::string> order;
+  for (const auto& [module, args] : modules_) {
+    std::string key =
+        absl::StrCat(args.weights, "|", args.input_activations, "|", args.output_activations);
+    std::vector<std::string>& modules = groups[key];
+    if (modules.empty()) order.push_back(key);
+    modules.push_back(module);
+  }
+  std::string out =
+      "{\n    \"quant_method\": \"compressed-tensors\",\n    \"format\": \"naive-quantized\",\n"
+      "    \"quantization_status\": \"frozen\",\n    \"config_groups\": {";
+  for (size_t g = 0; g < order.size(); ++g) {
+    const std::vector<std::string>& modules = groups[order[g]];
+    const ModuleArgs& args = modules_.at(modules.front());
+    auto or_null = [](const std::string& json) { return json.empty() ? "null" : json; };
+    absl::StrAppend(
+        &out, g > 0 ? "," : "", "\n      \"group_", g, "\": {\n        \"targets\": [",
+        absl::StrJoin(
+            modules, ", ",
+            [](std::string* o, const std::string& m) { absl::StrAppend(o, "\"", m, "\""); }),
+        "],\n        \"weights\": ", or_null(args.weights),
+        ",\n        \"input_activations\": ", or_null(args.input_activations),
+        ",\n        \"output_activations\": ", or_null(args.output_activations), "\n      }");
+  }
+  absl::StrAppend(&out, order.empty() ? "" : "\n    ", "},\n    \"ignore\": []\n  }");
+  return out;
+}
+
+absl::StatusOr<std::string> Exporter::Next() {
+  std::string piece;
+  while (piece.size() < kPieceBytes && stage_ != Stage::kDone) {
+    switch (stage_) {
+      case Stage::kOpening:
+        piece += Opening();
+        stage_ = Stage::kSessions;
+        break;
+      case Stage::kSessions: {
+        QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* next, cursor_->Next());
+        if (next == nullptr) {  // the pass is over
+          if (++pass_ < passes()) {
+            piece += BetweenPasses();
+            cursor_ = std::make_unique<Cursor>(engine_, tenant_, options_.prefix);
+            first_in_pass_ = true;
+          } else {
+            stage_ = Stage::kClosing;
+          }
+          break;
+        }
+        const SessionInfo& session = *next;
+        if (!session.initialized) break;  // refused by Check unless allowed
+        const TensorBinding binding =
+            BindTensor(session.name, options_.prefix, session.spec.target);
+        if (!InPass(binding)) break;
+        QPARAMS_ASSIGN_OR_RETURN(std::string rendered,
+                                 RenderSession(format_, session, binding, kEntryIndent));
+        absl::StrAppend(&piece, first_in_pass_ ? "\n" : ",\n", kEntryIndent, rendered);
+        first_in_pass_ = false;
+        break;
+      }
+      case Stage::kClosing:
+        piece += Closing();
+        stage_ = Stage::kDone;
+        break;
+      case Stage::kDone:
+        break;
+    }
+  }
+  return piece;
+}
+
+}  // namespace qparams

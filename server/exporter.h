@@ -1,0 +1,85 @@
+// One export of the sessions under a prefix (ExportSessions): checks every session,
+// then writes the document a piece at a time, so that memory holds one page of
+// sessions (and, for compressed-tensors, one args entry per module) whatever the
+// prefix matches.
+
+#ifndef QPARAMS_SERVER_EXPORTER_H_
+#define QPARAMS_SERVER_EXPORTER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/engine.h"
+#include "server/export_format.h"
+
+namespace qparams {
+
+struct ExportOptions {
+  std::string prefix;  // "" = every session
+  std::string format;  // "aimet", "onnx" or "compressed-tensors"
+  bool allow_uninitialized = false;
+};
+
+// Not thread-safe: one caller drives an Exporter. The engine must outlive it.
+class Exporter {
+ public:
+  // The size the pieces Next() returns reach before it returns them.
+  static constexpr size_t kPieceBytes = 64 << 10;
+
+  // Reads every session of `tenant` under the prefix once and checks it:
+  // INVALID_ARGUMENT for a bad prefix or format, or naming the first session the
+  // format cannot express (or two that would get the same tensor name);
+  // FAILED_PRECONDITION listing uninitialized sessions unless allow_uninitialized;
+  // NOT_FOUND when no session has the prefix.
+  static absl::StatusOr<std::unique_ptr<Exporter>> Start(const Engine* engine, std::string tenant,
+                                                         ExportOptions options);
+
+  // The document's next bytes (at least kPieceBytes but for the last piece, and
+  // whole sessions); "" once the document is complete. Sessions are read again, in
+  // name order; one changed since Start so that the format cannot express it is
+  // INVALID_ARGUMENT, and one created since then may or may not appear.
+  absl::StatusOr<std::string> Next();
+
+  ~Exporter();
+
+ private:
+  // compressed-tensors' quantization args of a module's three tensors ("" = none).
+  struct ModuleArgs {
+    std::string weights;
+    std::string input_activations;
+    std::string output_activations;
+  };
+
+  class Cursor;  // the sessions under the prefix, a page at a time
+
+  Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format);
+
+  absl::Status Check();
+  // The number of passes over the sessions (AIMET writes activations, then params).
+  int passes() const { return format_ == ExportFormat::kAimet ? 2 : 1; }
+  bool InPass(const TensorBinding& binding) const;
+  std::string Opening() const;
+  std::string BetweenPasses() const;
+  std::string Closing() const;
+  std::string QuantizationConfig() const;
+
+  const Engine* const engine_;
+  const std::string tenant_;
+  const ExportOptions options_;
+  const ExportFormat format_;
+  std::map<std::string, ModuleArgs> modules_;  // compressed-tensors only, by module name
+
+  enum class Stage { kOpening, kSessions, kClosing, kDone };
+  Stage stage_ = Stage::kOpening;
+  int pass_ = 0;
+  bool first_in_pass_ = true;
+  std::unique_ptr<Cursor> cursor_;  // the current pass's
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_SERVER_EXPORTER_H_

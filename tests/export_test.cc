@@ -1,0 +1,352 @@
+// The export formats (server/export_format.h) on hand-built sessions, and
+// ExportSessions end to end: the refusals, tenants, and documents larger than one
+// message. The Python tests (tests/python/test_export.py) drive independent
+// consumers (torch, onnx.checker, AIMET's published convention) with the output.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "server/export_format.h"
+#include "server/exporter.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+// An initialized session of `spec` (resolved here) with qparams of shape `shape`:
+// scales 0.5, 0.25, ... and zero points 1, 2, ... (when the dtype has them).
+SessionInfo Initialized(const std::string& name, QuantSpec spec, Shape shape) {
+  SessionInfo session;
+  session.name = name;
+  session.spec = *spec.Resolve();
+  session.initialized = true;
+  session.qparams.shape = shape;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  session.qparams.has_zero_point =
+      !ParseQuantDType(session.spec.dtype)->is_floating_point() && !session.spec.e8m0_scale();
+  for (int64_t i = 0; i < n; ++i) {
+    session.qparams.scale.push_back(0.5f / static_cast<float>(i + 1));
+    if (session.qparams.has_zero_point) {
+      session.qparams.zero_point.push_back(static_cast<int32_t>(i + 1));
+    }
+  }
+  return session;
+}
+
+QuantSpec Spec(const std::string& dtype, Granularity granularity = Granularity::PerTensor(),
+               QScheme qscheme = QScheme::kSymmetric, Target target = Target::kWeight) {
+  QuantSpec spec;
+  spec.dtype = dtype;
+  spec.granularity = granularity;
+  spec.qscheme = qscheme;
+  spec.target = target;
+  return spec;
+}
+
+absl::StatusOr<std::string> Render(ExportFormat format, const SessionInfo& session,
+                                   const std::string& prefix = "run") {
+  return RenderSession(format, session, BindTensor(session.name, prefix, session.spec.target), "");
+}
+
+TEST(ExportFormat, ParsesTheThreeNamesOnly) {
+  EXPECT_EQ(*ParseExportFormat("aimet"), ExportFormat::kAimet);
+  EXPECT_EQ(*ParseExportFormat("onnx"), ExportFormat::kOnnx);
+  EXPECT_EQ(*ParseExportFormat("compressed-tensors"), ExportFormat::kCompressedTensors);
+  for (const char* bad : {"", "AIMET", "json", "compressed_tensors"}) {
+    const absl::StatusOr<ExportFormat> format = ParseExportFormat(bad);
+    EXPECT_CODE(format, kInvalid);
+    EXPECT_TRUE(absl::StrContains(format.status().message(), "format")) << format.status();
+  }
+}
+
+TEST(ExportFormat, NamesStripThePrefixAndChooseTheRole) {
+  struct Case {
+    std::string session, prefix;
+    Target target;
+    std::string tensor;
+    TensorRole role;
+    std::string module;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"run/fc1.weight", "run", Target::kWeight, "fc1.weight", TensorRole::kWeight, "fc1"},
+           {"run/fc1.weight", "run/", Target::kWeight, "fc1.weight", TensorRole::kWeight, "fc1"},
+           {"run.fc1", "run", Target::kWeight, "fc1", TensorRole::kWeight, "fc1"},
+           {"run/fc1.input", "run", Target::kActivation, "fc1.input", TensorRole::kInput, "fc1"},
+           {"run/fc1", "run", Target::kActivation, "fc1", TensorRole::kInput, "fc1"},
+           {"run/fc1.output", "run", Target::kActivation, "fc1.output", TensorRole::kOutput, "fc1"},
+           {"run/fc1.activation_post_process", "run", Target::kActivation,
+            "fc1.activation_post_process", TensorRole::kOutput, "fc1"},
+           // The target decides for weights, whatever the suffix.
+           {"run/fc1.output", "run", Target::kWeight, "fc1.output", TensorRole::kWeight, "fc1"},
+           {"run", "run", Target::kWeight, "run", TensorRole::kWeight, "run"},
+           {"a/b", "", Target::kWeight, "a/b", TensorRole::kWeight, "a/b"},
+           {"x.weight", "x.", Target::kWeight, "weight", TensorRole::kWeight, "weight"},
+       }) {
+    const TensorBinding binding = BindTensor(c.session, c.prefix, c.target);
+    EXPECT_EQ(binding.tensor, c.tensor) << c.session << " under " << c.prefix;
+    EXPECT_EQ(binding.role, c.role) << c.session;
+    EXPECT_EQ(binding.module, c.module) << c.session;
+  }
+}
+
+// AIMET's offset is quant_min - zero_point: the grid it quantizes onto is unsigned.
+TEST(ExportFormat, AimetOffsetsAreQuantMinMinusTheZeroPoint) {
+  const SessionInfo asym = Initialized(
+      "run/act", Spec("uint8", Granularity::PerTensor(), QScheme::kAsymmetric, Target::kActivation),
+      {1});
+  EXPECT_EQ(*Render(ExportFormat::kAimet, asym),
+            "{\"name\": \"act\", \"dtype\": \"INT\", \"enc_type\": \"PER_TENSOR\", \"bw\": 8, "
+            "\"is_sym\": false, \"scale\": [0.5], \"offset\": [-1]}");
+  SessionInfo sym = Initialized("run/w", Spec("int8", Granularity::PerChannel(0)), {3, 1});
+  sym.qparams.zero_point = {0, 0, 0};
+  EXPECT_EQ(*Render(ExportFormat::kAimet, sym),
+            "{\"name\": \"w\", \"dtype\": \"INT\", \"enc_type\": \"PER_CHANNEL\", \"bw\": 8, "
+            "\"is_sym\": true, \"scale\": [0.5, 0.25, 0.16666667], \"offset\": [-128, -128, "
+            "-128]}");
+  const SessionInfo blocks =
+      Initialized("run/w4", Spec("int4", Granularity::PerBlock(1, 16)), {2, 2});
+  EXPECT_EQ(*Render(ExportFormat::kAimet, blocks),
+            "{\"name\": \"w4\", \"dtype\": \"INT\", \"enc_type\": \"PER_BLOCK\", \"bw\": 4, "
+            "\"is_sym\": true, \"scale\": [0.5, 0.25, 0.16666667, 0.125], \"offset\": [-9, -10, "
+            "-11, -12], \"block_size\": 16}");
+}
+
+TEST(ExportFormat, AimetRefusesWhatVersion1CannotExpress) {
+  QuantSpec e8m0 = Spec("int8");
+  e8m0.scale_dtype = "float8_e8m0fnu";
+  QuantSpec clipped = Spec("int8", Granularity::PerTensor(), QScheme::kSymmetricWithClipping);
+  for (const auto& [session, reason] : std::vector<std::pair<SessionInfo, std::string>>{
+           {Initialized("run/fp8", Spec("float8_e4m3fn"), {1}), "floating point"},
+           {Initialized("run/e8m0", e8m0, {1}), "e8m0"},
+           {Initialized("run/clip", clipped, {1}), "[-127, 127]"},
+           {Initialized("run/axis1", Spec("int8", Granularity::PerChannel(1)), {1, 4}), "axis 1"},
+           {Initialized("run/conv", Spec("int8", Granularity::PerBlock(1, 4)), {8, 2, 1, 1}),
+            "blocks more than one axis"},
+           {Initialized("run/rows", Spec("int8", Granularity::PerBlock(0, 4)), {2, 8}),
+            "PER_BLOCK"},
+       }) {
+    const absl::StatusOr<std::string> rendered = Render(ExportFormat::kAimet, session);
+    EXPECT_CODE(rendered, kInvalid);
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), session.name)) << rendered.status();
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), reason)) << rendered.status();
+  }
+}
+
+TEST(ExportFormat, OnnxGivesQuantizeLinearInputsInTheirShapes) {
+  EXPECT_EQ(*Render(ExportFormat::kOnnx, Initialized("run/t", Spec("uint8"), {1})),
+            "{\"name\": \"t\", \"output_dtype\": \"uint8\", \"y_scale\": 0.5, "
+            "\"y_zero_point\": 1}");
+  EXPECT_EQ(*Render(ExportFormat::kOnnx,
+                    Initialized("run/c", Spec("int8", Granularity::PerChannel(-1)), {1, 2})),
+            "{\"name\": \"c\", \"output_dtype\": \"int8\", \"y_scale\": [0.5, 0.25], "
+            "\"y_zero_point\": [1, 2], \"axis\": 1}");
+  EXPECT_EQ(*Render(ExportFormat::kOnnx,
+                    Initialized("run/b", Spec("int4", Granularity::PerBlock({1, 8})), {2, 2})),
+            "{\"name\": \"b\", \"output_dtype\": \"int4\", \"y_scale\": [[0.5, 0.25], "
+            "[0.16666667, 0.125]], \"y_zero_point\": [[1, 2], [3, 4]], \"axis\": 1, "
+            "\"block_size\": 8}");
+  // No zero point for floating-point dtypes; e8m0 scales are plain floats to ONNX.
+  QuantSpec mx = Spec("float4_e2m1fn_x2", Granularity::PerBlock(1, 32));
+  EXPECT_EQ(*Render(ExportFormat::kOnnx, Initialized("run/mx", mx, {1, 1})),
+            "{\"name\": \"mx\", \"output_dtype\": \"float4e2m1\", \"y_scale\": [[0.5]], "
+            "\"axis\": 1, \"block_size\": 32}");
+  for (const auto& [session, reason] : std::vector<std::pair<SessionInfo, std::string>>{
+           {Initialized("run/i3", Spec("int3"), {1}), "no ONNX type"},
+           {Initialized("run/clip",
+                        Spec("int8", Granularity::PerTensor(), QScheme::kSymmetricWithClipping),
+                        {1}),
+            "whole range"},
+           {Initialized("run/2d", Spec("int8", Granularity::PerBlock({2, 8})), {2, 2}), "one axis"},
+       }) {
+    const absl::StatusOr<std::string> rendered = Render(ExportFormat::kOnnx, session);
+    EXPECT_CODE(rendered, kInvalid);
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), session.name)) << rendered.status();
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), reason)) << rendered.status();
+  }
+}
+
+TEST(ExportFormat, CompressedTensorsNamesShapesAndArgs) {
+  const SessionInfo channel =
+      Initialized("run/fc1.weight", Spec("int8", Granularity::PerChannel(0)), {2, 1});
+  EXPECT_EQ(*Render(ExportFormat::kCompressedTensors, channel),
+            "\"fc1.weight_scale\": {\"dtype\": \"float32\", \"shape\": [2, 1], \"data\": [0.5, "
+            "0.25]},\n\"fc1.weight_zero_point\": {\"dtype\": \"int8\", \"shape\": [2, 1], "
+            "\"data\": [1, 2]}");
+  // uint8's zero point moves onto the signed grid.
+  const SessionInfo input = Initialized(
+      "run/fc1.input",
+      Spec("uint8", Granularity::PerTensor(), QScheme::kAsymmetric, Target::kActivation), {1});
+  EXPECT_TRUE(absl::StrContains(*Render(ExportFormat::kCompressedTensors, input),
+                                "\"fc1.input_zero_point\": {\"dtype\": \"int8\", \"shape\": "
+                                "[1], \"data\": [-127]}"));
+  const TensorBinding group_binding = BindTensor("run/fc2.weight", "run", Target::kWeight);
+  EXPECT_EQ(*CompressedTensorsArgs(
+                Initialized("run/fc2.weight", Spec("int4", Granularity::PerBlock(1, 32)), {4, 2}),
+                group_binding),
+            "{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, \"strategy\": \"group\", "
+            "\"group_size\": 32, \"block_structure\": null, \"dynamic\": false, \"observer\": "
+            "\"minmax\"}");
+  EXPECT_TRUE(absl::StrContains(
+      *CompressedTensorsArgs(
+          Initialized("run/fc2.weight", Spec("int8", Granularity::PerBlock({64, 32})), {4, 2}),
+          group_binding),
+      "\"strategy\": \"block\", \"group_size\": null, \"block_structure\": [64, 32]"));
+  const SessionInfo output = Initialized(
+      "run/fc1.activation_post_process",
+      Spec("float8_e4m3fn", Granularity::PerTensor(), QScheme::kSymmetric, Target::kActivation),
+      {1});
+  EXPECT_EQ(*Render(ExportFormat::kCompressedTensors, output),
+            "\"fc1.output_scale\": {\"dtype\": \"float32\", \"shape\": [1], \"data\": [0.5]}");
+  for (const auto& [session, reason] : std::vector<std::pair<SessionInfo, std::string>>{
+           {Initialized("run/e5m2", Spec("float8_e5m2"), {1}), "e4m3"},
+           {Initialized(
+                "run/a",
+                Spec("int8", Granularity::PerChannel(1), QScheme::kSymmetric, Target::kActivation),
+                {1, 4}),
+            "activations"},
+           {Initialized("run/w", Spec("int8", Granularity::PerChannel(1)), {1, 4}), "axis 1"},
+       }) {
+    const absl::StatusOr<std::string> rendered = Render(ExportFormat::kCompressedTensors, session);
+    EXPECT_CODE(rendered, kInvalid);
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), session.name)) << rendered.status();
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), reason)) << rendered.status();
+  }
+}
+
+// ---------------------------------------------------------------- the service
+
+class ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = TestServer::Start();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(server_->address()));
+  }
+
+  // A weight session of `channels` per-channel int8 scales, observed once.
+  void CreateObserved(const std::string& name, int64_t channels) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.mutable_spec()->mutable_granularity()->mutable_per_channel()->set_axis(0);
+    ASSERT_OK(client_->CreateSession(request));
+    std::vector<double> values(channels * 2);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) - 7.25;
+    ASSERT_OK(client_->Observe(name, F32({channels, 2}, values).view()));
+  }
+
+  absl::StatusOr<std::string> Export(const std::string& prefix, const std::string& format,
+                                     bool allow_uninitialized = false, int* messages = nullptr) {
+    v1::ExportSessionsRequest request;
+    request.set_prefix(prefix);
+    request.set_format(format);
+    request.set_allow_uninitialized(allow_uninitialized);
+    std::string document;
+    absl::Status status = client_->ExportSessions(request, [&](absl::string_view data) {
+      document.append(data.data(), data.size());
+      if (messages != nullptr) ++*messages;
+      return absl::OkStatus();
+    });
+    if (!status.ok()) return status;
+    return document;
+  }
+
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+// Large exports span several messages whose concatenation is one JSON document.
+TEST_F(ExportTest, LargeExportsStreamAsOneDocument) {
+  constexpr int kSessions = 300;
+  for (int i = 0; i < kSessions; ++i) {
+    CreateObserved(absl::StrCat("big/layer", 1000 + i, ".weight"), 64);
+  }
+  for (const std::string format : {"aimet", "onnx", "compressed-tensors"}) {
+    int messages = 0;
+    ASSERT_OK_AND_ASSIGN(const std::string document, Export("big", format, false, &messages));
+    EXPECT_GT(messages, 2) << format << ": " << document.size() << " bytes";
+    google::protobuf::Struct parsed;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(document, &parsed).ok()) << format;
+    if (format == "aimet") {
+      EXPECT_EQ(parsed.fields().at("param_encodings").list_value().values_size(), kSessions);
+      EXPECT_EQ(parsed.fields().at("activation_encodings").list_value().values_size(), 0);
+    } else if (format == "onnx") {
+      EXPECT_EQ(parsed.fields().at("encodings").list_value().values_size(), kSessions);
+    } else {
+      EXPECT_EQ(parsed.fields().at("tensors").struct_value().fields_size(), 2 * kSessions);
+    }
+  }
+}
+
+TEST_F(ExportTest, RefusesBeforeWritingAndListsUninitializedSessions) {
+  CreateObserved("run/a.weight", 2);
+  for (int i = 0; i < 23; ++i) {
+    v1::CreateSessionRequest request;
+    request.set_name(absl::StrCat("run/idle", 10 + i));
+    ASSERT_OK(client_->CreateSession(request));
+  }
+  int messages = 0;
+  const absl::StatusOr<std::string> refused = Export("run", "onnx", false, &messages);
+  EXPECT_CODE(refused, kPrecondition);
+  EXPECT_EQ(messages, 0);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "23 of the 24 sessions"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "run/idle10, run/idle11"));
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "and 3 more"));
+  ASSERT_OK_AND_ASSIGN(const std::string document, Export("run", "onnx", true));
+  EXPECT_TRUE(absl::StrContains(document, "\"a.weight\""));
+  EXPECT_FALSE(absl::StrContains(document, "idle"));
+  EXPECT_CODE(Export("nothing", "onnx"), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ExportTest, TwoSessionsWithOneTensorNameAreRefused) {
+  CreateObserved("run/a", 2);
+  CreateObserved("run.a", 2);
+  const absl::StatusOr<std::string> refused = Export("run", "aimet");
+  EXPECT_CODE(refused, kInvalid);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "run.a and run/a")) << refused.status();
+}
+
+TEST_F(ExportTest, CompressedTensorsGroupsModulesWithEqualArgs) {
+  CreateObserved("run/fc1.weight", 2);
+  CreateObserved("run/fc2.weight", 2);
+  v1::CreateSessionRequest request;
+  request.set_name("run/fc3.weight");
+  request.mutable_spec()->set_dtype("uint8");
+  request.mutable_spec()->set_qscheme(v1::ASYMMETRIC);
+  ASSERT_OK(client_->CreateSession(request));
+  ASSERT_OK(client_->Observe("run/fc3.weight", F32({2}, {-1, 3}).view()));
+  ASSERT_OK_AND_ASSIGN(const std::string document, Export("run", "compressed-tensors"));
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(document, &parsed).ok()) << document;
+  const auto& groups = parsed.fields()
+                           .at("quantization_config")
+                           .struct_value()
+                           .fields()
+                           .at("config_groups")
+                           .struct_value()
+                           .fields();
+  ASSERT_EQ(groups.size(), 2u) << document;
+  const auto targets = [&](const std::string& group) {
+    std::vector<std::string> names;
+    for (const auto& v :
+         groups.at(group).struct_value().fields().at("targets").list_value().values()) {
+      names.push_back(v.string_value());
+    }
+    return names;
+  };
+  EXPECT_EQ(targets("group_0"), (std::vector<std::string>{"fc1", "fc2"}));
+  EXPECT_EQ(targets("group_1"), (std::vector<std::string>{"fc3"}));
+}
+
+}  // namespace
+}  // namespace qparams::testing
