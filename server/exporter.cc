@@ -1,6 +1,7 @@
 #include "server/exporter.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,7 @@ absl::Status Exporter::Check() {
   int64_t uninitialized_count = 0;
   // Tensor name (compressed-tensors: module and role) -> the session that has it.
   absl::flat_hash_map<std::string, std::string> owners;
+  absl::flat_hash_map<std::string, int> args_index;  // args_ by value
   for (;;) {
     QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* session, cursor.Next());
     if (session == nullptr) break;
@@ -95,10 +97,12 @@ absl::Status Exporter::Check() {
                          : binding.role == TensorRole::kInput ? "input"
                                                               : "output");
       QPARAMS_ASSIGN_OR_RETURN(std::string args, CompressedTensorsArgs(*session, binding));
+      auto [index, added] = args_index.try_emplace(args, static_cast<int>(args_.size()));
+      if (added) args_.push_back(std::move(args));
       ModuleArgs& module = modules_[binding.module];
       (binding.role == TensorRole::kWeight  ? module.weights
        : binding.role == TensorRole::kInput ? module.input_activations
-                                            : module.output_activations) = std::move(args);
+                                            : module.output_activations) = index->second;
     }
     auto [owner, inserted] = owners.try_emplace(key, session->name);
     if (!inserted) {
@@ -158,11 +162,11 @@ std::string Exporter::Closing() const {
 
 std::string Exporter::QuantizationConfig() const {
   // Modules whose three args are equal share a group, numbered by their first module.
-  std::map<std::string, std::vector<std::string>> groups;  // args key -> modules
-  std::vector<std::string> order;
+  std::map<std::tuple<int, int, int>, std::vector<std::string>> groups;  // args -> modules
+  std::vector<std::tuple<int, int, int>> order;
   for (const auto& [module, args] : modules_) {
-    std::string key =
-        absl::StrCat(args.weights, "|", args.input_activations, "|", args.output_activations);
+    const std::tuple<int, int, int> key(args.weights, args.input_activations,
+                                        args.output_activations);
     std::vector<std::string>& modules = groups[key];
     if (modules.empty()) order.push_back(key);
     modules.push_back(module);
@@ -173,7 +177,9 @@ std::string Exporter::QuantizationConfig() const {
   for (size_t g = 0; g < order.size(); ++g) {
     const std::vector<std::string>& modules = groups[order[g]];
     const ModuleArgs& args = modules_.at(modules.front());
-    auto or_null = [](const std::string& json) { return json.empty() ? "null" : json; };
+    auto or_null = [this](int index) -> absl::string_view {
+      return index < 0 ? "null" : absl::string_view(args_[index]);
+    };
     absl::StrAppend(
         &out, g > 0 ? "," : "", "\n      \"group_", g, "\": {\n        \"targets\": [",
         absl::StrJoin(

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -47,11 +48,12 @@ class Exporter {
   ~Exporter();
 
  private:
-  // compressed-tensors' quantization args of a module's three tensors ("" = none).
+  // compressed-tensors' quantization args of a module's three tensors, as indexes
+  // into args_ (-1 = none): modules mostly share a handful of distinct args.
   struct ModuleArgs {
-    std::string weights;
-    std::string input_activations;
-    std::string output_activations;
+    int weights = -1;
+    int input_activations = -1;
+    int output_activations = -1;
   };
 
   class Cursor;  // the sessions under the prefix, a page at a time
@@ -72,6 +74,7 @@ class Exporter {
   const ExportOptions options_;
   const ExportFormat format_;
   std::map<std::string, ModuleArgs> modules_;  // compressed-tensors only, by module name
+  std::vector<std::string> args_;              // distinct args, as JSON objects
 
   enum class Stage { kOpening, kSessions, kClosing, kDone };
   Stage stage_ = Stage::kOpening;
