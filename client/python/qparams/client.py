@@ -13,11 +13,12 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from qparams._background import ObserveQueue
+from qparams._export import decode_compressed_tensors, require_torch
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
                              error_from_rpc)
 from qparams._health.v1 import health_pb2, health_pb2_grpc
@@ -26,6 +27,9 @@ from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
 from qparams._tensors import TensorLike, range_request, tensor_request, to_wire
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Client", "DEFAULT_TARGET"]
 
@@ -219,6 +223,72 @@ class Client:
             raise error_from_rpc(e) from None
         finally:
             responses.cancel()
+
+    def export(self, prefix: str, format: str, *, allow_uninitialized: bool = False,
+               timeout: float | None = None) -> str:
+        """The sessions under `prefix` rendered by the server (ExportSessions) in a
+        deployment format, as one JSON document (README "Exporting a calibration run").
+
+        Args:
+            prefix: the sessions' name prefix, stripped from the exported names.
+            format: "aimet" (AIMET encodings 1.0.0), "onnx" (QuantizeLinear inputs)
+                or "compressed-tensors"; the server judges it.
+            allow_uninitialized: leave sessions that never saw data out instead of
+                failing.
+            timeout: the call's deadline in seconds (default: the client's).
+
+        Returns:
+            The document, decoded from UTF-8.
+
+        Raises:
+            TypeError: prefix or format is not a str.
+            FailedPrecondition: uninitialized sessions under the prefix (named in the
+                message), unless allow_uninitialized.
+            InvalidArgument: an unknown format, a bad prefix, or a session the format
+                cannot express (named in the message).
+            NotFound: no session under the prefix.
+            ValueError: the server sent bytes that are not UTF-8.
+        """
+        for what, value in (("prefix", prefix), ("format", format)):
+            if not isinstance(value, str):
+                raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+        request = pb.ExportSessionsRequest(prefix=prefix, format=format,
+                                           allow_uninitialized=bool(allow_uninitialized))
+        call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
+                                         metadata=self._metadata)
+        try:
+            data = b"".join(chunk.data for chunk in call)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
+        finally:
+            call.cancel()
+        return data.decode("utf-8")
+
+    def export_compressed_tensors(self, prefix: str, *, allow_uninitialized: bool = False,
+                                  timeout: float | None = None
+                                  ) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+        """The sessions under `prefix` as compressed-tensors' scale tensors and
+        quantization_config: export(prefix, "compressed-tensors") decoded, for the
+        caller to save with their own tooling (e.g. safetensors and config.json).
+
+        Args:
+            prefix, allow_uninitialized, timeout: as for export.
+
+        Returns:
+            (state_dict, quantization_config): the tensors by name (e.g.
+            "fc1.weight_scale", float32; "fc1.weight_zero_point", int8) as torch
+            tensors of the exported dtypes and shapes, and the quantization_config
+            object as parsed from JSON.
+
+        Raises:
+            ImportError: torch is not installed (checked before the call).
+            TypeError, FailedPrecondition, InvalidArgument, NotFound: as for export.
+            ValueError: a document that is not compressed-tensors' JSON.
+        """
+        require_torch()
+        return decode_compressed_tensors(self.export(
+            prefix, "compressed-tensors", allow_uninitialized=allow_uninitialized,
+            timeout=timeout))
 
     def delete_session(self, name: str) -> None:
         """Deletes the session `name` (NotFound if there is none)."""
