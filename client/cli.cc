@@ -1,7 +1,11 @@
 #include "client/cli.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <utility>
 
@@ -18,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "client/client.h"
 #include "client/npy.h"
+#include "client/report.h"
 #include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
@@ -253,6 +258,45 @@ int List(Invocation& in) {
   return in.PrintResult(in.client().ListSessions(o.page_size, o.page_token, o.filter));
 }
 
+// The report of the sessions under --prefix to stdout, rendered as they stream in;
+// with --html FILE also the page, through FILE.partial renamed at the end. The page
+// file is opened before any session is read, so that a path that cannot be written
+// fails at once, and a failure leaves no file.
+int Report(Invocation& in) {
+  const Options& options = in.options();
+  const std::string partial = options.html + ".partial";
+  std::ofstream page;
+  if (!options.html.empty()) {
+    page.open(partial, std::ios::binary | std::ios::trunc);
+    if (!page) {
+      return in.Fail(absl::FailedPreconditionError(absl::StrCat(
+          "--html ", options.html, ": cannot write ", partial, ": ", std::strerror(errno))));
+    }
+  }
+  report::CoverageReport coverage(options.prefix,
+                                  in.table() ? report::Format::kTable : report::Format::kJson,
+                                  page.is_open(), in.out());
+  absl::Status status = in.client().ReadSessions(options.prefix, [&](const v1::Session& session) {
+    coverage.Add(session);
+    return absl::OkStatus();
+  });
+  if (status.ok()) coverage.Finish();
+  if (page.is_open()) {
+    if (status.ok()) coverage.WriteHtml(page);
+    page.close();
+    if (status.ok() && !page) {
+      status = absl::DataLossError(
+          absl::StrCat("--html ", options.html, ": writing ", partial, " failed"));
+    }
+    if (status.ok() && std::rename(partial.c_str(), options.html.c_str()) != 0) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "--html ", options.html, ": cannot rename ", partial, ": ", std::strerror(errno)));
+    }
+    if (!status.ok()) std::remove(partial.c_str());
+  }
+  return status.ok() ? kExitOk : in.Fail(status);
+}
+
 int GetQParams(Invocation& in) { return in.PrintResult(in.client().GetQParams(in.arg(0))); }
 
 // The observation of `tensor` reduced to its block minima and maxima under the
@@ -311,6 +355,56 @@ int Observe(Invocation& in) {
   return exit;
 }
 
+// Streams the document to stdout, or to -o FILE through FILE.partial renamed at the
+// end, so that FILE is never half an export (a refusal leaves no file at all).
+int Export(Invocation& in) {
+  const Options& options = in.options();
+  if (options.format == "json" || options.format == "table") {
+    return Usage(in.err(),
+                 "export needs --format=aimet, --format=onnx or "
+                 "--format=compressed-tensors");
+  }
+  v1::ExportSessionsRequest request;
+  request.set_prefix(options.prefix);
+  request.set_format(options.format);
+  request.set_allow_uninitialized(options.allow_uninitialized);
+  if (options.output.empty()) {
+    const absl::Status status = in.client().ExportSessions(request, [&](absl::string_view data) {
+      in.out() << data;
+      return absl::OkStatus();
+    });
+    in.out().flush();
+    return status.ok() ? kExitOk : in.Fail(status);
+  }
+  const std::string partial = options.output + ".partial";
+  std::ofstream file;
+  absl::Status status = in.client().ExportSessions(request, [&](absl::string_view data) {
+    if (!file.is_open()) {
+      file.open(partial, std::ios::binary | std::ios::trunc);
+      if (!file) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot write ", partial, ": ", std::strerror(errno)));
+      }
+    }
+    file.write(data.data(), static_cast<std::streamsize>(data.size()));
+    return file ? absl::OkStatus()
+                : absl::DataLossError(
+                      absl::StrCat("writing ", partial, " failed: ", std::strerror(errno)));
+  });
+  if (file.is_open()) {
+    file.close();
+    if (status.ok() && !file) {
+      status = absl::DataLossError(absl::StrCat("closing ", partial, " failed"));
+    }
+    if (status.ok() && std::rename(partial.c_str(), options.output.c_str()) != 0) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "cannot rename ", partial, " to ", options.output, ": ", std::strerror(errno)));
+    }
+    if (!status.ok()) std::remove(partial.c_str());
+  }
+  return status.ok() ? kExitOk : in.Fail(status);
+}
+
 int ExportMode(Invocation& in) {
   const std::string& mode = in.arg(1);
   if (mode != "on" && mode != "off") {
@@ -363,6 +457,13 @@ constexpr Command kCommands[] = {
   {"list", "", 0, 0, List,
    "List sessions by name, one page at a time: --filter (a name prefix),\n"
    "--page_size, --page_token (from the previous page)."},
+  {"report", "", 0, 0, Report,
+   "A coverage report of the sessions under --prefix: per session its calculator,\n"
+   "spec, observations, initialized, non-finite count and the spread of its scales\n"
+   "(min, median, max, max/min); JSON, or --format=table with the uninitialized\n"
+   "sessions first. --html=FILE also writes one self-contained page: the\n"
+   "uninitialized sessions, then a plot of each other's per-channel or per-block\n"
+   "ranges and scales."},
   {"delete", "NAME", 1, 1, Delete, "Delete a session."},
   {"observe", "NAME FILE.npy [FILE.npy ...]", 2, kAny, Observe,
    "One forward of the session per file, in order, all over one stream.\n"
@@ -370,6 +471,13 @@ constexpr Command kCommands[] = {
    "session's granularity) instead of the tensor: the same qparams, far fewer\n"
    "bytes. Prints every response; exits 1 if any failed."},
   {"qparams", "NAME", 1, 1, GetQParams, "A session's cached qparams."},
+  {"export", "", 0, 0, Export,
+   "Every session under --prefix in a deployment format (--format=aimet: AIMET\n"
+   "encodings 1.0.0; onnx: QuantizeLinear inputs, AIMET encodings 2.0.0's layout;\n"
+   "compressed-tensors: scale tensors and quantization_config), to -o FILE or\n"
+   "stdout. Names lose the prefix. Fails listing the sessions that never saw data\n"
+   "unless --allow-uninitialized leaves them out, and names any session the format\n"
+   "cannot express. See README \"Exporting a calibration run\"."},
   {"export-mode", "NAME on|off", 2, 2, ExportMode,
    "Freeze (on) or unfreeze (off) a session's qparams."},
   {"granularity", "NAME GRANULARITY", 2, 2, SetGranularity,
@@ -441,6 +549,7 @@ absl::Status NormalizeFlags(std::vector<std::string>& argv) {
     std::string& arg = argv[i];
     if (arg == "--") break;                         // the rest is positional
     if (arg.size() < 2 || arg[0] != '-') continue;  // a positional argument
+    if (arg == "-o" || absl::StartsWith(arg, "-o=")) arg.replace(0, 2, "--output");
     const size_t start = arg[1] == '-' ? 2 : 1;
     const size_t equals = arg.find('=');
     const size_t end = equals == std::string::npos ? arg.size() : equals;
@@ -590,7 +699,8 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
   if (command_args.size() < command->min_args || command_args.size() > command->max_args) {
     return Usage(err, absl::StrCat("usage: ", Synopsis(*command)));
   }
-  if (options.format != "json" && options.format != "table") {
+  // export's --format names the export format instead.
+  if (command->run != Export && options.format != "json" && options.format != "table") {
     return Usage(err, absl::StrCat("--format: \"", options.format, "\" is not json or table"));
   }
   if (!options.dtype.empty()) {

@@ -48,6 +48,10 @@ struct Options {
   int page_size = 0;
   std::string page_token;
   bool reduce_locally = false;
+  std::string prefix;                // export, report: the session-name prefix
+  std::string output;                // export: -o/--output FILE ("" = stdout)
+  bool allow_uninitialized = false;  // export: leave uninitialized sessions out
+  std::string html;                  // report: --html FILE, the self-contained page
   std::string dtype;  // "" = as the .npy file says
   SpecFlags spec;
 

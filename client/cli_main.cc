@@ -66,6 +66,15 @@ ABSL_FLAG(std::optional<double>, averaging_constant, std::nullopt,
 ABSL_FLAG(std::string, filter, "", "list: only sessions whose names start with this");
 ABSL_FLAG(int, page_size, 0, "list: sessions per page; 0 = the server's default (50)");
 ABSL_FLAG(std::string, page_token, "", "list: the page after the one that returned this token");
+ABSL_FLAG(std::string, prefix, "",
+          "export, report: the sessions whose names start with this (stripped from the "
+          "exported tensor names)");
+ABSL_FLAG(std::string, output, "", "export: the file to write (also -o); empty = stdout");
+ABSL_FLAG(bool, allow_uninitialized, false,
+          "export: leave out the sessions that never saw data instead of failing "
+          "(also --allow-uninitialized)");
+ABSL_FLAG(std::string, html, "",
+          "report: also write a self-contained HTML page with a plot per session to this file");
 ABSL_FLAG(bool, reduce_locally, false,
           "observe: send each file's per-block min/max under the session's granularity "
           "instead of the whole tensor (also --reduce-locally)");
@@ -135,6 +144,10 @@ int main(int argc, char** argv) {
   options.calculator = absl::GetFlag(FLAGS_calculator);
   options.averaging_constant = absl::GetFlag(FLAGS_averaging_constant);
   options.filter = absl::GetFlag(FLAGS_filter);
+  options.prefix = absl::GetFlag(FLAGS_prefix);
+  options.output = absl::GetFlag(FLAGS_output);
+  options.allow_uninitialized = absl::GetFlag(FLAGS_allow_uninitialized);
+  options.html = absl::GetFlag(FLAGS_html);
   options.page_size = absl::GetFlag(FLAGS_page_size);
   options.page_token = absl::GetFlag(FLAGS_page_token);
   options.reduce_locally = absl::GetFlag(FLAGS_reduce_locally);

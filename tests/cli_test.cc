@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/npy.h"
+#include "common/file.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.pb.h"
@@ -168,6 +170,44 @@ TEST_F(CliTest, ListPagesByName) {
       {"list", "--filter=list/", "--page_size=2", "--page_token=" + page.next_page_token()});
   ASSERT_EQ(rest.sessions_size(), 1);
   EXPECT_EQ(rest.sessions(0).name(), "list/c");
+}
+
+// export writes the server's document to stdout or, whole or not at all, to -o FILE.
+TEST_F(CliTest, ExportWritesTheDocumentToStdoutOrAFile) {
+  const std::string w = Npy("xw.npy", F32({4, 8}, RandN(32, 4)));
+  Ok<v1::Session>({"create", "xp/fc1.weight", "--granularity=per_channel:0"});
+  ASSERT_EQ(Cli({"observe", "xp/fc1.weight", w}).exit_code, 0);
+  Ok<v1::Session>({"create", "xp/idle"});
+
+  const ProcessResult refused =
+      Cli({"export", "--prefix=xp/", "--format=onnx", "-o", Path("x.json")});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "FAILED_PRECONDITION")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "xp/idle")) << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(Path("x.json")));
+  EXPECT_FALSE(std::filesystem::exists(Path("x.json.partial")));
+
+  const ProcessResult to_stdout =
+      Cli({"export", "--prefix=xp/", "--format=aimet", "--allow-uninitialized"});
+  ASSERT_EQ(to_stdout.exit_code, 0) << to_stdout.err;
+  EXPECT_TRUE(absl::StrContains(to_stdout.out,
+                                "\"name\": \"fc1.weight\", \"dtype\": \"INT\", "
+                                "\"enc_type\": \"PER_CHANNEL\""))
+      << to_stdout.out;
+
+  const ProcessResult to_file = Cli({"export", "--prefix=xp/", "--format=compressed-tensors",
+                                     "--allow_uninitialized", "-o=" + Path("x.json")});
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.err;
+  EXPECT_EQ(to_file.out, "");
+  ASSERT_OK_AND_ASSIGN(const std::string written, ReadFile(Path("x.json")));
+  EXPECT_TRUE(absl::StrContains(written, "\"fc1.weight_scale\"")) << written;
+
+  const ProcessResult no_format = Cli({"export", "--prefix=xp/"});
+  EXPECT_EQ(no_format.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(no_format.err, "--format=aimet")) << no_format.err;
+  const ProcessResult bad_format = Cli({"export", "--prefix=xp/", "--format=csv"});
+  EXPECT_EQ(bad_format.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(bad_format.err, "INVALID_ARGUMENT: format")) << bad_format.err;
 }
 
 TEST_F(CliTest, ExportModeGranularityAndDelete) {

@@ -1,0 +1,550 @@
+#include "client/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace qparams::report {
+namespace {
+
+using google::protobuf::RepeatedField;
+
+std::string Float(double value) { return absl::StrFormat("%.9g", value); }  // a float round-trips
+
+std::string JsonString(absl::string_view text) {
+  std::string quoted = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        quoted += "\\\"";
+        break;
+      case '\\':
+        quoted += "\\\\";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&quoted, "\\u%04x", static_cast<int>(c));
+        } else {
+          quoted += c;
+        }
+    }
+  }
+  quoted += "\"";
+  return quoted;
+}
+
+// Names are [a-zA-Z0-9._/-] on the server, but the page does not rely on it.
+std::string Html(absl::string_view text) {
+  std::string escaped;
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        escaped += "&amp;";
+        break;
+      case '<':
+        escaped += "&lt;";
+        break;
+      case '>':
+        escaped += "&gt;";
+        break;
+      case '"':
+        escaped += "&quot;";
+        break;
+      case '\'':
+        escaped += "&#39;";
+        break;
+      default:
+        escaped += c;
+    }
+  }
+  return escaped;
+}
+
+// The CLI's granularity syntax (cli.h ParseGranularity).
+std::string GranularityText(const v1::Granularity& granularity) {
+  switch (granularity.kind_case()) {
+    case v1::Granularity::kPerChannel:
+      return absl::StrCat("per_channel:", granularity.per_channel().axis());
+    case v1::Granularity::kPerBlock: {
+      const v1::PerBlock& block = granularity.per_block();
+      if (block.has_axis() && block.block_size_size() == 1) {
+        return absl::StrCat("per_block:", block.axis(), ":", block.block_size(0));
+      }
+      return absl::StrCat("per_block:", absl::StrJoin(block.block_size(), ","));
+    }
+    default:
+      return "per_tensor";
+  }
+}
+
+std::string SpecJson(const v1::QuantSpec& spec) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;  // snake_case, as the rest of the document
+  std::string json;
+  // Fails only for messages with Any fields, which the contract does not use.
+  (void)google::protobuf::util::MessageToJsonString(spec, &json, options);
+  return json;
+}
+
+bool HasRunningRange(const v1::Session& session) {
+  return session.running_min_size() > 0 &&
+         session.running_min_size() == session.qparams().scale_size() &&
+         session.running_max_size() == session.running_min_size();
+}
+
+// Rows of cells in aligned columns, as the other commands' tables.
+void PrintColumns(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string line;
+  for (const auto& row : rows) {
+    line.clear();
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c]);
+      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+std::vector<std::string> TableHeader() {
+  return {"NAME",   "CALCULATOR", "SPEC",         "OBSERVATIONS", "INITIALIZED", "NON_FINITE",
+          "SCALES", "SCALE_MIN",  "SCALE_MEDIAN", "SCALE_MAX",    "MAX/MIN"};
+}
+
+std::string Ratio(const ScaleSpread& spread) {
+  return spread.max_over_min.has_value() ? Float(*spread.max_over_min) : "-";
+}
+
+// ---------------------------------------------------------------- plots
+
+// The geometry of a plot, in SVG user units.
+constexpr double kPlotWidth = 720;
+constexpr double kLeft = 76;  // the y labels
+constexpr double kRight = 12;
+constexpr double kPanelTitle = 18;
+constexpr double kPanelHeight = 96;
+constexpr double kPanelGap = 8;
+constexpr double kCaption = 34;   // the x labels and the caption under the last panel
+constexpr int64_t kMaxDots = 16;  // fewer positions than this also get a dot each
+
+// Per drawn position: the least and the greatest finite value of the run of adjacent
+// positions it stands for; NaN if the run has none.
+struct Envelope {
+  std::vector<double> lo;
+  std::vector<double> hi;
+};
+
+int64_t PointCount(int64_t positions) { return std::min<int64_t>(positions, kMaxPlotPoints); }
+
+Envelope EnvelopeOf(const RepeatedField<float>& values) {
+  const int64_t n = values.size();
+  const int64_t points = PointCount(n);
+  Envelope envelope;
+  envelope.lo.assign(points, std::numeric_limits<double>::quiet_NaN());
+  envelope.hi.assign(points, std::numeric_limits<double>::quiet_NaN());
+  for (int64_t p = 0; p < points; ++p) {
+    for (int64_t i = p * n / points; i < (p + 1) * n / points; ++i) {
+      const double v = values[i];
+      if (!std::isfinite(v)) continue;
+      // fmin/fmax ignore the NaN a run starts with.
+      envelope.lo[p] = std::fmin(envelope.lo[p], v);
+      envelope.hi[p] = std::fmax(envelope.hi[p], v);
+    }
+  }
+  return envelope;
+}
+
+// The y axis of a panel: from the least of `lo` to the greatest of `hi` (finite values),
+// widened to hold `floor` (0 for both panels).
+std::pair<double, double> Domain(const std::vector<double>& lo, const std::vector<double>& hi,
+                                 double floor) {
+  double min = floor, max = floor;
+  for (const double v : lo) min = std::fmin(min, v);
+  for (const double v : hi) max = std::fmax(max, v);
+  if (max == min) max = min + 1;  // a flat plot still has an axis
+  return {min, max};
+}
+
+std::string Label(double value) { return absl::StrFormat("%.4g", value); }
+
+// One panel of a plot: where its y axis maps values, drawn into `svg` as it is built.
+class Panel {
+ public:
+  // Draws the panel's title, frame and y labels (and a zero line inside it) at `top`.
+  Panel(std::string& svg, absl::string_view title, double top, int64_t points, double min,
+        double max)
+      : svg_(svg), top_(top + kPanelTitle), points_(points), min_(min), max_(max) {
+    absl::StrAppendFormat(&svg_, "<text x=\"%g\" y=\"%g\" class=\"title\">%s</text>\n", kLeft,
+                          top + 13, title);
+    absl::StrAppendFormat(&svg_,
+                          "<rect class=\"frame\" x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\"/>\n",
+                          kLeft, top_, kPlotWidth - kLeft - kRight, kPanelHeight);
+    absl::StrAppendFormat(&svg_, "<text x=\"%g\" y=\"%.1f\" class=\"y\">%s</text>\n", kLeft - 4,
+                          top_ + 4, Label(max));
+    absl::StrAppendFormat(&svg_, "<text x=\"%g\" y=\"%.1f\" class=\"y\">%s</text>\n", kLeft - 4,
+                          top_ + kPanelHeight, Label(min));
+    if (min < 0 && max > 0) {
+      absl::StrAppendFormat(&svg_,
+                            "<line class=\"zero\" x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\"/>\n"
+                            "<text x=\"%g\" y=\"%.1f\" class=\"y\">0</text>\n",
+                            kLeft, Y(0), kPlotWidth - kRight, Y(0), kLeft - 4, Y(0) + 4);
+    }
+  }
+
+  // A line through `values` (non-finite ones left out).
+  void Line(const std::vector<double>& values, absl::string_view css_class) {
+    absl::StrAppendFormat(&svg_, "<polyline class=\"%s\" points=\"%s\"/>\n", css_class,
+                          Points(values, false));
+    Dots(values, css_class);
+  }
+
+  // The area from `lo` up to `hi`.
+  void Band(const std::vector<double>& lo, const std::vector<double>& hi,
+            absl::string_view css_class) {
+    absl::StrAppendFormat(&svg_, "<polygon class=\"%s\" points=\"%s %s\"/>\n", css_class,
+                          Points(hi, false), Points(lo, true));
+    Dots(lo, css_class);
+    Dots(hi, css_class);
+  }
+
+ private:
+  double X(int64_t point) const {
+    const double width = kPlotWidth - kLeft - kRight;
+    if (points_ == 1) return kLeft + width / 2;
+    return kLeft + width * static_cast<double>(point) / static_cast<double>(points_ - 1);
+  }
+  double Y(double value) const { return top_ + kPanelHeight * (max_ - value) / (max_ - min_); }
+
+  std::string Points(const std::vector<double>& values, bool reversed) const {
+    std::string points;
+    for (size_t k = 0; k < values.size(); ++k) {
+      const size_t p = reversed ? values.size() - 1 - k : k;
+      if (!std::isfinite(values[p])) continue;
+      absl::StrAppendFormat(&points, "%s%.1f,%.1f", points.empty() ? "" : " ",
+                            X(static_cast<int64_t>(p)), Y(values[p]));
+    }
+    return points;
+  }
+
+  // A dot per position when there are few, so that one channel (per tensor) shows.
+  void Dots(const std::vector<double>& values, absl::string_view css_class) {
+    if (static_cast<int64_t>(values.size()) >= kMaxDots) return;
+    for (size_t p = 0; p < values.size(); ++p) {
+      if (!std::isfinite(values[p])) continue;
+      absl::StrAppendFormat(&svg_, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\"/>\n",
+                            css_class, X(static_cast<int64_t>(p)), Y(values[p]));
+    }
+  }
+
+  std::string& svg_;
+  const double top_;
+  const int64_t points_;
+  const double min_;
+  const double max_;
+};
+
+// What the x axis counts, after the session's granularity.
+std::string PositionName(const v1::Granularity& granularity) {
+  switch (granularity.kind_case()) {
+    case v1::Granularity::kPerChannel:
+      return absl::StrCat("channel (axis ", granularity.per_channel().axis(), ")");
+    case v1::Granularity::kPerBlock:
+      return "block (row-major)";
+    default:
+      return "tensor";
+  }
+}
+
+// The inline SVG of one initialized session: its running range (when its calculator
+// keeps one) and its scales, per channel or block.
+std::string PlotSvg(const v1::Session& session) {
+  const int64_t n = session.qparams().scale_size();
+  const int64_t points = PointCount(n);
+  const bool running = HasRunningRange(session);
+  const int panels = running ? 2 : 1;
+  const double height = panels * (kPanelTitle + kPanelHeight + kPanelGap) + kCaption;
+
+  std::string svg = absl::StrFormat(
+      "<svg class=\"plot\" viewBox=\"0 0 %g %g\" width=\"%g\" height=\"%g\" role=\"img\" "
+      "aria-label=\"%s\">\n",
+      kPlotWidth, height, kPlotWidth, height,
+      Html(absl::StrCat(session.name(), running ? ": running range and scale" : ": scale")));
+  double top = 0;
+  if (running && points > 0) {
+    const Envelope min = EnvelopeOf(session.running_min());
+    const Envelope max = EnvelopeOf(session.running_max());
+    const auto [lo, hi] = Domain(min.lo, max.hi, 0);
+    Panel panel(svg, "running range: running_min to running_max", top, points, lo, hi);
+    panel.Band(min.lo, max.hi, "range");
+    top += kPanelTitle + kPanelHeight + kPanelGap;
+  }
+  if (points > 0) {
+    const Envelope scale = EnvelopeOf(session.qparams().scale());
+    const auto [lo, hi] = Domain(scale.lo, scale.hi, 0);
+    Panel panel(svg, "scale", top, points, lo, hi);
+    if (points < n) {
+      panel.Band(scale.lo, scale.hi, "scale-band");
+    } else {
+      panel.Line(scale.hi, "scale");
+    }
+    top += kPanelTitle + kPanelHeight + kPanelGap;
+  }
+
+  const std::string shape = absl::StrJoin(session.qparams().shape(), ", ");
+  std::string caption = n == 0 ? "no scales"
+                               : absl::StrCat(PositionName(session.spec().granularity()), " 0 to ",
+                                              n - 1, " of ", n, ", shape [", shape, "]");
+  if (points < n) {
+    absl::StrAppend(&caption, "; each point: up to ", (n + points - 1) / points,
+                    " adjacent, least to greatest");
+  }
+  if (n > 0) {
+    absl::StrAppendFormat(&svg,
+                          "<text x=\"%g\" y=\"%g\" class=\"x\">0</text>\n"
+                          "<text x=\"%g\" y=\"%g\" class=\"x end\">%d</text>\n",
+                          kLeft, top + 4, kPlotWidth - kRight, top + 4, n - 1);
+  }
+  absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%g\" class=\"caption\">%s</text>\n</svg>\n",
+                        kLeft, top + 22, Html(caption));
+  return svg;
+}
+
+constexpr absl::string_view kStyle = R"(
+body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px; max-width: 780px; }
+h1 { font-size: 22px; margin: 0 0 8px; }
+h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid #ccc; }
+h3 { font: 600 14px monospace; margin: 0; }
+code { font-family: monospace; }
+.note, .legend { color: #555; font-size: 13px; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { text-align: left; padding: 2px 10px 2px 0; border-bottom: 1px solid #e4e4e4; }
+td.name { font-family: monospace; }
+.session { margin: 16px 0 24px; }
+.meta { margin: 2px 0 6px; color: #555; font-size: 12px; }
+svg.plot { display: block; width: 100%; max-width: 720px; height: auto; }
+svg text { font: 11px sans-serif; fill: #444; }
+svg text.y { text-anchor: end; }
+svg text.end { text-anchor: end; }
+svg text.title { font-weight: 600; }
+.frame { fill: #fafafa; stroke: #bbb; }
+.zero { stroke: #999; stroke-dasharray: 3 3; }
+polygon.range { fill: #c6dbef; stroke: #2166ac; stroke-width: 1; }
+polyline.scale { fill: none; stroke: #1b7837; stroke-width: 1.5; }
+polygon.scale-band { fill: #c7e9c0; stroke: #1b7837; stroke-width: 1; }
+circle.range { fill: #2166ac; }
+circle.scale, circle.scale-band { fill: #1b7837; }
+)";
+
+}  // namespace
+
+std::optional<ScaleSpread> SpreadOf(const v1::Session& session) {
+  const RepeatedField<float>& scales = session.qparams().scale();
+  if (scales.empty()) return std::nullopt;
+  ScaleSpread spread;
+  spread.count = scales.size();
+  std::vector<float> finite;
+  finite.reserve(scales.size());
+  for (const float s : scales) {
+    if (std::isfinite(s)) finite.push_back(s);
+  }
+  if (finite.empty()) return spread;
+  const auto [min, max] = std::minmax_element(finite.begin(), finite.end());
+  spread.min = *min;
+  spread.max = *max;
+  const auto middle = finite.begin() + static_cast<std::ptrdiff_t>((finite.size() - 1) / 2);
+  std::nth_element(finite.begin(), middle, finite.end());  // linear, not a sort
+  spread.median = *middle;
+  if (spread.min != 0) {
+    spread.max_over_min = static_cast<double>(spread.max) / static_cast<double>(spread.min);
+  }
+  return spread;
+}
+
+int64_t NonFiniteCount(const v1::Session& session) {
+  int64_t count = 0;
+  for (const RepeatedField<float>* values :
+       {&session.qparams().scale(), &session.qparams().minval(), &session.running_min(),
+        &session.running_max()}) {
+    count +=
+        std::count_if(values->begin(), values->end(), [](float v) { return !std::isfinite(v); });
+  }
+  return count;
+}
+
+std::string SpecSummary(const v1::QuantSpec& spec) {
+  const v1::QScheme qscheme =
+      spec.qscheme() == v1::QSCHEME_UNSPECIFIED ? v1::SYMMETRIC : spec.qscheme();
+  std::string summary = absl::StrCat(spec.dtype().empty() ? "int8" : spec.dtype(), " ",
+                                     absl::AsciiStrToLower(v1::QScheme_Name(qscheme)), " ",
+                                     GranularityText(spec.granularity()), " ",
+                                     spec.target() == v1::ACTIVATION ? "activation" : "weight");
+  if (!spec.scale_dtype().empty()) absl::StrAppend(&summary, " scale_dtype=", spec.scale_dtype());
+  const v1::FloatRange& range = spec.float_range();
+  if (range.has_min() || range.has_max()) {
+    absl::StrAppend(&summary, " float_range=[", range.has_min() ? Float(range.min()) : "observed",
+                    ", ", range.has_max() ? Float(range.max()) : "observed", "]");
+  }
+  return summary;
+}
+
+CoverageReport::CoverageReport(std::string prefix, Format format, bool html, std::ostream& out)
+    : prefix_(std::move(prefix)), format_(format), html_(html), out_(out) {
+  if (format_ == Format::kJson) {
+    out_ << "{\n \"prefix\": " << JsonString(prefix_)
+         << ",\n \"note\": " << JsonString(kNonFiniteNote) << ",\n \"sessions\": [";
+  }
+}
+
+void CoverageReport::Add(const v1::Session& session) {
+  const std::optional<ScaleSpread> spread = SpreadOf(session);
+  const int64_t non_finite = NonFiniteCount(session);
+  if (format_ == Format::kJson) AddJson(session, spread, non_finite);
+  ++sessions_;
+  if (!session.initialized()) {
+    uninitialized_.push_back({session.name(), session.calculator(), SpecSummary(session.spec()),
+                              session.observation_count(), non_finite});
+    return;
+  }
+  if (format_ == Format::kTable) {
+    std::vector<std::string> row = {session.name(),
+                                    session.calculator(),
+                                    SpecSummary(session.spec()),
+                                    absl::StrCat(session.observation_count()),
+                                    "true",
+                                    absl::StrCat(non_finite)};
+    if (spread.has_value()) {
+      row.insert(row.end(), {absl::StrCat(spread->count), Float(spread->min), Float(spread->median),
+                             Float(spread->max), Ratio(*spread)});
+    } else {
+      row.insert(row.end(), 5, "-");
+    }
+    initialized_rows_.push_back(std::move(row));
+  }
+  if (html_) AddPlot(session, spread, non_finite);
+}
+
+void CoverageReport::AddJson(const v1::Session& session, const std::optional<ScaleSpread>& spread,
+                             int64_t non_finite) {
+  std::string scales = "null";
+  if (spread.has_value()) {
+    scales =
+        absl::StrCat("{\"count\": ", spread->count, ", \"min\": ", Float(spread->min),
+                     ", \"median\": ", Float(spread->median), ", \"max\": ", Float(spread->max),
+                     ", \"max_over_min\": ",
+                     spread->max_over_min.has_value() ? Float(*spread->max_over_min) : "null", "}");
+  }
+  out_ << (sessions_ == 0 ? "\n  " : ",\n  ") << "{\"name\": " << JsonString(session.name())
+       << ", \"calculator\": " << JsonString(session.calculator())
+       << ", \"spec\": " << SpecJsonOf(session.spec())
+       << ", \"spec_summary\": " << JsonString(SpecSummary(session.spec()))
+       << ", \"initialized\": " << (session.initialized() ? "true" : "false")
+       << ", \"observation_count\": " << session.observation_count() << ", \"shape\": ["
+       << absl::StrJoin(session.qparams().shape(), ", ") << "], \"non_finite\": " << non_finite
+       << ", \"scales\": " << scales << "}";
+}
+
+const std::string& CoverageReport::SpecJsonOf(const v1::QuantSpec& spec) {
+  std::string key = spec.SerializeAsString();
+  auto it = spec_json_.find(key);
+  if (it != spec_json_.end()) return it->second;
+  if (spec_json_.size() >= kSpecJsonCacheSize) spec_json_.clear();
+  return spec_json_.emplace(std::move(key), SpecJson(spec)).first->second;
+}
+
+void CoverageReport::AddPlot(const v1::Session& session, const std::optional<ScaleSpread>& spread,
+                             int64_t non_finite) {
+  std::string meta = absl::StrCat(Html(session.calculator()), " &middot; ",
+                                  Html(SpecSummary(session.spec())), " &middot; ", "observations ",
+                                  session.observation_count(), " &middot; non_finite ", non_finite);
+  if (spread.has_value()) {
+    absl::StrAppend(&meta, "<br>scales: count ", spread->count, ", min ", Float(spread->min),
+                    ", median ", Float(spread->median), ", max ", Float(spread->max), ", max/min ",
+                    Ratio(*spread));
+  }
+  if (!HasRunningRange(session)) {
+    absl::StrAppend(&meta, "<br>no running range: this calculator keeps none");
+  }
+  absl::StrAppend(&plots_, "<section class=\"session\">\n<h3>", Html(session.name()),
+                  "</h3>\n<p class=\"meta\">", meta, "</p>\n", PlotSvg(session), "</section>\n");
+}
+
+void CoverageReport::Finish() {
+  const int64_t initialized = sessions_ - static_cast<int64_t>(uninitialized_.size());
+  if (format_ == Format::kJson) {
+    std::vector<std::string> names;
+    names.reserve(uninitialized_.size());
+    for (const Uninitialized& u : uninitialized_) names.push_back(JsonString(u.name));
+    out_ << (sessions_ == 0 ? "" : "\n ") << "],\n \"uninitialized\": ["
+         << absl::StrJoin(names, ", ") << "],\n \"session_count\": " << sessions_
+         << ",\n \"initialized_count\": " << initialized << "\n}\n";
+    return;
+  }
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(1 + uninitialized_.size() + initialized_rows_.size());
+  rows.push_back(TableHeader());
+  for (const Uninitialized& u : uninitialized_) {
+    std::vector<std::string> row = {u.name,  u.calculator,
+                                    u.spec,  absl::StrCat(u.observations),
+                                    "false", absl::StrCat(u.non_finite)};
+    row.insert(row.end(), 5, "-");
+    rows.push_back(std::move(row));
+  }
+  for (std::vector<std::string>& row : initialized_rows_) rows.push_back(std::move(row));
+  initialized_rows_.clear();
+  PrintColumns(rows, out_);
+  out_ << sessions_ << " sessions under prefix " << JsonString(prefix_) << ": " << initialized
+       << " initialized, " << uninitialized_.size() << " uninitialized\n"
+       << kNonFiniteNote << ".\n";
+}
+
+void CoverageReport::WriteHtml(std::ostream& page) const {
+  const int64_t initialized = sessions_ - static_cast<int64_t>(uninitialized_.size());
+  page << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+          // Nothing to fetch and nothing to run: the page is one file, safe offline.
+          "<meta http-equiv=\"Content-Security-Policy\" "
+          "content=\"default-src 'none'; style-src 'unsafe-inline'\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+       << "<title>qparams coverage report: " << Html(prefix_) << "</title>\n<style>" << kStyle
+       << "</style>\n</head>\n<body>\n<h1>qparams coverage report</h1>\n"
+       << "<p class=\"summary\">Prefix <code>" << Html(prefix_) << "</code>: " << sessions_
+       << " sessions, " << initialized << " initialized, " << uninitialized_.size()
+       << " uninitialized.</p>\n"
+       << "<p class=\"legend\">Each plot shows, per channel or per block (row-major), the "
+          "running range (blue band, running_min to running_max) when the calculator keeps one, "
+          "and the scale (green). A plot draws at most "
+       << kMaxPlotPoints
+       << " points; beyond, each point stands for adjacent channels or blocks and is drawn from "
+          "their least to their greatest value.</p>\n"
+       << "<p class=\"note\">" << Html(kNonFiniteNote) << ".</p>\n";
+
+  page << "<section id=\"uninitialized\">\n<h2>Uninitialized sessions (" << uninitialized_.size()
+       << ")</h2>\n";
+  if (uninitialized_.empty()) {
+    page << "<p>None: every session has computed qparams.</p>\n";
+  } else {
+    page << "<p>These sessions have not computed a forward yet: no qparams, no plot.</p>\n"
+         << "<table>\n<tr><th>name</th><th>calculator</th><th>spec</th>"
+            "<th>observations</th></tr>\n";
+    for (const Uninitialized& u : uninitialized_) {
+      page << "<tr><td class=\"name\">" << Html(u.name) << "</td><td>" << Html(u.calculator)
+           << "</td><td>" << Html(u.spec) << "</td><td>" << u.observations << "</td></tr>\n";
+    }
+    page << "</table>\n";
+  }
+  page << "</section>\n<section id=\"initialized\">\n<h2>Initialized sessions (" << initialized
+       << ")</h2>\n"
+       << plots_ << "</section>\n</body>\n</html>\n";
+}
+
+}  // namespace qparams::report

@@ -1,0 +1,121 @@
+// The coverage report of a calibration run (`qparams-cli report`): the sessions under a
+// prefix, rendered as they stream in from ReadSessions, as a table or one JSON
+// document, and optionally as one self-contained HTML page with a plot of each
+// initialized session's per-channel (or per-block) ranges and scales.
+
+#ifndef QPARAMS_CLIENT_REPORT_H_
+#define QPARAMS_CLIENT_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "qparams/v1/qparams.pb.h"
+
+namespace qparams::report {
+
+// How the rows go to the report's output stream.
+enum class Format { kJson, kTable };
+
+// A plot draws at most this many positions (channels or blocks). Beyond it, each
+// position stands for a run of adjacent ones and draws their envelope (the least
+// minimum and the greatest maximum), so that a page of large sessions stays small.
+inline constexpr int kMaxPlotPoints = 512;
+
+// What the report says about non_finite, in every format. The count is honest rather
+// than assumed: today it can only be 0.
+inline constexpr absl::string_view kNonFiniteNote =
+    "non_finite counts the NaN and infinite values among a session's scales, minvals and "
+    "running ranges: the server refuses non-finite inputs (INVALID_ARGUMENT), so a session "
+    "never holds one from its data, and a count above 0 would come from the computation "
+    "itself";
+
+// The spread of a session's scales.
+struct ScaleSpread {
+  int64_t count = 0;  // scales, finite or not
+  // Over the finite scales; all 0 when there is none.
+  float min = 0;
+  float median = 0;  // the lower middle value for an even count, so one of the scales
+  float max = 0;
+  std::optional<double> max_over_min;  // unset when min is 0
+};
+
+// The spread of `session`'s scales; unset for a session without any (uninitialized).
+std::optional<ScaleSpread> SpreadOf(const v1::Session& session);
+
+// The NaN and infinite values among `session`'s scales, minvals, running_min and
+// running_max.
+int64_t NonFiniteCount(const v1::Session& session);
+
+// `spec` in one short line, its granularity in the CLI's syntax:
+// "int8 asymmetric per_channel:0 weight", plus " scale_dtype=..." and
+// " float_range=[MIN, MAX]" (an unset bound is "observed") when set.
+std::string SpecSummary(const v1::QuantSpec& spec);
+
+// Renders the report of the sessions Add() is given, in the order given (ReadSessions
+// gives name order), uninitialized sessions first in the table and at the top of the
+// page. JSON goes to `out` as each session is added (the uninitialized names at the
+// end); the table at Finish(), as its columns are aligned over every row. Memory: one
+// short row per session for the table, the uninitialized names, and with `html` each
+// initialized session's plot (at most kMaxPlotPoints positions) until WriteHtml().
+//
+// Not thread-safe: one thread adds the sessions of one stream, then calls Finish().
+class CoverageReport {
+ public:
+  // `prefix` is the prefix the sessions were read under, shown in the report. With
+  // JSON, writes the start of the document to `out` now.
+  CoverageReport(std::string prefix, Format format, bool html, std::ostream& out);
+
+  CoverageReport(const CoverageReport&) = delete;
+  CoverageReport& operator=(const CoverageReport&) = delete;
+
+  // Adds one session to the report.
+  void Add(const v1::Session& session);
+
+  // Writes the rest of the table or of the JSON document to `out`. Call it once,
+  // after the last Add().
+  void Finish();
+
+  // Writes the page to `page`: one HTML document with inline CSS and inline SVG, no
+  // script and nothing to fetch (its Content-Security-Policy forbids it); the
+  // uninitialized sessions listed first, then one `<svg class="plot">` per
+  // initialized session. Requires `html` at construction.
+  void WriteHtml(std::ostream& page) const;
+
+ private:
+  // A session without qparams: listed, not plotted.
+  struct Uninitialized {
+    std::string name;
+    std::string calculator;
+    std::string spec;
+    int64_t observations;
+    int64_t non_finite;
+  };
+
+  void AddJson(const v1::Session& session, const std::optional<ScaleSpread>& spread,
+               int64_t non_finite);
+  // The spec in protobuf's JSON mapping. Cached by its bytes: the sessions of a run
+  // share a few specs, and protobuf's JSON printer costs more than the rest of a row.
+  const std::string& SpecJsonOf(const v1::QuantSpec& spec);
+  void AddPlot(const v1::Session& session, const std::optional<ScaleSpread>& spread,
+               int64_t non_finite);
+
+  const std::string prefix_;
+  const Format format_;
+  const bool html_;
+  std::ostream& out_;
+  int64_t sessions_ = 0;
+  std::vector<Uninitialized> uninitialized_;
+  std::vector<std::vector<std::string>> initialized_rows_;  // table cells
+  std::string plots_;                                       // the page's plot sections
+  static constexpr size_t kSpecJsonCacheSize = 256;
+  std::unordered_map<std::string, std::string> spec_json_;  // serialized spec -> its JSON
+};
+
+}  // namespace qparams::report
+
+#endif  // QPARAMS_CLIENT_REPORT_H_
