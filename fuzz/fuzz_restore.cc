@@ -10,23 +10,28 @@
 // of "" or [a-zA-Z0-9._-]{1,64}), as every key the server journals passed those
 // checks: what is fuzzed is the state a key carries.
 //
-// Checked besides crashes and sanitizer reports: a restored session answers every
-// method within the contract (fuzz_requests' checks), its pages and their tokens
-// work, the store's records restore into the same store again (Records() ->
-// Restore -> Records() is a fixed point), and still restore once the sessions have
+// Checked besides crashes and sanitizer reports: the restored store exports in every
+// format (a JSON document or a documented refusal), before and after the exercise; a
+// restored session answers every method within the contract (fuzz_requests'
+// checks), its pages and their tokens work, the store's records restore into the same store again
+// (Records() -> Restore -> Records() is a fixed point), and still restore once the sessions have
 // been observed.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "fuzz/service_harness.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "qparams/v1/qparams.pb.h"
+#include "server/exporter.h"
 
 namespace qparams::fuzz {
 namespace {
@@ -65,14 +70,15 @@ std::string Only(const std::string& text, Allowed allowed, size_t limit, const c
 }
 
 bool NameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-' || c == '/';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-' || c == '/';
 }
 
 void MakeKeyValid(storage::v1::SessionKey* key) {
   key->set_name(Only(key->name(), NameChar, 128, "x"));
   if (!key->tenant().empty()) {
-    key->set_tenant(Only(key->tenant(), [](char c) { return NameChar(c) && c != '/'; }, 64, "t"));
+    key->set_tenant(Only(
+        key->tenant(), [](char c) { return NameChar(c) && c != '/'; }, 64, "t"));
   }
 }
 
@@ -96,6 +102,38 @@ template <typename Request>
 void Run(Service& s, Method method, const Request& request) {
   const std::string bytes = request.SerializeAsString();
   Handle(s, method, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+// The tenant's sessions exported in every format (the domain's Exporter, which the
+// ExportSessions reactor drives): a document that parses as JSON, or one of the
+// refusals the contract documents, with a message.
+void ExportAll(Service& s) {
+  for (const char* format : {"aimet", "onnx", "compressed-tensors"}) {
+    for (bool allow_uninitialized : {false, true}) {
+      absl::StatusOr<std::unique_ptr<Exporter>> exporter =
+          Exporter::Start(&s.engine, "", {"", format, allow_uninitialized});
+      std::string document;
+      absl::Status status = exporter.status();
+      while (status.ok()) {
+        absl::StatusOr<std::string> piece = (*exporter)->Next();
+        status = piece.status();
+        if (!piece.ok() || piece->empty()) break;
+        document += *piece;
+      }
+      const std::string what = std::string("export to ") + format;
+      if (status.ok()) {
+        google::protobuf::Struct parsed;
+        Check(google::protobuf::util::JsonStringToMessage(document, &parsed).ok(),
+              what + " is not JSON: " + document.substr(0, 2000));
+        continue;
+      }
+      Check(status.code() == absl::StatusCode::kInvalidArgument ||
+                status.code() == absl::StatusCode::kFailedPrecondition ||
+                status.code() == absl::StatusCode::kNotFound,
+            what + " failed with an undocumented code: " + status.ToString());
+      Check(!status.message().empty(), what + " failed without a message");
+    }
+  }
 }
 
 // Every session of the tenant "" through the service: reads, pages of one, a
@@ -181,7 +219,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   Check(sorted(saved) == sorted(again.engine.Records()),
         "Records -> Restore -> Records changes the records");
+  ExportAll(s);
   Exercise(s);
+  ExportAll(s);
   // What the service did to the restored sessions must restore too.
   Service after;
   const std::vector<std::string> later = after.engine.Restore(s.engine.Records());

@@ -145,25 +145,61 @@ double QuantMax(const SessionInfo& session) { return session.spec.quant_max.valu
 
 std::string RangeText(double lo, double hi) { return absl::StrCat("[", lo, ", ", hi, "]"); }
 
+absl::string_view FormatName(ExportFormat format) {
+  switch (format) {
+    case ExportFormat::kAimet:
+      return "AIMET encodings 1.0.0";
+    case ExportFormat::kOnnx:
+      return "ONNX QuantizeLinear";
+    case ExportFormat::kCompressedTensors:
+      return "compressed-tensors";
+  }
+  return "";
+}
+
+// What no format holds: a non-finite scale (JSON has no Inf; a range wider than
+// float32's largest value overflows to one), and a zero point outside the quant range
+// (which a computation from finite data never gives).
+absl::Status CheckValues(const SessionInfo& session, absl::string_view format) {
+  const QParams& q = session.qparams;
+  for (size_t i = 0; i < q.scale.size(); ++i) {
+    if (!std::isfinite(q.scale[i])) {
+      return Refuse(session, format,
+                    absl::StrCat("its scale ", i, " is ", q.scale[i],
+                                 " (the observed range overflows float32), which JSON cannot "
+                                 "hold"));
+    }
+  }
+  for (size_t i = 0; i < q.zero_point.size(); ++i) {
+    if (q.zero_point[i] < QuantMin(session) || q.zero_point[i] > QuantMax(session)) {
+      return Refuse(
+          session, format,
+          absl::StrCat("its zero point ", i, " is ", q.zero_point[i], ", outside its quant range ",
+                       RangeText(QuantMin(session), QuantMax(session))));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // ------------------------------------------------------------------------ aimet
 
 absl::StatusOr<std::string> RenderAimet(const SessionInfo& session, const TensorBinding& binding) {
-  constexpr absl::string_view kFormat = "AIMET encodings 1.0.0";
+  const absl::string_view format_name = FormatName(ExportFormat::kAimet);
   const QuantDType dtype = DTypeOf(session);
   if (dtype.is_floating_point()) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   absl::StrCat(dtype.name,
                                " is floating point, which 1.0.0 encodes only as FLOAT 16/32 "
                                "without a scale (use --format=onnx)"));
   }
   if (session.spec.e8m0_scale()) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   "its scales are e8m0 (powers of two), which 1.0.0 has no "
                   "encoding for (use --format=onnx)");
   }
   const double levels = std::ldexp(1.0, dtype.bits);
   if (QuantMax(session) - QuantMin(session) != levels - 1) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   absl::StrCat("its quant range ", RangeText(QuantMin(session), QuantMax(session)),
                                " has fewer than the 2^", dtype.bits, " = ", levels,
                                " levels AIMET quantizes onto"));
@@ -176,7 +212,7 @@ absl::StatusOr<std::string> RenderAimet(const SessionInfo& session, const Tensor
       break;
     case Layout::Kind::kChannel:
       if (layout.axis != 0) {
-        return Refuse(session, kFormat,
+        return Refuse(session, format_name,
                       absl::StrCat("it is per channel along axis ", layout.axis,
                                    ", and 1.0.0 records no axis (its runtimes take axis 0; "
                                    "use --format=onnx)"));
@@ -185,14 +221,14 @@ absl::StatusOr<std::string> RenderAimet(const SessionInfo& session, const Tensor
       break;
     case Layout::Kind::kBlock:
       if (layout.axis != 1 || session.qparams.shape.size() != 2) {
-        return Refuse(session, kFormat,
+        return Refuse(session, format_name,
                       "1.0.0's PER_BLOCK is blocks along axis 1 of a 2-D weight, one row of "
                       "blocks per channel of axis 0");
       }
       enc_type = "PER_BLOCK";
       break;
     case Layout::Kind::kOther:
-      return Refuse(session, kFormat,
+      return Refuse(session, format_name,
                     absl::StrCat("its granularity ", session.spec.granularity.ToString(),
                                  " blocks more than one axis"));
   }
@@ -231,18 +267,18 @@ std::optional<absl::string_view> OnnxTypeName(const QuantDType& dtype) {
 }
 
 absl::StatusOr<std::string> RenderOnnx(const SessionInfo& session, const TensorBinding& binding) {
-  constexpr absl::string_view kFormat = "ONNX QuantizeLinear";
+  const absl::string_view format_name = FormatName(ExportFormat::kOnnx);
   const QuantDType dtype = DTypeOf(session);
   const std::optional<absl::string_view> type = OnnxTypeName(dtype);
   if (!type.has_value()) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   absl::StrCat(dtype.name,
                                " has no ONNX type (integers of 2, 4 or 8 bits, "
                                "float8e4m3fn, float8e5m2, float4e2m1)"));
   }
   if (!dtype.is_floating_point() &&
       (QuantMin(session) != dtype.min_value() || QuantMax(session) != dtype.max_value())) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   absl::StrCat("its quant range ", RangeText(QuantMin(session), QuantMax(session)),
                                " is not ", dtype.name, "'s whole range ",
                                RangeText(dtype.min_value(), dtype.max_value()),
@@ -250,7 +286,7 @@ absl::StatusOr<std::string> RenderOnnx(const SessionInfo& session, const TensorB
   }
   const Layout layout = LayoutOf(session);
   if (layout.kind == Layout::Kind::kOther) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   absl::StrCat("its granularity ", session.spec.granularity.ToString(),
                                " is not blocks along one axis with one scale per element of "
                                "every other"));
@@ -294,20 +330,20 @@ struct CompressedTensorsLayout {
 
 absl::StatusOr<CompressedTensorsLayout> CompressedTensorsLayoutOf(const SessionInfo& session,
                                                                   const TensorBinding& binding) {
-  constexpr absl::string_view kFormat = "compressed-tensors";
+  const absl::string_view format_name = FormatName(ExportFormat::kCompressedTensors);
   const QuantDType dtype = DTypeOf(session);
   if (session.spec.e8m0_scale()) {
-    return Refuse(session, kFormat, "its scales are e8m0 (powers of two)");
+    return Refuse(session, format_name, "its scales are e8m0 (powers of two)");
   }
   if (dtype.name == "float8_e5m2") {
-    return Refuse(session, kFormat, "its 8-bit float type is e4m3 only, not float8_e5m2");
+    return Refuse(session, format_name, "its 8-bit float type is e4m3 only, not float8_e5m2");
   }
   if (!dtype.is_floating_point()) {
     const double levels = std::ldexp(1.0, dtype.bits);
     if (QuantMax(session) - QuantMin(session) != levels - 1 ||
         (QuantMin(session) != 0 && QuantMin(session) != -levels / 2)) {
       return Refuse(
-          session, kFormat,
+          session, format_name,
           absl::StrCat("its quant range ", RangeText(QuantMin(session), QuantMax(session)),
                        " is not ", dtype.name, "'s whole range ",
                        RangeText(dtype.min_value(), dtype.max_value())));
@@ -322,7 +358,7 @@ absl::StatusOr<CompressedTensorsLayout> CompressedTensorsLayoutOf(const SessionI
     return out;
   }
   if (binding.role != TensorRole::kWeight) {
-    return Refuse(session, kFormat,
+    return Refuse(session, format_name,
                   absl::StrCat("it quantizes activations per tensor (static) or per token "
                                "(dynamic), not ",
                                session.spec.granularity.ToString()));
@@ -330,7 +366,7 @@ absl::StatusOr<CompressedTensorsLayout> CompressedTensorsLayoutOf(const SessionI
   if (layout.kind == Layout::Kind::kChannel) {
     if (layout.axis != 0) {
       return Refuse(
-          session, kFormat,
+          session, format_name,
           absl::StrCat("its channels are axis 0 (output features), not axis ", layout.axis));
     }
     out.shape = {n[0], 1};
@@ -349,7 +385,7 @@ absl::StatusOr<CompressedTensorsLayout> CompressedTensorsLayoutOf(const SessionI
     out.block_structure = layout.block_2d;
     return out;
   }
-  return Refuse(session, kFormat,
+  return Refuse(session, format_name,
                 absl::StrCat("its granularity ", session.spec.granularity.ToString(),
                              " is not groups along axis 1 of a 2-D weight or 2-D blocks"));
 }
@@ -438,6 +474,7 @@ TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefi
 
 absl::StatusOr<std::string> RenderSession(ExportFormat format, const SessionInfo& session,
                                           const TensorBinding& binding, absl::string_view indent) {
+  QPARAMS_RETURN_IF_ERROR(CheckValues(session, FormatName(format)));
   switch (format) {
     case ExportFormat::kAimet:
       return RenderAimet(session, binding);

@@ -4,6 +4,7 @@
 // consumers (torch, onnx.checker, AIMET's published convention) with the output.
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -220,6 +221,28 @@ TEST(ExportFormat, CompressedTensorsNamesShapesAndArgs) {
     EXPECT_CODE(rendered, kInvalid);
     EXPECT_TRUE(absl::StrContains(rendered.status().message(), session.name)) << rendered.status();
     EXPECT_TRUE(absl::StrContains(rendered.status().message(), reason)) << rendered.status();
+  }
+}
+
+// JSON holds no Inf, and no format a zero point quantizing would never give: a
+// float32 range wider than float32's largest value overflows the scale.
+TEST(ExportFormat, EveryFormatRefusesInfiniteScalesAndStrayZeroPoints) {
+  SessionInfo overflowed =
+      Initialized("run/huge", Spec("int8", Granularity::PerChannel(0)), {2, 1});
+  overflowed.qparams.scale[1] = std::numeric_limits<float>::infinity();
+  SessionInfo stray =
+      Initialized("run/stray", Spec("uint8", Granularity::PerTensor(), QScheme::kAsymmetric), {1});
+  stray.qparams.zero_point[0] = std::numeric_limits<int32_t>::min();
+  for (ExportFormat format :
+       {ExportFormat::kAimet, ExportFormat::kOnnx, ExportFormat::kCompressedTensors}) {
+    for (const auto& [session, reason] : std::vector<std::pair<SessionInfo, std::string>>{
+             {overflowed, "scale 1 is inf"}, {stray, "zero point 0 is -2147483648"}}) {
+      const absl::StatusOr<std::string> rendered = Render(format, session);
+      EXPECT_CODE(rendered, kInvalid);
+      EXPECT_TRUE(absl::StrContains(rendered.status().message(), session.name))
+          << rendered.status();
+      EXPECT_TRUE(absl::StrContains(rendered.status().message(), reason)) << rendered.status();
+    }
   }
 }
 
