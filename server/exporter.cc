@@ -10,44 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status_macros.h"
+#include "server/session_cursor.h"
 #include "server/session_store.h"
 
 namespace qparams {
 namespace {
 
-constexpr int kPage = 64;            // sessions read at a time
 constexpr size_t kListedNames = 20;  // uninitialized sessions named in the refusal
 constexpr absl::string_view kEntryIndent = "    ";
 
 }  // namespace
-
-// Sessions of a tenant under a prefix, in name order, a page at a time.
-class Exporter::Cursor {
- public:
-  Cursor(const Engine* engine, absl::string_view tenant, absl::string_view prefix)
-      : engine_(engine), tenant_(tenant), prefix_(prefix) {}
-
-  // The next session; null after the last.
-  absl::StatusOr<const SessionInfo*> Next() {
-    if (next_ == page_.sessions.size()) {
-      if (fetched_ && page_.next_page_token.empty()) return nullptr;
-      QPARAMS_ASSIGN_OR_RETURN(
-          page_, engine_->ListSessions(tenant_, kPage, page_.next_page_token, prefix_));
-      fetched_ = true;
-      next_ = 0;
-      if (page_.sessions.empty()) return nullptr;
-    }
-    return &page_.sessions[next_++];
-  }
-
- private:
-  const Engine* const engine_;
-  const absl::string_view tenant_;
-  const absl::string_view prefix_;
-  SessionPage page_;
-  size_t next_ = 0;
-  bool fetched_ = false;
-};
 
 Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions options,
                    ExportFormat format)
@@ -55,9 +27,7 @@ Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions optio
       tenant_(std::move(tenant)),
       options_(std::move(options)),
       format_(format),
-      cursor_(std::make_unique<Cursor>(engine_, tenant_, options_.prefix)) {}
-
-Exporter::~Exporter() = default;
+      cursor_(std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix)) {}
 
 absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
                                                           ExportOptions options) {
@@ -72,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, 
 }
 
 absl::Status Exporter::Check() {
-  Cursor cursor(engine_, tenant_, options_.prefix);
+  SessionCursor cursor(engine_, tenant_, options_.prefix);
   int64_t sessions = 0;
   std::vector<std::string> uninitialized;
   int64_t uninitialized_count = 0;
@@ -206,7 +176,7 @@ absl::StatusOr<std::string> Exporter::Next() {
         if (next == nullptr) {  // the pass is over
           if (++pass_ < passes()) {
             piece += BetweenPasses();
-            cursor_ = std::make_unique<Cursor>(engine_, tenant_, options_.prefix);
+            cursor_ = std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix);
             first_in_pass_ = true;
           } else {
             stage_ = Stage::kClosing;

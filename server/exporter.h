@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "server/engine.h"
 #include "server/export_format.h"
+#include "server/session_cursor.h"
 
 namespace qparams {
 
@@ -45,8 +46,6 @@ class Exporter {
   // INVALID_ARGUMENT, and one created since then may or may not appear.
   absl::StatusOr<std::string> Next();
 
-  ~Exporter();
-
  private:
   // compressed-tensors' quantization args of a module's three tensors, as indexes
   // into args_ (-1 = none): modules mostly share a handful of distinct args.
@@ -55,8 +54,6 @@ class Exporter {
     int input_activations = -1;
     int output_activations = -1;
   };
-
-  class Cursor;  // the sessions under the prefix, a page at a time
 
   Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format);
 
@@ -80,7 +77,7 @@ class Exporter {
   Stage stage_ = Stage::kOpening;
   int pass_ = 0;
   bool first_in_pass_ = true;
-  std::unique_ptr<Cursor> cursor_;  // the current pass's
+  std::unique_ptr<SessionCursor> cursor_;  // the current pass's
 };
 
 }  // namespace qparams

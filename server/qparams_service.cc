@@ -1,5 +1,7 @@
 #include "server/qparams_service.h"
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -7,10 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/timestamp.h"
 #include "core/observation.h"
+#include "core/status_macros.h"
 #include "proto/convert.h"
 #include "proto/status.h"
 #include "server/exporter.h"
 #include "server/log.h"
+#include "server/session_cursor.h"
 #include "server/session_store.h"
 
 namespace qparams {
@@ -244,28 +248,30 @@ QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
   return new ObserveStreamReactor(this, context);
 }
 
-// Writes one session per message, fetching them a page at a time (kPage sessions,
-// each copied whole under its lock), and the next page only once the client has
-// taken the last message: memory holds one page, whatever the prefix matches.
-class QParamsServiceImpl::ReadSessionsReactor final : public grpc::ServerWriteReactor<v1::Session> {
+// A server stream that produces each message only once the client has taken the
+// last, so that what it holds is what `produce` holds (a page of sessions, a piece of
+// an export), whatever the stream's length. `produce` fills the next message and
+// returns true, or false at the end; an error ends the stream with it, as does a
+// `produce` that failed before the first message.
+template <typename Message>
+class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReactor<Message> {
  public:
-  ReadSessionsReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
-                      const v1::ReadSessionsRequest& request)
-      : service_(service), context_(context), prefix_(request.prefix()) {
-    absl::StatusOr<std::string> tenant = service_->Tenant(context);
-    absl::Status valid = tenant.status();
-    if (valid.ok() && !prefix_.empty()) valid = ValidateSessionName(prefix_, "prefix");
-    if (!valid.ok()) {
-      End(valid);
+  using Produce = std::function<absl::StatusOr<bool>(Message*)>;
+
+  PullWriteReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
+                   absl::string_view method, absl::StatusOr<Produce> produce)
+      : service_(service), context_(context), method_(method) {
+    if (!produce.ok()) {
+      End(produce.status());
       return;
     }
-    tenant_ = *std::move(tenant);
+    produce_ = *std::move(produce);
     WriteNext();
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      End(absl::CancelledError("the stream ended before every session was written"));
+      End(absl::CancelledError("the stream ended before every message was written"));
       return;
     }
     WriteNext();
@@ -274,113 +280,65 @@ class QParamsServiceImpl::ReadSessionsReactor final : public grpc::ServerWriteRe
   void OnDone() override { delete this; }
 
  private:
-  static constexpr int kPage = 64;
-
   void WriteNext() {
-    if (next_ == page_.sessions.size()) {
-      if (fetched_ && page_.next_page_token.empty()) {
-        End(absl::OkStatus());
-        return;
-      }
-      absl::StatusOr<SessionPage> page =
-          service_->engine_->ListSessions(tenant_, kPage, page_.next_page_token, prefix_);
-      if (!page.ok()) {
-        End(page.status());
-        return;
-      }
-      page_ = *std::move(page);
-      fetched_ = true;
-      next_ = 0;
-      if (page_.sessions.empty()) {
-        End(absl::OkStatus());
-        return;
-      }
+    message_.Clear();
+    absl::StatusOr<bool> produced = produce_(&message_);
+    if (!produced.ok() || !*produced) {
+      End(produced.status());
+      return;
     }
-    session_.Clear();
-    SessionToProto(page_.sessions[next_++], &session_);
-    StartWrite(&session_);
+    this->StartWrite(&message_);
   }
 
   void End(const absl::Status& status) {
-    service_->LogFailure(context_, "ReadSessions", status);
-    Finish(wire::ToGrpcStatus(status));
+    service_->LogFailure(context_, method_, status);
+    this->Finish(wire::ToGrpcStatus(status));
   }
 
   QParamsServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
-  const std::string prefix_;
-  std::string tenant_;
-  SessionPage page_;
-  size_t next_ = 0;
-  bool fetched_ = false;
-  v1::Session session_;
+  const absl::string_view method_;
+  Produce produce_;
+  Message message_;
 };
 
 grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
     grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) {
-  return new ReadSessionsReactor(this, context, *request);
+  using Reactor = PullWriteReactor<v1::Session>;
+  absl::StatusOr<Reactor::Produce> produce = [&]() -> absl::StatusOr<Reactor::Produce> {
+    QPARAMS_ASSIGN_OR_RETURN(std::string tenant, Tenant(context));
+    if (!request->prefix().empty()) {
+      QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request->prefix(), "prefix"));
+    }
+    auto cursor = std::make_shared<SessionCursor>(engine_, std::move(tenant), request->prefix());
+    return [cursor](v1::Session* session) -> absl::StatusOr<bool> {
+      QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* next, cursor->Next());
+      if (next == nullptr) return false;
+      SessionToProto(*next, session);
+      return true;
+    };
+  }();
+  return new Reactor(this, context, "ReadSessions", std::move(produce));
 }
 
-// Checks every session before the first message (Exporter::Start), then writes the
-// document a piece at a time, rendering the next piece only once the client has
-// taken the last.
-class QParamsServiceImpl::ExportSessionsReactor final
-    : public grpc::ServerWriteReactor<v1::ExportChunk> {
- public:
-  ExportSessionsReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
-                        const v1::ExportSessionsRequest& request)
-      : service_(service), context_(context) {
-    absl::StatusOr<std::string> tenant = service_->Tenant(context);
-    if (!tenant.ok()) {
-      End(tenant.status());
-      return;
-    }
-    absl::StatusOr<std::unique_ptr<Exporter>> exporter =
-        Exporter::Start(service_->engine_, *std::move(tenant),
-                        {request.prefix(), request.format(), request.allow_uninitialized()});
-    if (!exporter.ok()) {
-      End(exporter.status());
-      return;
-    }
-    exporter_ = *std::move(exporter);
-    WriteNext();
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      End(absl::CancelledError("the stream ended before the export was written"));
-      return;
-    }
-    WriteNext();
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  void WriteNext() {
-    absl::StatusOr<std::string> piece = exporter_->Next();
-    if (!piece.ok() || piece->empty()) {
-      End(piece.status());
-      return;
-    }
-    chunk_.set_data(*std::move(piece));
-    StartWrite(&chunk_);
-  }
-
-  void End(const absl::Status& status) {
-    service_->LogFailure(context_, "ExportSessions", status);
-    Finish(wire::ToGrpcStatus(status));
-  }
-
-  QParamsServiceImpl* const service_;
-  grpc::CallbackServerContext* const context_;
-  std::unique_ptr<Exporter> exporter_;
-  v1::ExportChunk chunk_;
-};
-
+// Every session is checked before the first message (Exporter::Start).
 grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
     grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) {
-  return new ExportSessionsReactor(this, context, *request);
+  using Reactor = PullWriteReactor<v1::ExportChunk>;
+  absl::StatusOr<Reactor::Produce> produce = [&]() -> absl::StatusOr<Reactor::Produce> {
+    QPARAMS_ASSIGN_OR_RETURN(std::string tenant, Tenant(context));
+    QPARAMS_ASSIGN_OR_RETURN(
+        std::shared_ptr<Exporter> exporter,
+        Exporter::Start(engine_, std::move(tenant),
+                        {request->prefix(), request->format(), request->allow_uninitialized()}));
+    return [exporter](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
+      QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
+      if (piece.empty()) return false;
+      chunk->set_data(std::move(piece));
+      return true;
+    };
+  }();
+  return new Reactor(this, context, "ExportSessions", std::move(produce));
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,

@@ -75,8 +75,8 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
 
  private:
   class ObserveStreamReactor;
-  class ReadSessionsReactor;
-  class ExportSessionsReactor;
+  template <typename Message>
+  class PullWriteReactor;  // ReadSessions and ExportSessions
 
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one).
