@@ -261,28 +261,51 @@ int List(Invocation& in) {
 // The report of the sessions under --prefix to stdout, rendered as they stream in;
 // with --html FILE also the page, through FILE.partial renamed at the end. The page
 // file is opened before any session is read, so that a path that cannot be written
-// fails at once, and a failure leaves no file.
+// fails at once, and a failure leaves no file. The plots wait in FILE.partial.plots,
+// unlinked as soon as it is open (the stream keeps its data), so that no exit leaves
+// it behind and the client holds one plot at a time, not the page.
 int Report(Invocation& in) {
   const Options& options = in.options();
   const std::string partial = options.html + ".partial";
+  const std::string plots_path = partial + ".plots";
   std::ofstream page;
+  std::fstream plots;
   if (!options.html.empty()) {
     page.open(partial, std::ios::binary | std::ios::trunc);
     if (!page) {
       return in.Fail(absl::FailedPreconditionError(absl::StrCat(
           "--html ", options.html, ": cannot write ", partial, ": ", std::strerror(errno))));
     }
+    plots.open(plots_path, std::ios::binary | std::ios::in | std::ios::out | std::ios::trunc);
+    const int open_errno = errno;
+    if (!plots || std::remove(plots_path.c_str()) != 0) {
+      const absl::Status status = absl::FailedPreconditionError(
+          absl::StrCat("--html ", options.html, ": cannot ", plots ? "remove " : "write ",
+                       plots_path, ": ", std::strerror(plots ? errno : open_errno)));
+      plots.close();
+      page.close();
+      std::remove(plots_path.c_str());
+      std::remove(partial.c_str());
+      return in.Fail(status);
+    }
   }
   report::CoverageReport coverage(options.prefix,
                                   in.table() ? report::Format::kTable : report::Format::kJson,
-                                  page.is_open(), in.out());
+                                  plots.is_open() ? &plots : nullptr, in.out());
   absl::Status status = in.client().ReadSessions(options.prefix, [&](const v1::Session& session) {
     coverage.Add(session);
     return absl::OkStatus();
   });
   if (status.ok()) coverage.Finish();
   if (page.is_open()) {
-    if (status.ok()) coverage.WriteHtml(page);
+    if (status.ok()) {
+      status = coverage.WriteHtml(page);
+      if (!status.ok()) {
+        status = absl::DataLossError(
+            absl::StrCat("--html ", options.html, ": ", plots_path, ": ", status.message()));
+      }
+    }
+    plots.close();
     page.close();
     if (status.ok() && !page) {
       status = absl::DataLossError(

@@ -320,6 +320,9 @@ std::string PlotSvg(const v1::Session& session) {
   return svg;
 }
 
+// WriteHtml() copies the plots into the page this many bytes at a time.
+constexpr int64_t kCopyChunk = 64 << 10;
+
 constexpr absl::string_view kStyle = R"(
 body { font: 14px/1.45 system-ui, sans-serif; color: #222; margin: 24px; max-width: 780px; }
 h1 { font-size: 22px; margin: 0 0 8px; }
@@ -398,8 +401,9 @@ std::string SpecSummary(const v1::QuantSpec& spec) {
   return summary;
 }
 
-CoverageReport::CoverageReport(std::string prefix, Format format, bool html, std::ostream& out)
-    : prefix_(std::move(prefix)), format_(format), html_(html), out_(out) {
+CoverageReport::CoverageReport(std::string prefix, Format format, std::iostream* plots,
+                               std::ostream& out)
+    : prefix_(std::move(prefix)), format_(format), plots_(plots), out_(out) {
   if (format_ == Format::kJson) {
     out_ << "{\n \"prefix\": " << JsonString(prefix_)
          << ",\n \"note\": " << JsonString(kNonFiniteNote) << ",\n \"sessions\": [";
@@ -431,7 +435,7 @@ void CoverageReport::Add(const v1::Session& session) {
     }
     initialized_rows_.push_back(std::move(row));
   }
-  if (html_) AddPlot(session, spread, non_finite);
+  if (plots_ != nullptr) AddPlot(session, spread, non_finite);
 }
 
 void CoverageReport::AddJson(const v1::Session& session, const std::optional<ScaleSpread>& spread,
@@ -475,8 +479,11 @@ void CoverageReport::AddPlot(const v1::Session& session, const std::optional<Sca
   if (!HasRunningRange(session)) {
     absl::StrAppend(&meta, "<br>no running range: this calculator keeps none");
   }
-  absl::StrAppend(&plots_, "<section class=\"session\">\n<h3>", Html(session.name()),
-                  "</h3>\n<p class=\"meta\">", meta, "</p>\n", PlotSvg(session), "</section>\n");
+  const std::string section =
+      absl::StrCat("<section class=\"session\">\n<h3>", Html(session.name()),
+                   "</h3>\n<p class=\"meta\">", meta, "</p>\n", PlotSvg(session), "</section>\n");
+  plots_->write(section.data(), static_cast<std::streamsize>(section.size()));
+  plot_bytes_ += static_cast<int64_t>(section.size());
 }
 
 void CoverageReport::Finish() {
@@ -508,7 +515,7 @@ void CoverageReport::Finish() {
        << kNonFiniteNote << ".\n";
 }
 
-void CoverageReport::WriteHtml(std::ostream& page) const {
+absl::Status CoverageReport::WriteHtml(std::ostream& page) {
   const int64_t initialized = sessions_ - static_cast<int64_t>(uninitialized_.size());
   page << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
           // Nothing to fetch and nothing to run: the page is one file, safe offline.
@@ -543,8 +550,27 @@ void CoverageReport::WriteHtml(std::ostream& page) const {
     page << "</table>\n";
   }
   page << "</section>\n<section id=\"initialized\">\n<h2>Initialized sessions (" << initialized
-       << ")</h2>\n"
-       << plots_ << "</section>\n</body>\n</html>\n";
+       << ")</h2>\n";
+
+  // The plots, in the order added, a chunk at a time.
+  plots_->flush();
+  const bool written = static_cast<bool>(*plots_);
+  plots_->seekg(0);
+  int64_t copied = 0;
+  std::vector<char> chunk(kCopyChunk);
+  while (written && *plots_ && copied < plot_bytes_) {
+    plots_->read(chunk.data(),
+                 static_cast<std::streamsize>(std::min<int64_t>(kCopyChunk, plot_bytes_ - copied)));
+    page.write(chunk.data(), plots_->gcount());
+    copied += plots_->gcount();
+  }
+  page << "</section>\n</body>\n</html>\n";
+  if (!written) return absl::DataLossError("writing the plots failed");
+  if (copied != plot_bytes_) {
+    return absl::DataLossError(
+        absl::StrCat("reading the plots back gave ", copied, " of ", plot_bytes_, " bytes"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace qparams::report

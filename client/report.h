@@ -7,12 +7,14 @@
 #define QPARAMS_CLIENT_REPORT_H_
 
 #include <cstdint>
+#include <istream>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "qparams/v1/qparams.pb.h"
 
@@ -59,16 +61,21 @@ std::string SpecSummary(const v1::QuantSpec& spec);
 // Renders the report of the sessions Add() is given, in the order given (ReadSessions
 // gives name order), uninitialized sessions first in the table and at the top of the
 // page. JSON goes to `out` as each session is added (the uninitialized names at the
-// end); the table at Finish(), as its columns are aligned over every row. Memory: one
-// short row per session for the table, the uninitialized names, and with `html` each
-// initialized session's plot (at most kMaxPlotPoints positions) until WriteHtml().
+// end); the table at Finish(), as its columns are aligned over every row; with a page,
+// each initialized session's plot goes to the caller's `plots` sink as it is added, and
+// WriteHtml() copies them into the page after the uninitialized section. Memory: one
+// short row per session for the table, the uninitialized sessions (name, calculator,
+// spec summary), and one plot (at most kMaxPlotPoints positions) at a time; never the
+// page, however many sessions.
 //
 // Not thread-safe: one thread adds the sessions of one stream, then calls Finish().
 class CoverageReport {
  public:
   // `prefix` is the prefix the sessions were read under, shown in the report. With
-  // JSON, writes the start of the document to `out` now.
-  CoverageReport(std::string prefix, Format format, bool html, std::ostream& out);
+  // JSON, writes the start of the document to `out` now. `plots`: for a page, an empty
+  // stream (a temporary file, say) that Add() writes the plots to and WriteHtml() reads
+  // back from its start; it must outlive the report. nullptr: no page.
+  CoverageReport(std::string prefix, Format format, std::iostream* plots, std::ostream& out);
 
   CoverageReport(const CoverageReport&) = delete;
   CoverageReport& operator=(const CoverageReport&) = delete;
@@ -83,8 +90,10 @@ class CoverageReport {
   // Writes the page to `page`: one HTML document with inline CSS and inline SVG, no
   // script and nothing to fetch (its Content-Security-Policy forbids it); the
   // uninitialized sessions listed first, then one `<svg class="plot">` per
-  // initialized session. Requires `html` at construction.
-  void WriteHtml(std::ostream& page) const;
+  // initialized session, copied from `plots` in chunks. Requires `plots` at
+  // construction; call it once, after Finish(). DATA_LOSS when `plots` failed to take
+  // or give back every plot; `page`'s own state tells whether writing it failed.
+  absl::Status WriteHtml(std::ostream& page);
 
  private:
   // A session without qparams: listed, not plotted.
@@ -106,12 +115,12 @@ class CoverageReport {
 
   const std::string prefix_;
   const Format format_;
-  const bool html_;
+  std::iostream* const plots_;  // the page's plot sections, as they are added
   std::ostream& out_;
   int64_t sessions_ = 0;
   std::vector<Uninitialized> uninitialized_;
   std::vector<std::vector<std::string>> initialized_rows_;  // table cells
-  std::string plots_;                                       // the page's plot sections
+  int64_t plot_bytes_ = 0;                                  // written to plots_
   static constexpr size_t kSpecJsonCacheSize = 256;
   std::unordered_map<std::string, std::string> spec_json_;  // serialized spec -> its JSON
 };

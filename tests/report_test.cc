@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -83,12 +84,13 @@ std::vector<v1::Session> ThreeSessions() {
 std::string Render(const std::vector<v1::Session>& sessions, Format format,
                    std::string* page = nullptr) {
   std::ostringstream out;
-  CoverageReport report("run/", format, page != nullptr, out);
+  std::stringstream plots;
+  CoverageReport report("run/", format, page != nullptr ? &plots : nullptr, out);
   for (const v1::Session& s : sessions) report.Add(s);
   report.Finish();
   if (page != nullptr) {
     std::ostringstream html;
-    report.WriteHtml(html);
+    EXPECT_TRUE(report.WriteHtml(html).ok());
     *page = html.str();
   }
   return out.str();
@@ -233,6 +235,45 @@ TEST(CoverageReport, HtmlHasOnePlotPerInitializedSessionUninitializedFirst) {
   EXPECT_TRUE(absl::StrContains(page, "default-src 'none'"));
 }
 
+// Each plot goes to the sink as its session is added, not at the end: the report
+// holds one plot at a time, however many sessions. The page copies them back in order.
+TEST(CoverageReport, PlotsGoToTheSinkAsTheyAreAdded) {
+  std::ostringstream out;
+  std::stringstream plots;
+  CoverageReport report("run/", Format::kJson, &plots, out);
+  const std::vector<v1::Session> sessions = ThreeSessions();
+  report.Add(sessions[0]);  // run/a, initialized
+  const std::string after_a = plots.str();
+  EXPECT_EQ(Count(after_a, "<svg class=\"plot\""), 1u);
+  EXPECT_TRUE(absl::StrContains(after_a, "<h3>run/a</h3>"));
+  report.Add(sessions[1]);  // run/b, uninitialized: no plot
+  EXPECT_EQ(plots.str(), after_a);
+  report.Add(sessions[2]);  // run/c
+  EXPECT_EQ(Count(plots.str(), "<svg class=\"plot\""), 2u);
+  EXPECT_GT(plots.str().size(), after_a.size());
+  report.Finish();
+
+  std::ostringstream html;
+  ASSERT_TRUE(report.WriteHtml(html).ok());
+  const std::string page = html.str();
+  EXPECT_TRUE(absl::StrContains(page, plots.str()));
+  EXPECT_LT(page.find("<td class=\"name\">run/b</td>"), page.find(plots.str()));
+  EXPECT_TRUE(absl::EndsWith(page, "</section>\n</section>\n</body>\n</html>\n"));
+}
+
+TEST(CoverageReport, AFailedSinkIsDataLoss) {
+  std::ostringstream out;
+  std::stringstream plots;
+  CoverageReport report("run/", Format::kTable, &plots, out);
+  for (const v1::Session& s : ThreeSessions()) report.Add(s);
+  report.Finish();
+  plots.setstate(std::ios::badbit);  // as a full disk would leave it
+  std::ostringstream html;
+  const absl::Status status = report.WriteHtml(html);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "plots")) << status;
+}
+
 TEST(CoverageReport, NamesAreEscaped) {
   const std::string name = "x<b>&\"y'";
   std::string page;
@@ -340,8 +381,9 @@ TEST(CoverageReport, HundredThousandSessions) {
   constexpr int kSessions = 100000;
   for (const Format format : {Format::kJson, Format::kTable}) {
     std::ostringstream out;
+    std::stringstream plots;
     std::ostringstream html;
-    CoverageReport report("many/", format, format == Format::kJson, out);
+    CoverageReport report("many/", format, format == Format::kJson ? &plots : nullptr, out);
     for (int i = 0; i < kSessions; ++i) {
       report.Add(MakeSession(absl::StrCat("many/", i), "global_minmax", "per_channel:0",
                              i % 10 == 0 ? std::vector<float>{} : std::vector<float>{1, 2},
@@ -350,7 +392,7 @@ TEST(CoverageReport, HundredThousandSessions) {
     }
     report.Finish();
     if (format == Format::kJson) {
-      report.WriteHtml(html);
+      ASSERT_TRUE(report.WriteHtml(html).ok());
       EXPECT_EQ(Count(html.str(), "<svg class=\"plot\""), kSessions - kSessions / 10);
       // Parsing 35 MB back would cost more than the report; the small cases parse it.
       EXPECT_EQ(Count(out.str(), "{\"name\": "), static_cast<size_t>(kSessions));
@@ -432,6 +474,11 @@ TEST_F(ReportCommand, WritesTheReportAndThePage) {
   EXPECT_EQ(Count(page.str(), "<svg class=\"plot\""), 2u);
   EXPECT_EQ(Count(page.str(), "<polygon class=\"range\""), 1u);  // cmd/a's; cmd/c is static
   EXPECT_NE(access(absl::StrCat(options.html, ".partial").c_str(), F_OK), 0);
+  EXPECT_NE(access(absl::StrCat(options.html, ".partial.plots").c_str(), F_OK), 0);
+  // The uninitialized section, then the plots copied from the temporary file.
+  EXPECT_LT(page.str().find("<td class=\"name\">cmd/b</td>"), page.str().find("<h3>cmd/a</h3>"));
+  EXPECT_LT(page.str().find("<h3>cmd/a</h3>"), page.str().find("<h3>cmd/c</h3>"));
+  EXPECT_TRUE(absl::EndsWith(page.str(), "</html>\n"));
 
   options.format = "json";
   options.html.clear();
@@ -462,6 +509,7 @@ TEST_F(ReportCommand, AFailedCallLeavesNoPage) {
   EXPECT_TRUE(absl::StrContains(r.err, "prefix")) << r.err;
   EXPECT_NE(access(options.html.c_str(), F_OK), 0);
   EXPECT_NE(access(absl::StrCat(options.html, ".partial").c_str(), F_OK), 0);
+  EXPECT_NE(access(absl::StrCat(options.html, ".partial.plots").c_str(), F_OK), 0);
 }
 
 }  // namespace
