@@ -23,6 +23,8 @@
 #include "client/client.h"
 #include "client/npy.h"
 #include "client/report.h"
+#include "common/json_string.h"
+#include "common/slot.h"
 #include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
@@ -454,6 +456,25 @@ int Health(Invocation& in) {
   return *status == HealthCheckResponse::SERVING ? kExitOk : kExitFailed;
 }
 
+// The slot of each name (common/slot.h), computed here: no call to the server.
+int Slot(Invocation& in) {
+  if (in.table()) {
+    std::vector<std::vector<std::string>> rows = {{"NAME", "SLOT"}};
+    for (size_t i = 0; i < in.arg_count(); ++i) {
+      rows.push_back({in.arg(i), absl::StrCat(SlotOf(in.arg(i)))});
+    }
+    PrintColumns(rows, in.out());
+    return kExitOk;
+  }
+  in.out() << "{\n \"slots\": [";
+  for (size_t i = 0; i < in.arg_count(); ++i) {
+    in.out() << (i == 0 ? "\n  " : ",\n  ") << "{\"name\": " << JsonString(in.arg(i))
+             << ", \"slot\": " << SlotOf(in.arg(i)) << "}";
+  }
+  in.out() << "\n ]\n}\n";
+  return kExitOk;
+}
+
 struct Command {
   absl::string_view name;
   absl::string_view args;  // the synopsis of its arguments
@@ -508,6 +529,11 @@ constexpr Command kCommands[] = {
   {"health", "[SERVICE]", 0, 1, Health,
    "The health of the server (or of SERVICE, e.g. qparams.v1.QParamsService):\n"
    "SERVING, NOT_SERVING, ...; exits 0 only if SERVING. Sends no token."},
+  {"slot", "NAME [NAME ...]", 1, kAny, Slot,
+   "The slot of each session NAME (any string): zlib's CRC-32 of its bytes mod 256.\n"
+   "Sessions are sharded by slot; the slot map says which replica owns each slot,\n"
+   "hence the session. HAProxy routes on the same slot, from the routing header:\n"
+   "req.hdr(x-qparams-session),crc32,mod(256). Computed here: calls no server."},
 };
 // clang-format on
 

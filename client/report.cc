@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace qparams::report {
@@ -17,28 +18,6 @@ namespace {
 using google::protobuf::RepeatedField;
 
 std::string Float(double value) { return absl::StrFormat("%.9g", value); }  // a float round-trips
-
-std::string JsonString(absl::string_view text) {
-  std::string quoted = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        quoted += "\\\"";
-        break;
-      case '\\':
-        quoted += "\\\\";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(&quoted, "\\u%04x", static_cast<int>(c));
-        } else {
-          quoted += c;
-        }
-    }
-  }
-  quoted += "\"";
-  return quoted;
-}
 
 // Names are [a-zA-Z0-9._/-] on the server, but the page does not rely on it.
 std::string Html(absl::string_view text) {

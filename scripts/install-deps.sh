@@ -23,9 +23,9 @@ if [ "${1:-}" != image ]; then
   # torch, optional for users of the package but needed by the observers' tests.
   packages+=(python3 python3-setuptools python3-wheel python3-venv python3-grpcio
     python3-protobuf python3-numpy python3-torch python3-pytest)
-  # The exports' independent consumers (onnx.checker) and the report page's browser
-  # test (headless Chromium).
-  packages+=(python3-onnx chromium)
+  # The exports' independent consumers (onnx.checker), the report page's browser
+  # test (headless Chromium), and the balancer sharding routes through (HAProxy).
+  packages+=(python3-onnx chromium haproxy)
 fi
 if [ "${1:-}" = bench ]; then
   packages+=(jq gnuplot-nox)  # bench/run.sh: reading qparams-bench's JSON, the plot

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "core/dtype.h"
 #include "core/quant_spec.h"
 #include "core/status_macros.h"
@@ -29,15 +30,6 @@ void AppendFloat(std::string* out, float value) {
   char buffer[32];
   const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   out->append(buffer, result.ptr);
-}
-
-void AppendString(std::string* out, absl::string_view text) {
-  out->push_back('"');
-  for (char c : text) {
-    if (c == '"' || c == '\\') out->push_back('\\');
-    out->push_back(c);
-  }
-  out->push_back('"');
 }
 
 template <typename T, typename Append>
@@ -240,7 +232,7 @@ absl::StatusOr<std::string> RenderAimet(const SessionInfo& session, const Tensor
     offsets[i] = static_cast<int64_t>(QuantMin(session)) - zero_point;
   }
   std::string out = "{\"name\": ";
-  AppendString(&out, binding.tensor);
+  AppendJsonString(&out, binding.tensor);
   absl::StrAppend(&out, ", \"dtype\": \"INT\", \"enc_type\": \"", enc_type,
                   "\", \"bw\": ", dtype.bits,
                   ", \"is_sym\": ", session.spec.qscheme == QScheme::kAsymmetric ? "false" : "true",
@@ -293,7 +285,7 @@ absl::StatusOr<std::string> RenderOnnx(const SessionInfo& session, const TensorB
   }
   const QParams& q = session.qparams;
   std::string out = "{\"name\": ";
-  AppendString(&out, binding.tensor);
+  AppendJsonString(&out, binding.tensor);
   absl::StrAppend(&out, ", \"output_dtype\": \"", *type, "\", \"y_scale\": ");
   auto append_values = [&](const auto& values, auto append) {
     if (layout.kind == Layout::Kind::kTensor) {
@@ -404,7 +396,7 @@ absl::string_view RoleName(TensorRole role) {
 
 void AppendTensor(std::string* out, absl::string_view name, absl::string_view dtype,
                   const std::vector<int64_t>& shape, absl::FunctionRef<void(std::string*)> data) {
-  AppendString(out, name);
+  AppendJsonString(out, name);
   absl::StrAppend(out, ": {\"dtype\": \"", dtype, "\", \"shape\": ");
   AppendList(out, shape, AppendInt);
   out->append(", \"data\": ");

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "client/npy.h"
 #include "common/file.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.pb.h"
@@ -279,6 +280,49 @@ TEST_F(CliTest, Health) {
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_EQ(table.out, "SERVING\n");
   EXPECT_EQ(Cli({"health", "no.such.Service"}).exit_code, 1);
+}
+
+TEST_F(CliTest, SlotIsComputedWithoutAServer) {
+  // --target names a socket nobody listens on: slot must not call the server.
+  const auto slot = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {QPARAMS_CLI_PATH, "--target=unix:" + Path("no-server.sock")});
+    return RunProcess(args, *dir_);
+  };
+  // Any string: the empty one, JSON's special characters, one that looks like a flag
+  // (after "--"). Slots from Python's zlib.crc32(name) % 256.
+  const ProcessResult json =
+      slot({"slot", "123456789", "", "a\"b\\c", "tab\there", "--", "-x", "model/layer1.weight"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(json.err, "");
+  EXPECT_EQ(json.out,
+            "{\n"
+            " \"slots\": [\n"
+            "  {\"name\": \"123456789\", \"slot\": 38},\n"
+            "  {\"name\": \"\", \"slot\": 0},\n"
+            "  {\"name\": \"a\\\"b\\\\c\", \"slot\": 161},\n"
+            "  {\"name\": \"tab\\u0009here\", \"slot\": 246},\n"
+            "  {\"name\": \"-x\", \"slot\": 30},\n"
+            "  {\"name\": \"model/layer1.weight\", \"slot\": 62}\n"
+            " ]\n"
+            "}\n");
+  // JSON a parser reads back to the same names.
+  const auto parsed = Parse<google::protobuf::Struct>(json.out);
+  const auto& slots = parsed.fields().at("slots").list_value().values();
+  ASSERT_EQ(slots.size(), 6);
+  EXPECT_EQ(slots[2].struct_value().fields().at("name").string_value(), "a\"b\\c");
+  EXPECT_EQ(slots[3].struct_value().fields().at("name").string_value(), "tab\there");
+  EXPECT_EQ(slots[2].struct_value().fields().at("slot").number_value(), 161);
+
+  const ProcessResult table = slot({"--format=table", "slot", "a", "model/layer1.weight"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out,
+            "NAME                 SLOT\n"
+            "a                    67\n"
+            "model/layer1.weight  62\n");
+
+  const ProcessResult none = slot({"slot"});
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(none.err, "slot NAME [NAME ...]")) << none.err;
 }
 
 TEST_F(CliTest, ErrorsAndExitCodes) {

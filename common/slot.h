@@ -1,0 +1,26 @@
+// Sessions are sharded by name over kSlotCount slots; a slot map (server/slot_map.h)
+// says which replica owns each. The slot is one HAProxy computes too, from the
+// routing header that carries the name: `req.hdr(x-qparams-session),crc32,mod(256)`
+// (HAProxy's crc32 converter is zlib's CRC-32), so that the balancer routes each
+// call to the owner without a router of ours.
+
+#ifndef QPARAMS_COMMON_SLOT_H_
+#define QPARAMS_COMMON_SLOT_H_
+
+#include <cstdint>
+
+#include "absl/strings/string_view.h"
+
+namespace qparams {
+
+inline constexpr int kSlotCount = 256;
+
+// The metadata (HTTP/2 header) that carries a call's session name for routing.
+inline constexpr char kSessionHeader[] = "x-qparams-session";
+
+// crc32(name) mod kSlotCount, over the name's bytes. Thread-safe.
+int SlotOf(absl::string_view name);
+
+}  // namespace qparams
+
+#endif  // QPARAMS_COMMON_SLOT_H_

@@ -1,0 +1,108 @@
+#include "common/slot_map.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file.h"
+
+namespace qparams {
+namespace {
+
+bool ReplicaChar(char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; }
+
+std::optional<int> ParseSlot(absl::string_view text) {
+  int slot = 0;
+  if (!absl::SimpleAtoi(text, &slot) || slot < 0 || slot >= kSlotCount) return std::nullopt;
+  if (!absl::ascii_isdigit(text.front())) return std::nullopt;  // no sign, no space
+  return slot;
+}
+
+}  // namespace
+
+absl::StatusOr<SlotMap> SlotMap::Parse(absl::string_view text) {
+  std::array<std::string, kSlotCount> owner;  // "" = not given yet
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (const size_t hash = line.find('#'); hash != absl::string_view::npos) {
+      line = line.substr(0, hash);
+    }
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (fields.empty()) continue;
+    auto refuse = [&](absl::string_view rule) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slot map line ", line_number, " \"", absl::StripAsciiWhitespace(line), "\": ", rule));
+    };
+    if (fields.size() != 2) return refuse("expected \"LOW:HIGH REPLICA\" or \"SLOT REPLICA\"");
+    const std::vector<absl::string_view> bounds = absl::StrSplit(fields[0], ':');
+    if (bounds.size() > 2) return refuse("a slot range is LOW:HIGH");
+    const std::optional<int> low = ParseSlot(bounds[0]);
+    const std::optional<int> high = ParseSlot(bounds.back());
+    if (!low || !high) {
+      return refuse(absl::StrCat("slots are integers from 0 to ", kSlotCount - 1));
+    }
+    if (*low > *high) return refuse("LOW is above HIGH");
+    const absl::string_view replica = fields[1];
+    if (replica.size() > 64 || !std::all_of(replica.begin(), replica.end(), ReplicaChar)) {
+      return refuse("a replica name is 1 to 64 characters of [a-zA-Z0-9._-]");
+    }
+    for (int slot = *low; slot <= *high; ++slot) {
+      if (!owner[slot].empty()) {
+        return refuse(absl::StrCat("slot ", slot, " is already ", owner[slot], "'s"));
+      }
+      owner[slot] = std::string(replica);
+    }
+  }
+  SlotMap map;
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    if (owner[slot].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("slot map: no line gives slot ", slot,
+                                                     "; every slot from 0 to ", kSlotCount - 1,
+                                                     " needs an owner"));
+    }
+    map.replicas_.push_back(owner[slot]);
+  }
+  std::sort(map.replicas_.begin(), map.replicas_.end());
+  map.replicas_.erase(std::unique(map.replicas_.begin(), map.replicas_.end()), map.replicas_.end());
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    map.owners_[slot] =
+        static_cast<int>(std::lower_bound(map.replicas_.begin(), map.replicas_.end(), owner[slot]) -
+                         map.replicas_.begin());
+  }
+  return map;
+}
+
+absl::StatusOr<SlotMap> SlotMap::Load(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<SlotMap> map = Parse(*text);
+  if (!map.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", map.status().message()));
+  }
+  return map;
+}
+
+bool SlotMap::HasReplica(absl::string_view replica) const {
+  return std::binary_search(replicas_.begin(), replicas_.end(), replica);
+}
+
+std::vector<SlotMap::Range> SlotMap::Ranges() const {
+  std::vector<Range> ranges;
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    if (!ranges.empty() && ranges.back().replica == OwnerOf(slot)) {
+      ranges.back().high = slot;
+    } else {
+      ranges.push_back({slot, slot, OwnerOf(slot)});
+    }
+  }
+  return ranges;
+}
+
+}  // namespace qparams
