@@ -26,6 +26,10 @@ namespace qparams::wire {
 // limit.
 inline constexpr int kMaxBatchObservations = 4096;
 
+// The trailing metadata that names the replica owning a session a call was refused
+// for (FAILED_PRECONDITION on a sharded server, README "Sharding").
+inline constexpr char kOwnerMetadata[] = "x-qparams-owner";
+
 // DType <-> qparams.v1.DType. DTYPE_UNSPECIFIED and unknown values are
 // INVALID_ARGUMENT naming `field`.
 absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);

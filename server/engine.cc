@@ -65,7 +65,7 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
                                                   std::optional<double> averaging_constant) {
-  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
   if (!key.ok()) return key.status();
   absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(*key);
@@ -84,9 +84,24 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
   return (*session)->Info();
 }
 
+absl::Status Engine::CheckOwned(absl::string_view name) const {
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
+  if (options_.slot_map == nullptr) return absl::OkStatus();
+  const int slot = SlotOf(name);
+  const std::string& owner = options_.slot_map->OwnerOf(slot);
+  if (owner == options_.replica_id) return absl::OkStatus();
+  absl::Status refusal = absl::FailedPreconditionError(
+      absl::StrCat("session ", name, " belongs to replica ", owner, " (slot ", slot,
+                   "), not to this replica ", options_.replica_id,
+                   "; send it there (the x-qparams-session header routes it through the "
+                   "balancer)"));
+  refusal.SetPayload(kOwnerPayload, absl::Cord(owner));
+  return refusal;
+}
+
 absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view tenant,
                                                       absl::string_view name) const {
-  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   return store_.Find({std::string(tenant), std::string(name)});
 }
 

@@ -7,6 +7,7 @@
 #define QPARAMS_SERVER_ENGINE_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/slot_map.h"
 #include "core/granularity.h"
 #include "core/observation.h"
 #include "core/qparams.h"
@@ -32,7 +34,16 @@ struct EngineOptions {
   int64_t max_sessions = 100000;
   // Sessions no call has named for this long are evicted; zero keeps them forever.
   absl::Duration session_ttl = absl::ZeroDuration();
+  // Sharding: with a slot map, this engine is replica `replica_id` (one the map
+  // names) and owns only the sessions of the slots the map gives it. Null: it owns
+  // every session.
+  std::shared_ptr<const SlotMap> slot_map;
+  std::string replica_id;
 };
+
+// The payload (absl::Status::GetPayload) of a refusal for a session another replica
+// owns: that replica's name, for the service to pass on as trailing metadata.
+inline constexpr absl::string_view kOwnerPayload = "type.qparams/owner";
 
 // One page of ListSessions.
 struct SessionPage {
@@ -68,8 +79,10 @@ class Engine {
                                             std::optional<double> averaging_constant);
 
   // Every session method names a session of `tenant` ("" when authentication is
-  // off): INVALID_ARGUMENT for a malformed name, NOT_FOUND for an unknown one (or
-  // one evicted after being idle, saying so).
+  // off): INVALID_ARGUMENT for a malformed name, FAILED_PRECONDITION naming the
+  // owner (and carrying it as kOwnerPayload) for a session another replica owns,
+  // which changes nothing, NOT_FOUND for an unknown one (or one evicted after being
+  // idle, saying so). CreateSession refuses the first two the same way.
   absl::StatusOr<SessionInfo> GetSession(absl::string_view tenant, absl::string_view name) const;
   absl::Status DeleteSession(absl::string_view tenant, absl::string_view name);
 
@@ -119,6 +132,9 @@ class Engine {
  private:
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
                                                 absl::string_view name) const;
+  // A valid name of a session this replica owns; INVALID_ARGUMENT or
+  // FAILED_PRECONDITION as the session methods say.
+  absl::Status CheckOwned(absl::string_view name) const;
 
   const EngineOptions options_;
   SessionStore store_;

@@ -6,16 +6,21 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/slot_map.h"
 #include "core/tensor.h"
 #include "server/log.h"
 #include "server/process_tuning.h"
@@ -54,6 +59,12 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the server; enabl
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
+ABSL_FLAG(std::string, replica_id, "",
+          "Sharding: this replica's name in --slot_map; it then owns only the sessions of its "
+          "slots. Both or neither.");
+ABSL_FLAG(std::string, slot_map, "",
+          "Sharding: the slot map file (\"LOW:HIGH REPLICA\" lines, HAProxy's map_int syntax) "
+          "every replica and the balancer read. Both or neither.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
           "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
@@ -113,6 +124,33 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
+  const std::string replica_id = absl::GetFlag(FLAGS_replica_id);
+  const std::string slot_map_path = absl::GetFlag(FLAGS_slot_map);
+  if (replica_id.empty() != slot_map_path.empty()) {
+    qparams::LogError("--replica_id and --slot_map go together: give both or neither");
+    return 2;
+  }
+  if (!slot_map_path.empty()) {
+    absl::StatusOr<qparams::SlotMap> slot_map = qparams::SlotMap::Load(slot_map_path);
+    if (!slot_map.ok()) {
+      qparams::LogError(absl::StrCat("--slot_map: ", slot_map.status().message()));
+      return 2;
+    }
+    if (!slot_map->HasReplica(replica_id)) {
+      qparams::LogError(
+          absl::StrCat("--replica_id: ", replica_id, " owns no slot in ", slot_map_path,
+                       " (its replicas: ", absl::StrJoin(slot_map->replicas(), ", "), ")"));
+      return 2;
+    }
+    std::vector<std::string> mine;
+    for (const qparams::SlotMap::Range& range : slot_map->Ranges()) {
+      if (range.replica == replica_id) mine.push_back(absl::StrCat(range.low, ":", range.high));
+    }
+    qparams::LogInfo(absl::StrCat("replica ", replica_id, " of ", slot_map->replicas().size(),
+                                  ", owning slots ", absl::StrJoin(mine, " ")));
+    options.engine.slot_map = std::make_shared<const qparams::SlotMap>(*std::move(slot_map));
+    options.engine.replica_id = replica_id;
+  }
 
   qparams::LogInfo(absl::StrCat("starting: max_sessions=", options.engine.max_sessions,
                                 " max_message_bytes=", options.max_message_bytes,

@@ -53,6 +53,13 @@ void QParamsServiceImpl::LogFailure(grpc::CallbackServerContext* context,
                        absl::StatusCodeToString(status.code()), ": ", status.message()));
 }
 
+void QParamsServiceImpl::AddOwner(grpc::CallbackServerContext* context,
+                                  const absl::Status& status) {
+  if (auto owner = status.GetPayload(kOwnerPayload); owner.has_value()) {
+    context->AddTrailingMetadata(wire::kOwnerMetadata, std::string(*owner));
+  }
+}
+
 absl::StatusOr<std::string> QParamsServiceImpl::Tenant(
     grpc::CallbackServerContext* context) const {
   if (options_.authenticator == nullptr) return std::string();
@@ -68,6 +75,7 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext
                                                      absl::string_view method,
                                                      const absl::Status& status) {
   LogFailure(context, method, status);
+  AddOwner(context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(wire::ToGrpcStatus(status));
   return reactor;

@@ -98,6 +98,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                                    const absl::Status& status);
   void LogFailure(grpc::CallbackServerContext* context, absl::string_view method,
                   const absl::Status& status) const;
+  // A refusal for a session another replica owns carries the owner's name in the
+  // trailing metadata kOwnerMetadata too, for clients to act on without parsing.
+  static void AddOwner(grpc::CallbackServerContext* context, const absl::Status& status);
 
   Engine* const engine_;
   const ServiceOptions options_;

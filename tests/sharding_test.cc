@@ -1,0 +1,158 @@
+// Sharding by slot: the slot map file's rules, and a replica that owns only its
+// slots' sessions, refusing the others with their owner (message and trailing
+// metadata) and changing nothing.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/slot.h"
+#include "common/slot_map.h"
+#include "gtest/gtest.h"
+#include "proto/convert.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+constexpr char kThreeReplicas[] =
+    "# slots  replica\n"
+    "0:84     r0\n"
+    "85:169   r1   # the middle\n"
+    "\n"
+    "170:254  r2\n"
+    "255      r0\n";
+
+TEST(SlotMap, ParsesRangesSingleSlotsAndComments) {
+  ASSERT_OK_AND_ASSIGN(const SlotMap map, SlotMap::Parse(kThreeReplicas));
+  EXPECT_EQ(map.replicas(), (std::vector<std::string>{"r0", "r1", "r2"}));
+  EXPECT_EQ(map.OwnerOf(0), "r0");
+  EXPECT_EQ(map.OwnerOf(84), "r0");
+  EXPECT_EQ(map.OwnerOf(85), "r1");
+  EXPECT_EQ(map.OwnerOf(254), "r2");
+  EXPECT_EQ(map.OwnerOf(255), "r0");
+  EXPECT_TRUE(map.HasReplica("r1"));
+  EXPECT_FALSE(map.HasReplica("r3"));
+  const std::vector<SlotMap::Range> ranges = map.Ranges();
+  ASSERT_EQ(ranges.size(), 4u);
+  EXPECT_EQ(ranges[1].low, 85);
+  EXPECT_EQ(ranges[1].high, 169);
+  EXPECT_EQ(ranges[1].replica, "r1");
+  EXPECT_EQ(map.OwnerOfSession("123456789"), map.OwnerOf(SlotOf("123456789")));
+}
+
+TEST(SlotMap, RefusesMalformedOverlappingAndIncompleteMaps) {
+  for (const auto& [text, rule] : std::vector<std::pair<std::string, std::string>>{
+           {"0:255\n", "line 1"},
+           {"0:255 r0 extra\n", "expected"},
+           {"0-255 r0\n", "integers"},
+           {"0:256 r0\n", "integers"},
+           {"-1:255 r0\n", "integers"},
+           {"+0:255 r0\n", "integers"},
+           {"0:1:255 r0\n", "LOW:HIGH"},
+           {"9:3 r0\n0:255 r1\n", "above"},
+           {"0:255 r/0\n", "replica name"},
+           {"0:255 " + std::string(65, 'r') + "\n", "replica name"},
+           {"0:200 r0\n100:255 r1\n", "slot 100 is already r0's"},
+           {"0:254 r0\n", "no line gives slot 255"},
+           {"", "no line gives slot 0"},
+       }) {
+    const absl::StatusOr<SlotMap> map = SlotMap::Parse(text);
+    EXPECT_CODE(map, kInvalid);
+    EXPECT_TRUE(absl::StrContains(map.status().message(), rule)) << text << " -> " << map.status();
+  }
+}
+
+// A name of each replica's, found by trying names: the slot function decides.
+std::string NameOwnedBy(const SlotMap& map, const std::string& replica) {
+  for (int i = 0;; ++i) {
+    std::string name = absl::StrCat("shard/s", i);
+    if (map.OwnerOfSession(name) == replica) return name;
+  }
+}
+
+class ShardingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(SlotMap map, SlotMap::Parse(kThreeReplicas));
+    map_ = std::make_shared<const SlotMap>(std::move(map));
+    ServerOptions options;
+    options.engine.slot_map = map_;
+    options.engine.replica_id = "r1";
+    server_ = TestServer::Start(options);
+    ASSERT_NE(server_, nullptr);
+    stub_ = server_->NewStub();
+    mine_ = NameOwnedBy(*map_, "r1");
+    theirs_ = NameOwnedBy(*map_, "r2");
+  }
+
+  std::shared_ptr<const SlotMap> map_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<v1::QParamsService::Stub> stub_;
+  std::string mine_, theirs_;
+};
+
+TEST_F(ShardingTest, ASessionOfAnotherReplicaIsRefusedWithItsOwner) {
+  v1::CreateSessionRequest create;
+  create.set_name(theirs_);
+  grpc::ClientContext context;
+  v1::Session session;
+  const grpc::Status refused = stub_->CreateSession(&context, create, &session);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "belongs to replica r2"))
+      << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), theirs_));
+  const auto owner = context.GetServerTrailingMetadata().find(wire::kOwnerMetadata);
+  ASSERT_NE(owner, context.GetServerTrailingMetadata().end());
+  EXPECT_EQ(std::string(owner->second.data(), owner->second.size()), "r2");
+
+  // Nothing was created; every session method refuses the same way.
+  grpc::ClientContext list_context;
+  v1::ListSessionsResponse listed;
+  ASSERT_TRUE(stub_->ListSessions(&list_context, {}, &listed).ok());
+  EXPECT_EQ(listed.sessions_size(), 0);
+  v1::GetSessionRequest get;
+  get.set_name(theirs_);
+  grpc::ClientContext get_context;
+  EXPECT_EQ(stub_->GetSession(&get_context, get, &session).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  v1::GetQParamsRequest qparams;
+  qparams.set_name(theirs_);
+  grpc::ClientContext qparams_context;
+  v1::GetQParamsResponse qparams_response;
+  EXPECT_EQ(stub_->GetQParams(&qparams_context, qparams, &qparams_response).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ShardingTest, OwnSessionsWorkAndAStreamFailsOnlyTheForeignMessage) {
+  v1::CreateSessionRequest create;
+  create.set_name(mine_);
+  grpc::ClientContext context;
+  v1::Session session;
+  ASSERT_TRUE(stub_->CreateSession(&context, create, &session).ok());
+
+  grpc::ClientContext stream_context;
+  auto stream = stub_->ObserveStream(&stream_context);
+  const Tensor x = F32({2}, {-1, 2});
+  for (const std::string& name : {mine_, theirs_, mine_}) {
+    v1::ObserveRequest request;
+    request.set_name(name);
+    *request.mutable_tensor() = wire::TensorToProto(x.view());
+    ASSERT_TRUE(stream->Write(request));
+  }
+  stream->WritesDone();
+  std::vector<v1::ObserveResponse> responses(3);
+  for (v1::ObserveResponse& response : responses) ASSERT_TRUE(stream->Read(&response));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(responses[0].status().code(), 0);
+  EXPECT_EQ(responses[1].status().code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(responses[1].status().message(), "belongs to replica r2"));
+  EXPECT_EQ(responses[2].status().code(), 0);
+  EXPECT_EQ(responses[2].observation_count(), 2);
+}
+
+}  // namespace
+}  // namespace qparams::testing
