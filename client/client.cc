@@ -1,11 +1,13 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/slot.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/convert.h"
@@ -63,22 +65,30 @@ bool ValidToken(absl::string_view token) {
   return true;
 }
 
-// Sets the deadline of a call, `timeout` from now, and its authorization metadata
-// unless `authorization` is "".
-void Prepare(grpc::ClientContext& context, absl::Duration timeout,
-             const std::string& authorization) {
+// Sets the deadline of a call, `timeout` from now, its authorization metadata unless
+// `authorization` is "", and the routing header of the session it names unless
+// `session` is "" (a balancer in front of sharded replicas routes on it). A name no
+// header can carry goes without one: the server refuses that name anyway.
+void Prepare(grpc::ClientContext& context, absl::Duration timeout, const std::string& authorization,
+             const std::string& session = "") {
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  if (!session.empty() &&
+      std::all_of(session.begin(), session.end(), [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+    context.AddMetadata(kSessionHeader, session);
+  }
 }
 
-// Calls the unary `method` of `stub` with a deadline `timeout` from now and the
-// `authorization` metadata ("" = none).
+// Calls the unary `method` of `stub` with a deadline `timeout` from now, the
+// `authorization` metadata ("" = none) and the routing header of `session`.
 template <typename Stub, typename Request, typename Response>
-absl::StatusOr<Response> Unary(
-    Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-    const Request& request, absl::Duration timeout, const std::string& authorization) {
+absl::StatusOr<Response> Unary(Stub& stub,
+                               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                            Response*),
+                               const Request& request, absl::Duration timeout,
+                               const std::string& authorization, const std::string& session = "") {
   grpc::ClientContext context;
-  Prepare(context, timeout, authorization);
+  Prepare(context, timeout, authorization, session);
   Response response;
   const grpc::Status status = (stub.*method)(&context, request, &response);
   if (!status.ok()) return wire::FromGrpcStatus(status);
@@ -183,13 +193,15 @@ absl::StatusOr<v1::QParams> Client::Compute(const std::string& calculator,
 }
 
 absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest& request) {
-  return Unary(*stub_, &v1::QParamsService::Stub::CreateSession, request, timeout_, authorization_);
+  return Unary(*stub_, &v1::QParamsService::Stub::CreateSession, request, timeout_, authorization_,
+               request.name());
 }
 
 absl::StatusOr<v1::Session> Client::GetSession(const std::string& name) {
   v1::GetSessionRequest request;
   request.set_name(name);
-  return Unary(*stub_, &v1::QParamsService::Stub::GetSession, request, timeout_, authorization_);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetSession, request, timeout_, authorization_,
+               name);
 }
 
 absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
@@ -252,14 +264,15 @@ absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);
-  return Unary(*stub_, &v1::QParamsService::Stub::DeleteSession, request, timeout_, authorization_)
+  return Unary(*stub_, &v1::QParamsService::Stub::DeleteSession, request, timeout_, authorization_,
+               name)
       .status();
 }
 
 absl::StatusOr<v1::ObserveResponse> Client::Observe(const std::string& name,
                                                     const TensorView& tensor) {
   return Unary(*stub_, &v1::QParamsService::Stub::Observe, TensorObservation(name, tensor),
-               timeout_, authorization_);
+               timeout_, authorization_, name);
 }
 
 absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name,
@@ -267,7 +280,7 @@ absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name
                                                          const TensorView& min,
                                                          const TensorView& max) {
   return Unary(*stub_, &v1::QParamsService::Stub::Observe,
-               RangeObservation(name, input_shape, min, max), timeout_, authorization_);
+               RangeObservation(name, input_shape, min, max), timeout_, authorization_, name);
 }
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
@@ -329,14 +342,16 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatch(
 absl::StatusOr<v1::GetQParamsResponse> Client::GetQParams(const std::string& name) {
   v1::GetQParamsRequest request;
   request.set_name(name);
-  return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_, authorization_);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_, authorization_,
+               name);
 }
 
 absl::StatusOr<v1::Session> Client::SetExportMode(const std::string& name, bool enabled) {
   v1::SetExportModeRequest request;
   request.set_name(name);
   request.set_enabled(enabled);
-  return Unary(*stub_, &v1::QParamsService::Stub::SetExportMode, request, timeout_, authorization_);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetExportMode, request, timeout_, authorization_,
+               name);
 }
 
 absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
@@ -344,8 +359,8 @@ absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
   v1::SetGranularityRequest request;
   request.set_name(name);
   *request.mutable_granularity() = granularity;
-  return Unary(*stub_, &v1::QParamsService::Stub::SetGranularity, request, timeout_,
-               authorization_);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetGranularity, request, timeout_, authorization_,
+               name);
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(

@@ -581,3 +581,38 @@ def test_qparams_results(client) -> None:
     assert f32_bits(t.scale) == f32_bits(q.scale) and "QParams(shape=(4, 1)" in repr(q)
     floating = client.compute(rng_array((4,)), dtype="float8_e4m3fn")
     assert floating.zero_point is None and floating.minval is None
+
+
+def test_session_calls_carry_the_routing_header() -> None:
+    """Each call naming a session sends it as x-qparams-session (what a balancer in
+    front of sharded replicas routes on); calls naming none send no such header."""
+    seen: list[tuple[str, str | None]] = []
+
+    def record(method: str):
+        def handler(request: bytes, context: grpc.ServicerContext) -> bytes:
+            headers = dict(context.invocation_metadata())
+            seen.append((method, headers.get(qparams.client.SESSION_HEADER)))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "recorded")
+        return grpc.unary_unary_rpc_method_handler(handler)
+
+    methods = ["GetSession", "DeleteSession", "GetQParams", "SetExportMode", "ListSessions"]
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        "qparams.v1.QParamsService", {m: record(m) for m in methods})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with qparams.Client(f"127.0.0.1:{port}", token="t0ken-for-routing-test") as client:
+            for call in (lambda: client.get_session("run/fc1.weight"),
+                         lambda: client.delete_session("run/fc1.weight"),
+                         lambda: client.get_qparams("run/fc1.weight"),
+                         lambda: client.set_export_mode("run/fc1.weight"),
+                         lambda: list(client.list_sessions("run/")),
+                         lambda: client.get_session("bad\nname")):
+                with pytest.raises(qparams.Unavailable):
+                    call()
+    finally:
+        server.stop(grace=None)
+    assert seen == [("GetSession", "run/fc1.weight"), ("DeleteSession", "run/fc1.weight"),
+                    ("GetQParams", "run/fc1.weight"), ("SetExportMode", "run/fc1.weight"),
+                    ("ListSessions", None), ("GetSession", None)]

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Client", "DEFAULT_TARGET"]
 
+#: The metadata that carries a call's session name for routing (common/slot.h).
+SESSION_HEADER = "x-qparams-session"
+
 #: Where a Client connects without a target argument or $QPARAMS_TARGET (`make run`).
 DEFAULT_TARGET = "127.0.0.1:50051"
 _REDUCE = ("auto", "always", "never")
@@ -135,9 +138,18 @@ class Client:
 
     def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
         try:
-            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+            return method(request, timeout=timeout or self.timeout,
+                          metadata=self._routed(getattr(request, "name", "")))
         except grpc.RpcError as e:
             raise error_from_rpc(e) from None
+
+    def _routed(self, session: str) -> tuple[tuple[str, str], ...] | None:
+        """The call's metadata: the token, and the routing header of the session it
+        names, on which a balancer in front of sharded replicas routes (a name no
+        header can carry goes without: the server refuses that name anyway)."""
+        if not session or not all(" " <= c <= "~" for c in session):
+            return self._metadata
+        return (self._metadata or ()) + ((SESSION_HEADER, session),)
 
     # ------------------------------------------------------------------ the RPCs
 
