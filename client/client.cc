@@ -261,6 +261,11 @@ absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
       [&each](const v1::ExportChunk& chunk) { return each(chunk.data()); });
 }
 
+absl::StatusOr<v1::Topology> Client::GetTopology() {
+  return Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
+               authorization_);
+}
+
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);

@@ -118,6 +118,9 @@ class Client {
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 
+  // Which replica owns which slots (GetTopology).
+  absl::StatusOr<v1::Topology> GetTopology();
+
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);
 

@@ -129,6 +129,11 @@ class Engine {
 
   int64_t session_count() const { return store_.size(); }
 
+  // The replica this engine is and the slot map it serves; null and "" without
+  // sharding.
+  const SlotMap* slot_map() const { return options_.slot_map.get(); }
+  const std::string& replica_id() const { return options_.replica_id; }
+
  private:
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
                                                 absl::string_view name) const;

@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/slot.h"
+#include "common/slot_map.h"
 #include "common/timestamp.h"
 #include "core/observation.h"
 #include "core/status_macros.h"
@@ -347,6 +349,32 @@ grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
     };
   }();
   return new Reactor(this, context, "ExportSessions", std::move(produce));
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetTopology(grpc::CallbackServerContext* context,
+                                                          const v1::GetTopologyRequest* /*request*/,
+                                                          v1::Topology* response) {
+  if (absl::StatusOr<std::string> tenant = Tenant(context); !tenant.ok()) {
+    return Finish(context, "GetTopology", tenant.status());
+  }
+  response->set_slot_count(kSlotCount);
+  response->set_replica_id(engine_->replica_id());
+  const SlotMap* map = engine_->slot_map();
+  if (map == nullptr) {
+    v1::SlotRange* all = response->add_ranges();
+    all->set_low(0);
+    all->set_high(kSlotCount - 1);
+    response->add_replicas("");
+    return Finish(context, "GetTopology", absl::OkStatus());
+  }
+  for (const SlotMap::Range& range : map->Ranges()) {
+    v1::SlotRange* out = response->add_ranges();
+    out->set_low(range.low);
+    out->set_high(range.high);
+    out->set_replica(range.replica);
+  }
+  for (const std::string& replica : map->replicas()) response->add_replicas(replica);
+  return Finish(context, "GetTopology", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,

@@ -56,6 +56,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                                     v1::ObserveResponse* response) override;
   grpc::ServerWriteReactor<v1::Session>* ReadSessions(
       grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) override;
+  grpc::ServerUnaryReactor* GetTopology(grpc::CallbackServerContext* context,
+                                        const v1::GetTopologyRequest* request,
+                                        v1::Topology* response) override;
   grpc::ServerWriteReactor<v1::ExportChunk>* ExportSessions(
       grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) override;
   grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>* ObserveStream(

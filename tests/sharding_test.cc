@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/client.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
 #include "gtest/gtest.h"
@@ -152,6 +153,30 @@ TEST_F(ShardingTest, OwnSessionsWorkAndAStreamFailsOnlyTheForeignMessage) {
   EXPECT_TRUE(absl::StrContains(responses[1].status().message(), "belongs to replica r2"));
   EXPECT_EQ(responses[2].status().code(), 0);
   EXPECT_EQ(responses[2].observation_count(), 2);
+}
+
+TEST_F(ShardingTest, TopologyIsTheSlotMapAnyReplicaServes) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address()));
+  ASSERT_OK_AND_ASSIGN(const v1::Topology topology, client->GetTopology());
+  EXPECT_EQ(topology.slot_count(), kSlotCount);
+  EXPECT_EQ(topology.replica_id(), "r1");
+  EXPECT_EQ(std::vector<std::string>(topology.replicas().begin(), topology.replicas().end()),
+            (std::vector<std::string>{"r0", "r1", "r2"}));
+  ASSERT_EQ(topology.ranges_size(), 4);
+  EXPECT_EQ(topology.ranges(2).low(), 170);
+  EXPECT_EQ(topology.ranges(2).high(), 254);
+  EXPECT_EQ(topology.ranges(2).replica(), "r2");
+  EXPECT_EQ(topology.ranges(3).replica(), "r0");
+
+  // Unsharded: one replica "" owns every slot.
+  std::unique_ptr<TestServer> single = TestServer::Start();
+  ASSERT_NE(single, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> single_client, Client::Connect(single->address()));
+  ASSERT_OK_AND_ASSIGN(const v1::Topology one, single_client->GetTopology());
+  EXPECT_EQ(one.replica_id(), "");
+  ASSERT_EQ(one.ranges_size(), 1);
+  EXPECT_EQ(one.ranges(0).low(), 0);
+  EXPECT_EQ(one.ranges(0).high(), kSlotCount - 1);
 }
 
 }  // namespace

@@ -288,6 +288,7 @@ std::vector<std::pair<std::string, absl::Status>> CallEveryMethod(Client& client
   export_request.set_format("onnx");
   return {
       {"ListCalculators", ToStatus(client.ListCalculators())},
+      {"GetTopology", ToStatus(client.GetTopology())},
       {"Compute", ToStatus(client.Compute("", v1::QuantSpec(), x.view()))},
       {"CreateSession", ToStatus(client.CreateSession(CreateRequest("s")))},
       {"GetSession", ToStatus(client.GetSession("s"))},

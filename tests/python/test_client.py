@@ -616,3 +616,10 @@ def test_session_calls_carry_the_routing_header() -> None:
     assert seen == [("GetSession", "run/fc1.weight"), ("DeleteSession", "run/fc1.weight"),
                     ("GetQParams", "run/fc1.weight"), ("SetExportMode", "run/fc1.weight"),
                     ("ListSessions", None), ("GetSession", None)]
+
+
+def test_topology_of_an_unsharded_server(client) -> None:
+    topology = client.topology()
+    assert topology.slot_count == 256
+    assert topology.replica_id == ""
+    assert [(r.low, r.high, r.replica) for r in topology.ranges] == [(0, 255, "")]

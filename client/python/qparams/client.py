@@ -302,6 +302,13 @@ class Client:
             prefix, "compressed-tensors", allow_uninitialized=allow_uninitialized,
             timeout=timeout))
 
+    def topology(self) -> pb.Topology:
+        """Which replica owns which slots (GetTopology): slot_count, the answering
+        replica_id, the slot ranges and the replicas. A session's slot is
+        zlib.crc32(name.encode()) % slot_count. An unsharded server is one replica ""
+        owning every slot."""
+        return self._call(self._stub.GetTopology, pb.GetTopologyRequest())
+
     def delete_session(self, name: str) -> None:
         """Deletes the session `name` (NotFound if there is none)."""
         with self._specs_lock:
