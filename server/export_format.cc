@@ -382,18 +382,6 @@ absl::StatusOr<CompressedTensorsLayout> CompressedTensorsLayoutOf(const SessionI
                              " is not groups along axis 1 of a 2-D weight or 2-D blocks"));
 }
 
-absl::string_view RoleName(TensorRole role) {
-  switch (role) {
-    case TensorRole::kWeight:
-      return "weight";
-    case TensorRole::kInput:
-      return "input";
-    case TensorRole::kOutput:
-      return "output";
-  }
-  return "";
-}
-
 void AppendTensor(std::string* out, absl::string_view name, absl::string_view dtype,
                   const std::vector<int64_t>& shape, absl::FunctionRef<void(std::string*)> data) {
   AppendJsonString(out, name);
@@ -437,6 +425,18 @@ absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name) {
   if (name == "compressed-tensors") return ExportFormat::kCompressedTensors;
   return absl::InvalidArgumentError(absl::StrCat(
       "format: \"", name, "\" is not an export format; use aimet, onnx or compressed-tensors"));
+}
+
+absl::string_view RoleName(TensorRole role) {
+  switch (role) {
+    case TensorRole::kWeight:
+      return "weight";
+    case TensorRole::kInput:
+      return "input";
+    case TensorRole::kOutput:
+      return "output";
+  }
+  return "";
 }
 
 TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target) {

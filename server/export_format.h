@@ -29,6 +29,9 @@ absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
 
 enum class TensorRole { kWeight, kInput, kOutput };
 
+// "weight", "input", "output": compressed-tensors' prefix of the role's tensors.
+absl::string_view RoleName(TensorRole role);
+
 // Where a session sits in a model.
 struct TensorBinding {
   // The session name without the export's prefix and then one leading '/' or '.';

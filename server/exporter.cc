@@ -1,7 +1,7 @@
 #include "server/exporter.h"
 
+#include <array>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_string.h"
 #include "core/status_macros.h"
 #include "server/session_cursor.h"
 #include "server/session_store.h"
@@ -62,17 +63,11 @@ absl::Status Exporter::Check() {
     QPARAMS_RETURN_IF_ERROR(RenderSession(format_, *session, binding, kEntryIndent).status());
     std::string key = binding.tensor;
     if (format_ == ExportFormat::kCompressedTensors) {
-      key = absl::StrCat(binding.module, " as ",
-                         binding.role == TensorRole::kWeight  ? "weight"
-                         : binding.role == TensorRole::kInput ? "input"
-                                                              : "output");
+      key = absl::StrCat(binding.module, " as ", RoleName(binding.role));
       QPARAMS_ASSIGN_OR_RETURN(std::string args, CompressedTensorsArgs(*session, binding));
       auto [index, added] = args_index.try_emplace(args, static_cast<int>(args_.size()));
       if (added) args_.push_back(std::move(args));
-      ModuleArgs& module = modules_[binding.module];
-      (binding.role == TensorRole::kWeight  ? module.weights
-       : binding.role == TensorRole::kInput ? module.input_activations
-                                            : module.output_activations) = index->second;
+      modules_[binding.module].by_role[static_cast<int>(binding.role)] = index->second;
     }
     auto [owner, inserted] = owners.try_emplace(key, session->name);
     if (!inserted) {
@@ -132,13 +127,11 @@ std::string Exporter::Closing() const {
 
 std::string Exporter::QuantizationConfig() const {
   // Modules whose three args are equal share a group, numbered by their first module.
-  std::map<std::tuple<int, int, int>, std::vector<std::string>> groups;  // args -> modules
-  std::vector<std::tuple<int, int, int>> order;
+  std::map<std::array<int, 3>, std::vector<std::string>> groups;  // args -> modules
+  std::vector<std::array<int, 3>> order;
   for (const auto& [module, args] : modules_) {
-    const std::tuple<int, int, int> key(args.weights, args.input_activations,
-                                        args.output_activations);
-    std::vector<std::string>& modules = groups[key];
-    if (modules.empty()) order.push_back(key);
+    std::vector<std::string>& modules = groups[args.by_role];
+    if (modules.empty()) order.push_back(args.by_role);
     modules.push_back(module);
   }
   std::string out =
@@ -146,18 +139,17 @@ std::string Exporter::QuantizationConfig() const {
       "    \"quantization_status\": \"frozen\",\n    \"config_groups\": {";
   for (size_t g = 0; g < order.size(); ++g) {
     const std::vector<std::string>& modules = groups[order[g]];
-    const ModuleArgs& args = modules_.at(modules.front());
-    auto or_null = [this](int index) -> absl::string_view {
+    const std::array<int, 3>& args = order[g];
+    auto or_null = [&](TensorRole role) -> absl::string_view {
+      const int index = args[static_cast<int>(role)];
       return index < 0 ? "null" : absl::string_view(args_[index]);
     };
-    absl::StrAppend(
-        &out, g > 0 ? "," : "", "\n      \"group_", g, "\": {\n        \"targets\": [",
-        absl::StrJoin(
-            modules, ", ",
-            [](std::string* o, const std::string& m) { absl::StrAppend(o, "\"", m, "\""); }),
-        "],\n        \"weights\": ", or_null(args.weights),
-        ",\n        \"input_activations\": ", or_null(args.input_activations),
-        ",\n        \"output_activations\": ", or_null(args.output_activations), "\n      }");
+    absl::StrAppend(&out, g > 0 ? "," : "", "\n      \"group_", g, "\": {\n        \"targets\": [",
+                    absl::StrJoin(modules, ", ", AppendJsonString),
+                    "],\n        \"weights\": ", or_null(TensorRole::kWeight),
+                    ",\n        \"input_activations\": ", or_null(TensorRole::kInput),
+                    ",\n        \"output_activations\": ", or_null(TensorRole::kOutput),
+                    "\n      }");
   }
   absl::StrAppend(&out, order.empty() ? "" : "\n    ", "},\n    \"ignore\": []\n  }");
   return out;

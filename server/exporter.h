@@ -6,6 +6,7 @@
 #ifndef QPARAMS_SERVER_EXPORTER_H_
 #define QPARAMS_SERVER_EXPORTER_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -47,12 +48,11 @@ class Exporter {
   absl::StatusOr<std::string> Next();
 
  private:
-  // compressed-tensors' quantization args of a module's three tensors, as indexes
-  // into args_ (-1 = none): modules mostly share a handful of distinct args.
+  // compressed-tensors' quantization args of a module's three tensors, by
+  // TensorRole, as indexes into args_ (-1 = none): modules mostly share a handful of
+  // distinct args.
   struct ModuleArgs {
-    int weights = -1;
-    int input_activations = -1;
-    int output_activations = -1;
+    std::array<int, 3> by_role = {-1, -1, -1};
   };
 
   Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format);
