@@ -1,4 +1,4 @@
-// Sessions are sharded by name over kSlotCount slots; a slot map (server/slot_map.h)
+// Sessions are sharded by name over kSlotCount slots; a slot map (common/slot_map.h)
 // says which replica owns each. The slot is one HAProxy computes too, from the
 // routing header that carries the name: `req.hdr(x-qparams-session),crc32,mod(256)`
 // (HAProxy's crc32 converter is zlib's CRC-32), so that the balancer routes each
@@ -17,6 +17,12 @@ inline constexpr int kSlotCount = 256;
 
 // The metadata (HTTP/2 header) that carries a call's session name for routing.
 inline constexpr char kSessionHeader[] = "x-qparams-session";
+
+// The metadata that addresses a call to one replica by its name in the slot map: a
+// client's per-owner ObserveStream or ObserveBatch, one leg of a ListSessions or
+// ReadSessions over every replica. HAProxy routes it to the backend of that name; a
+// replica refuses a call that names another replica.
+inline constexpr char kReplicaHeader[] = "x-qparams-replica";
 
 // crc32(name) mod kSlotCount, over the name's bytes. Thread-safe.
 int SlotOf(absl::string_view name);

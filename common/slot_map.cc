@@ -48,18 +48,44 @@ absl::StatusOr<SlotMap> SlotMap::Parse(absl::string_view text) {
     if (!low || !high) {
       return refuse(absl::StrCat("slots are integers from 0 to ", kSlotCount - 1));
     }
-    if (*low > *high) return refuse("LOW is above HIGH");
-    const absl::string_view replica = fields[1];
-    if (replica.size() > 64 || !std::all_of(replica.begin(), replica.end(), ReplicaChar)) {
-      return refuse("a replica name is 1 to 64 characters of [a-zA-Z0-9._-]");
-    }
-    for (int slot = *low; slot <= *high; ++slot) {
-      if (!owner[slot].empty()) {
-        return refuse(absl::StrCat("slot ", slot, " is already ", owner[slot], "'s"));
-      }
-      owner[slot] = std::string(replica);
+    if (const std::string rule = Assign(owner, *low, *high, fields[1]); !rule.empty()) {
+      return refuse(rule);
     }
   }
+  return Build(owner);
+}
+
+absl::StatusOr<SlotMap> SlotMap::FromRanges(const std::vector<Range>& ranges) {
+  std::array<std::string, kSlotCount> owner;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const Range& range = ranges[i];
+    auto refuse = [&](absl::string_view rule) {
+      return absl::InvalidArgumentError(absl::StrCat("slot range ", i, " (", range.low, ":",
+                                                     range.high, " ", range.replica, "): ", rule));
+    };
+    if (range.low < 0 || range.high >= kSlotCount) {
+      return refuse(absl::StrCat("slots are integers from 0 to ", kSlotCount - 1));
+    }
+    if (const std::string rule = Assign(owner, range.low, range.high, range.replica);
+        !rule.empty()) {
+      return refuse(rule);
+    }
+  }
+  return Build(owner);
+}
+
+std::string SlotMap::Assign(std::array<std::string, kSlotCount>& owner, int low, int high,
+                            absl::string_view replica) {
+  if (low > high) return "LOW is above HIGH";
+  if (!ValidReplicaName(replica)) return "a replica name is 1 to 64 characters of [a-zA-Z0-9._-]";
+  for (int slot = low; slot <= high; ++slot) {
+    if (!owner[slot].empty()) return absl::StrCat("slot ", slot, " is already ", owner[slot], "'s");
+    owner[slot] = std::string(replica);
+  }
+  return "";
+}
+
+absl::StatusOr<SlotMap> SlotMap::Build(const std::array<std::string, kSlotCount>& owner) {
   SlotMap map;
   for (int slot = 0; slot < kSlotCount; ++slot) {
     if (owner[slot].empty()) {
@@ -87,6 +113,10 @@ absl::StatusOr<SlotMap> SlotMap::Load(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", map.status().message()));
   }
   return map;
+}
+
+bool SlotMap::ValidReplicaName(absl::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), ReplicaChar);
 }
 
 bool SlotMap::HasReplica(absl::string_view replica) const {

@@ -39,6 +39,10 @@ class SlotMap {
   // gives.
   static absl::StatusOr<SlotMap> Parse(absl::string_view text);
 
+  // The map whose slots `ranges` give (e.g. a GetTopology answer's), under the
+  // same rules as Parse(): INVALID_ARGUMENT naming the range and the rule.
+  static absl::StatusOr<SlotMap> FromRanges(const std::vector<Range>& ranges);
+
   // Parse() of the file's content; the file's errors name the path.
   static absl::StatusOr<SlotMap> Load(const std::string& path);
 
@@ -46,6 +50,9 @@ class SlotMap {
   const std::string& OwnerOf(int slot) const { return replicas_[owners_[slot]]; }
   // The replica that owns the session `name`.
   const std::string& OwnerOfSession(absl::string_view name) const { return OwnerOf(SlotOf(name)); }
+  // Whether `name` is a valid replica name: 1 to 64 characters of [a-zA-Z0-9._-].
+  static bool ValidReplicaName(absl::string_view name);
+
   // Whether `replica` owns any slot.
   bool HasReplica(absl::string_view replica) const;
 
@@ -56,6 +63,14 @@ class SlotMap {
 
  private:
   SlotMap() = default;
+
+  // Gives slots [low, high] to `replica` in `owner` ("" = no owner yet); the rule
+  // broken, or "" if none.
+  static std::string Assign(std::array<std::string, kSlotCount>& owner, int low, int high,
+                            absl::string_view replica);
+  // The map of `owner`, which must give every slot; INVALID_ARGUMENT naming the
+  // first slot it does not.
+  static absl::StatusOr<SlotMap> Build(const std::array<std::string, kSlotCount>& owner);
 
   std::vector<std::string> replicas_;
   std::array<int, kSlotCount> owners_{};  // indexes into replicas_

@@ -5,9 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/page_token.h"
 #include "core/status_macros.h"
 #include "server/log.h"
-#include "server/page_token.h"
 
 namespace qparams {
 namespace {

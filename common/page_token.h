@@ -1,8 +1,11 @@
-// ListSessions page tokens: opaque to clients, bound to the filter they were issued
-// for, and carrying the last name of the page they follow.
+// ListSessions page tokens: opaque to callers, bound to the filter they were issued
+// for, and carrying the last name of the page they follow. Servers issue them; the
+// C++ client issues the token of a page it merged from several replicas' pages
+// (client/client.h), which every replica accepts, since a token names a position
+// in the name order, not a replica's state.
 
-#ifndef QPARAMS_SERVER_PAGE_TOKEN_H_
-#define QPARAMS_SERVER_PAGE_TOKEN_H_
+#ifndef QPARAMS_COMMON_PAGE_TOKEN_H_
+#define QPARAMS_COMMON_PAGE_TOKEN_H_
 
 #include <string>
 
@@ -20,4 +23,4 @@ absl::StatusOr<std::string> DecodePageToken(absl::string_view token, absl::strin
 
 }  // namespace qparams
 
-#endif  // QPARAMS_SERVER_PAGE_TOKEN_H_
+#endif  // QPARAMS_COMMON_PAGE_TOKEN_H_

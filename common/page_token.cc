@@ -1,4 +1,4 @@
-#include "server/page_token.h"
+#include "common/page_token.h"
 
 #include <zlib.h>
 
