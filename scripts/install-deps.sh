@@ -11,6 +11,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
   zlib1g-dev openssl
+  libcpp-httplib-dev  # the metrics endpoint (--metrics_listen); runtime: libcpp-httplib0.11
   libgtest-dev libgmock-dev
   libbenchmark-dev
   # scripts/ci-hardening.sh: clang, its sanitizer and libFuzzer runtimes (with

@@ -144,7 +144,9 @@ absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view tenant, absl::st
                                               const Observation& x) {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
-  return (*session)->Observe(x);
+  absl::StatusOr<ObserveResult> result = (*session)->Observe(x);
+  if (result.ok() && options_.observations != nullptr) options_.observations->Increment();
+  return result;
 }
 
 absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view tenant,

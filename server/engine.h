@@ -25,6 +25,7 @@
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 #include "core/registry.h"
+#include "server/metrics.h"
 #include "server/session.h"
 #include "server/session_store.h"
 
@@ -39,6 +40,9 @@ struct EngineOptions {
   // every session.
   std::shared_ptr<const SlotMap> slot_map;
   std::string replica_id;
+  // Counts the observations applied (a session's count went up); null: not counted.
+  // Must outlive the engine.
+  Counter* observations = nullptr;
 };
 
 // The payload (absl::Status::GetPayload) of a refusal for a session another replica
@@ -128,6 +132,11 @@ class Engine {
   }
 
   int64_t session_count() const { return store_.size(); }
+
+  // SessionStore::SessionsPerTenant. Thread-safe.
+  std::vector<std::pair<std::string, int64_t>> SessionsPerTenant() const {
+    return store_.SessionsPerTenant();
+  }
 
   // The replica this engine is and the slot map it serves; null and "" without
   // sharding.

@@ -27,6 +27,11 @@ constexpr char kJournalPrefix[] = "journal-";
 constexpr uint32_t kMaxRecordBytes = 1u << 30;
 constexpr size_t kWriteChunk = size_t{1} << 20;
 
+// Seconds since `start`, into `histogram` (if any).
+void ObserveSince(Histogram* histogram, absl::Time start) {
+  if (histogram != nullptr) histogram->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+}
+
 std::string FileName(absl::string_view prefix, uint64_t number) {
   return absl::StrFormat("%s%020u", prefix, number);
 }
@@ -470,6 +475,12 @@ absl::StatusOr<uint64_t> Journal::Append(const storage::v1::Record& record) {
     }
   }
   Report(report);
+  if (sequence.ok()) {
+    if (options_.metrics.appends != nullptr) options_.metrics.appends->Increment();
+    if (options_.metrics.appended_bytes != nullptr) {
+      options_.metrics.appended_bytes->Increment(frame.size());
+    }
+  }
   return sequence;
 }
 
@@ -498,7 +509,9 @@ absl::Status Journal::SyncAll() {
     }
     // Appends continue meanwhile; the file cannot change under us, as rotation also
     // holds sync_mu_.
+    const absl::Time start = absl::Now();
     status = file->Sync();
+    ObserveSince(options_.metrics.fsync_seconds, start);
     if (status.ok()) {
       synced_ = target;
     } else {
@@ -524,7 +537,10 @@ absl::Status Journal::Rotate() {
     else rotated = next.status();
     // The old file's records must be durable before later ones land in the new file.
     if (rotated.ok() && file_ != nullptr) {
-      if (absl::Status s = file_->Sync(); !s.ok()) rotated = Break("synced", s, &report);
+      const absl::Time start = absl::Now();
+      absl::Status s = file_->Sync();
+      ObserveSince(options_.metrics.fsync_seconds, start);
+      if (!s.ok()) rotated = Break("synced", s, &report);
     }
     if (rotated.ok()) {
       file_ = *std::move(next);
@@ -566,6 +582,7 @@ absl::Status Journal::Compact() {
 absl::Status Journal::WriteSnapshot(uint64_t number) {
   const std::string path = PathOf(FileName(kSnapshotPrefix, number));
   const std::string temp = path + ".tmp";
+  const absl::Time start = absl::Now();
   int64_t size = 0;
   absl::Status written;
   {
@@ -598,9 +615,13 @@ absl::Status Journal::WriteSnapshot(uint64_t number) {
     if (absl::Status s = env_->RemoveFile(temp); !s.ok() && !absl::IsNotFound(s)) {
       LogError(s.message());
     }
+    if (options_.metrics.snapshot_failures != nullptr) {
+      options_.metrics.snapshot_failures->Increment();
+    }
     return absl::UnavailableError(
         absl::StrCat("snapshot ", path, " not written: ", written.message()));
   }
+  ObserveSince(options_.metrics.snapshot_seconds, start);
   absl::MutexLock lock(&mu_);
   snapshot_bytes_ = size;
   return absl::OkStatus();

@@ -39,6 +39,7 @@
 #include "absl/time/time.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "server/env.h"
+#include "server/metrics.h"
 
 namespace qparams {
 
@@ -55,6 +56,16 @@ enum class Durability {
 absl::StatusOr<Durability> ParseDurability(absl::string_view text);
 absl::string_view DurabilityName(Durability durability);
 
+// Where the journal records what it does (server/server_metrics.h makes them). Each
+// may be null: not recorded.
+struct JournalMetrics {
+  Counter* appends = nullptr;             // records appended
+  Counter* appended_bytes = nullptr;      // their frames' bytes
+  Histogram* fsync_seconds = nullptr;     // each fsync of a journal file
+  Histogram* snapshot_seconds = nullptr;  // each snapshot written (temporary file to rename)
+  Counter* snapshot_failures = nullptr;   // snapshots not written
+};
+
 struct JournalOptions {
   std::string data_dir;
   Durability durability = Durability::kBatched;  // kAlways or kBatched
@@ -66,6 +77,7 @@ struct JournalOptions {
   // Called once, with the error, when the journal breaks (see above); from the
   // thread that met the failure, with no lock of the journal held.
   std::function<void(const absl::Status&)> on_failure;
+  JournalMetrics metrics;
 };
 
 // What recovery found on disk: how much it replayed, and a description of every torn

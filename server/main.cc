@@ -23,6 +23,7 @@
 #include "common/slot_map.h"
 #include "core/tensor.h"
 #include "server/log.h"
+#include "server/metrics_http.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
 
@@ -65,6 +66,10 @@ ABSL_FLAG(std::string, replica_id, "",
 ABSL_FLAG(std::string, slot_map, "",
           "Sharding: the slot map file (\"LOW:HIGH REPLICA\" lines, HAProxy's map_int syntax) "
           "every replica and the balancer read. Both or neither.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Serve Prometheus metrics over HTTP at GET /metrics on this host:port (e.g. "
+          "0.0.0.0:9100; port 0 picks a free one, the log says which). Empty: no metrics "
+          "server.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
           "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
@@ -124,6 +129,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_listen.empty()) {
+    std::string host;
+    int port = 0;
+    if (absl::Status s = qparams::ParseHostPort(metrics_listen, &host, &port); !s.ok()) {
+      qparams::LogError(absl::StrCat("--metrics_listen: ", s.message()));
+      return 2;
+    }
+  }
   const std::string replica_id = absl::GetFlag(FLAGS_replica_id);
   const std::string slot_map_path = absl::GetFlag(FLAGS_slot_map);
   if (replica_id.empty() != slot_map_path.empty()) {
@@ -180,6 +194,21 @@ int main(int argc, char** argv) {
                                 options.tls_client_ca.empty() ? "" : " (client certificates required)",
                                 options.auth_tokens_file.empty() ? "" : " (bearer tokens required)"));
 
+  // After the gRPC server, whose metrics it serves; stopped once that has shut down.
+  std::unique_ptr<qparams::MetricsHttpServer> metrics;
+  if (!metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<qparams::MetricsHttpServer>> started =
+        qparams::MetricsHttpServer::Start(metrics_listen, &(*server)->metrics());
+    if (!started.ok()) {
+      qparams::LogError(
+          absl::StrCat("cannot serve metrics: --metrics_listen: ", started.status().message()));
+      (*server)->Shutdown(absl::ZeroDuration());
+      return 1;
+    }
+    metrics = *std::move(started);
+    qparams::LogInfo(absl::StrCat("serving metrics on http://", metrics->address(), "/metrics"));
+  }
+
   std::thread signal_waiter([&signals, s = server->get(), grace] {
     int signal = 0;
     sigwait(&signals, &signal);
@@ -189,6 +218,7 @@ int main(int argc, char** argv) {
   });
   (*server)->Wait();
   signal_waiter.join();
+  if (metrics != nullptr) metrics->Stop();
   qparams::LogInfo("shut down");
   return 0;
 }

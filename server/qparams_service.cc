@@ -176,6 +176,11 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::DeleteSession(
 absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
                                             const v1::ObserveRequest& request,
                                             v1::ObserveResponse* response) {
+  if (options_.received_bytes != nullptr) {
+    options_.received_bytes->Increment(request.has_range() ? request.range().min().data().size() +
+                                                                 request.range().max().data().size()
+                                                           : request.tensor().data().size());
+  }
   absl::StatusOr<Observation> x =
       wire::ObservationFromProto(request, options_.max_tensor_elements);
   absl::StatusOr<ObserveResult> result =

@@ -15,6 +15,7 @@
 #include "server/arena_allocator.h"
 #include "server/auth.h"
 #include "server/engine.h"
+#include "server/metrics.h"
 
 namespace qparams {
 
@@ -26,6 +27,9 @@ struct ServiceOptions {
   // Null: the server is open and every caller is the tenant "". Must outlive the
   // service.
   const TokenAuthenticator* authenticator = nullptr;
+  // Counts the bytes of observation data received (ServerMetrics::received_bytes);
+  // null: not counted. Must outlive the service.
+  Counter* received_bytes = nullptr;
 };
 
 class QParamsServiceImpl final : public v1::QParamsService::CallbackService {

@@ -1,6 +1,8 @@
 #include "server/server.h"
 
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -10,6 +12,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/call_metrics.h"
 #include "server/log.h"
 
 namespace qparams {
@@ -87,6 +90,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   SetRangeThreads(options.omp_threads);
   std::unique_ptr<QParamsServer> server(new QParamsServer());
   ServiceOptions service_options = options.service;
+  service_options.received_bytes = server->server_metrics_.received_bytes();
   if (!options.auth_tokens_file.empty()) {
     absl::StatusOr<TokenAuthenticator> auth = TokenAuthenticator::Load(options.auth_tokens_file);
     if (!auth.ok()) return auth.status();
@@ -101,6 +105,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     journal_options.flush_interval = options.flush_interval;
     journal_options.compact_min_bytes = options.compact_min_bytes;
     journal_options.env = options.env;
+    journal_options.metrics = server->server_metrics_.journal();
     QParamsServer* self = server.get();
     journal_options.on_failure = [self](const absl::Status&) {
       absl::MutexLock lock(&self->health_mu_);
@@ -113,7 +118,10 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     if (!journal.ok()) return journal.status();
     server->journal_ = *std::move(journal);
   }
-  server->engine_ = std::make_unique<Engine>(options.engine, server->journal_.get());
+  EngineOptions engine_options = options.engine;
+  engine_options.observations = server->server_metrics_.observations();
+  server->engine_ = std::make_unique<Engine>(engine_options, server->journal_.get());
+  server->server_metrics_.Watch(server->engine_.get(), server->journal_.get());
   if (server->journal_ != nullptr) {
     Engine* engine = server->engine_.get();
     const absl::Time start = absl::Now();
@@ -152,6 +160,9 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   builder.AddListeningPort(options.listen, *credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   ApplyTransportSettings(options.max_message_bytes, &builder);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<CallMetricsInterceptorFactory>(&server->server_metrics_));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   {
     absl::MutexLock lock(&server->health_mu_);  // the journal's failure callback reads it
     server->server_ = builder.BuildAndStart();

@@ -17,7 +17,9 @@
 #include "server/auth.h"
 #include "server/engine.h"
 #include "server/journal.h"
+#include "server/metrics.h"
 #include "server/qparams_service.h"
+#include "server/server_metrics.h"
 
 namespace qparams {
 
@@ -90,8 +92,17 @@ class QParamsServer {
 
   Engine& engine() { return *engine_; }
 
+  // The server's metrics (server/server_metrics.h), recorded from the start whether
+  // or not anything serves them; Render is thread-safe, until the server is
+  // destroyed.
+  const MetricsRegistry& metrics() const { return metrics_; }
+
  private:
-  QParamsServer() = default;
+  QParamsServer() : server_metrics_(&metrics_) {}
+
+  // First, so that they outlive everything that records into them.
+  MetricsRegistry metrics_;
+  ServerMetrics server_metrics_;
 
   std::unique_ptr<TokenAuthenticator> authenticator_;
   std::unique_ptr<Journal> journal_;

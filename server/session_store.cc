@@ -53,6 +53,20 @@ std::string SessionStore::MapKey(const SessionKey& key) {
   return absl::StrCat(key.tenant, std::string(1, '\0'), key.name);
 }
 
+void SessionStore::Insert(const std::string& map_key, std::shared_ptr<Session> session) {
+  const bool inserted = sessions_.insert_or_assign(map_key, std::move(session)).second;
+  if (inserted) ++tenant_sessions_[map_key.substr(0, map_key.find('\0'))];
+}
+
+void SessionStore::EraseKey(const std::string& map_key) {
+  if (sessions_.erase(map_key) > 0) --tenant_sessions_[map_key.substr(0, map_key.find('\0'))];
+}
+
+std::vector<std::pair<std::string, int64_t>> SessionStore::SessionsPerTenant() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return {tenant_sessions_.begin(), tenant_sessions_.end()};
+}
+
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
     SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator) {
   const absl::Time now = absl::Now();
@@ -78,7 +92,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
       sequence = *appended;
     }
     Forget(map_key);
-    sessions_.emplace(std::move(map_key), session);
+    Insert(map_key, session);
   }
   if (journal_ != nullptr) {
     QPARAMS_RETURN_IF_ERROR(journal_->Sync(sequence));
@@ -111,7 +125,7 @@ absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
           sequence = *appended;
         }
         const std::string map_key = MapKey(session->key());
-        sessions_.erase(map_key);
+        EraseKey(map_key);
         if (why.has_evicted()) {
           Remember(map_key, TimeFromTimestamp(why.evicted().evict_time()));
         }
@@ -239,22 +253,22 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
       absl::MutexLock lock(&mu_);
       Forget(key);
       if (session != nullptr) {
-        sessions_.insert_or_assign(key, std::move(session));
+        Insert(key, std::move(session));
       } else {
-        sessions_.erase(key);
+        EraseKey(key);
       }
       return problem;
     }
     case storage::v1::Record::kErase: {
       const std::string key = MapKey(DecodeKey(record.erase()));
       absl::MutexLock lock(&mu_);
-      sessions_.erase(key);
+      EraseKey(key);
       return std::nullopt;
     }
     case storage::v1::Record::kEvicted: {
       std::string key = MapKey(DecodeKey(record.evicted().key()));
       absl::MutexLock lock(&mu_);
-      sessions_.erase(key);
+      EraseKey(key);
       Remember(std::move(key), TimeFromTimestamp(record.evicted().evict_time()));
       return std::nullopt;
     }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,10 +90,19 @@ class SessionStore {
 
   int64_t size() const;
 
+  // How many sessions each tenant holds ("" when authentication is off), in tenant
+  // order; a tenant whose sessions are all gone stays, at 0. Counted as sessions come
+  // and go, so this costs one pass over the tenants, not over the sessions.
+  std::vector<std::pair<std::string, int64_t>> SessionsPerTenant() const;
+
  private:
   // The map key: tenant and name joined by a byte no name holds, so a tenant's
   // sessions are contiguous and in name order.
   static std::string MapKey(const SessionKey& key);
+  // Every change to sessions_ goes through these two, which keep tenant_sessions_.
+  void Insert(const std::string& map_key, std::shared_ptr<Session> session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseKey(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Remove(const std::shared_ptr<Session>& session, const storage::v1::Record& why)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers an eviction, forgetting the oldest beyond the bound; Forget drops one.
@@ -104,6 +114,7 @@ class SessionStore {
   Journal* const journal_;
   mutable absl::Mutex mu_;
   absl::btree_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<std::string, int64_t> tenant_sessions_ ABSL_GUARDED_BY(mu_);
   // Evicted keys, so a later call can say why the session is gone: by key, and in
   // eviction order (time, then key) to forget the oldest first.
   absl::flat_hash_map<std::string, absl::Time> evicted_ ABSL_GUARDED_BY(mu_);

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,8 +21,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/slot.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "proto/convert.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 #include "tests/subprocess.h"
@@ -246,6 +250,149 @@ TEST(ServerBinary, SigkillLosesNoAcknowledgedObservationWithDurabilityAlways) {
 // process loses nothing; only a machine crash can lose the last flush interval.
 TEST(ServerBinary, SigkillLosesNoAcknowledgedObservationWithDurabilityBatched) {
   KillDuringLoadAndCheck("batched");
+}
+
+// ---- --metrics_listen: Prometheus' text format at GET /metrics ----
+
+// The host:port of the log line "serving metrics on http://HOST:PORT/metrics".
+std::string MetricsAddressFrom(const std::string& line) {
+  const size_t start = line.find("http://");
+  const size_t end = line.rfind("/metrics");
+  if (start == std::string::npos || end == std::string::npos || end < start) return "";
+  return line.substr(start + 7, end - start - 7);
+}
+
+struct Scrape {
+  int status = -1;
+  std::string content_type;
+  std::string body;
+};
+
+Scrape Get(const std::string& address, const std::string& path) {
+  const size_t colon = address.rfind(':');
+  httplib::Client http(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
+  Scrape scrape;
+  if (httplib::Result result = http.Get(path.c_str())) {
+    scrape.status = result->status;
+    scrape.content_type = result->get_header_value("Content-Type");
+    scrape.body = result->body;
+  }
+  return scrape;
+}
+
+// Whether `line` is one of the lines of `text`, whole.
+bool HasLine(const std::string& text, const std::string& line) {
+  return absl::StrContains(absl::StrCat("\n", text), absl::StrCat("\n", line, "\n"));
+}
+
+// The first name "<prefix>N" whose slot `owned` says yes to.
+std::string NameWhere(const std::string& prefix, const std::function<bool(int)>& owned) {
+  for (int i = 0;; ++i) {
+    std::string name = absl::StrCat(prefix, i);
+    if (owned(SlotOf(name))) return name;
+  }
+}
+
+TEST(ServerBinary, ServesPrometheusMetricsOfCallsSessionsStorageAndSlots) {
+  char pattern[] = "/tmp/qparams-metrics-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  {
+    std::ofstream map(dir + "/slots.map");
+    map << "0:99 r0\n100:255 r1\n";
+  }
+  ServerProcess server({"--metrics_listen=127.0.0.1:0", "--data_dir=" + dir + "/data",
+                        "--replica_id=r0", "--slot_map=" + dir + "/slots.map"});
+  ASSERT_TRUE(server.started());
+  const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
+  const std::string metrics = MetricsAddressFrom(server.WaitForLine("serving metrics on http://"));
+  ASSERT_FALSE(address.empty());
+  ASSERT_TRUE(absl::StartsWith(metrics, "127.0.0.1:")) << server.log_text();
+  EXPECT_FALSE(absl::EndsWith(metrics, ":0")) << "the log names the port the OS picked";
+
+  auto stub =
+      v1::QParamsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  const std::string mine = NameWhere("mine", [](int slot) { return slot <= 99; });
+  const std::string theirs = NameWhere("theirs", [](int slot) { return slot >= 100; });
+  const std::string missing = NameWhere("missing", [](int slot) { return slot <= 99; });
+  auto create = [&](const std::string& name) {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    v1::Session session;
+    return stub->CreateSession(&context, request, &session).error_code();
+  };
+  auto observe = [&](const std::string& name) {
+    grpc::ClientContext context;
+    v1::ObserveRequest request;
+    request.set_name(name);
+    *request.mutable_tensor() = wire::TensorToProto(F32({2, 2}, {1, -2, 3, 4}).view());
+    v1::ObserveResponse response;
+    return stub->Observe(&context, request, &response).error_code();
+  };
+  ASSERT_EQ(create(mine), grpc::StatusCode::OK);
+  ASSERT_EQ(create(theirs), grpc::StatusCode::FAILED_PRECONDITION);  // r1's session
+  ASSERT_EQ(observe(mine), grpc::StatusCode::OK);
+  ASSERT_EQ(observe(mine), grpc::StatusCode::OK);
+  ASSERT_EQ(observe(missing), grpc::StatusCode::NOT_FOUND);
+
+  const Scrape scrape = Get(metrics, "/metrics");
+  ASSERT_EQ(scrape.status, 200);
+  EXPECT_TRUE(absl::StartsWith(scrape.content_type, "text/plain; version=0.0.4"))
+      << scrape.content_type;
+  const std::string& text = scrape.body;
+  EXPECT_TRUE(HasLine(text, "# TYPE qparams_calls_total counter")) << text;
+  EXPECT_TRUE(HasLine(text, "qparams_calls_total{method=\"CreateSession\",code=\"OK\"} 1")) << text;
+  EXPECT_TRUE(
+      HasLine(text, "qparams_calls_total{method=\"CreateSession\",code=\"FAILED_PRECONDITION\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "qparams_calls_total{method=\"Observe\",code=\"OK\"} 2")) << text;
+  EXPECT_TRUE(HasLine(text, "qparams_calls_total{method=\"Observe\",code=\"NOT_FOUND\"} 1"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "# TYPE qparams_call_duration_seconds histogram")) << text;
+  EXPECT_TRUE(HasLine(
+      text, "qparams_call_duration_seconds_bucket{method=\"Observe\",code=\"OK\",le=\"+Inf\"} 2"))
+      << text;
+  EXPECT_TRUE(
+      HasLine(text, "qparams_call_duration_seconds_count{method=\"Observe\",code=\"OK\"} 2"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "qparams_observations_total 2")) << text;
+  EXPECT_TRUE(HasLine(text, "qparams_received_bytes_total 48")) << text;  // 3 x 4 float32
+  EXPECT_TRUE(HasLine(text, "qparams_sessions{tenant=\"\"} 1")) << text;
+  EXPECT_TRUE(HasLine(text, "qparams_journal_appends_total 3")) << text;  // create, 2 observes
+  EXPECT_TRUE(HasLine(text, "qparams_storage_state{state=\"ok\"} 1")) << text;
+  EXPECT_TRUE(HasLine(text, "qparams_owned_slots 100")) << text;
+  EXPECT_TRUE(HasLine(text, "qparams_replica_info{replica=\"r0\"} 1")) << text;
+  EXPECT_EQ(Get(metrics, "/").status, 404);
+
+  // SIGTERM stops both servers, and the process exits 0.
+  stub.reset();
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+  EXPECT_NE(server.WaitForLine("shut down"), "");
+  EXPECT_EQ(Get(metrics, "/metrics").status, -1);  // nothing listens any more
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServerBinary, MetricsListenIsOffByDefaultAndCheckedAtStart) {
+  {
+    ServerProcess server({});
+    ASSERT_TRUE(server.started());
+    ASSERT_NE(server.WaitForLine("listening on"), "");
+    EXPECT_EQ(server.Stop(SIGTERM), 0);
+    server.WaitForLine("\x01");  // to EOF
+    EXPECT_FALSE(absl::StrContains(server.log_text(), "metrics")) << server.log_text();
+  }
+  // Malformed (exit 2 before anything starts) or not bindable here (exit 1).
+  for (const char* flag : {"--metrics_listen=nonsense", "--metrics_listen=127.0.0.1:65536",
+                           "--metrics_listen=:9100", "--metrics_listen=192.0.2.1:0"}) {
+    ServerProcess server({flag});
+    ASSERT_TRUE(server.started());
+    server.WaitForLine("\x01");  // read to EOF: the process exits by itself
+    EXPECT_TRUE(absl::StrContains(server.log_text(), " E qparams-server: ")) << flag;
+    EXPECT_TRUE(absl::StrContains(server.log_text(), "--metrics_listen")) << server.log_text();
+    EXPECT_NE(server.Stop(0), 0) << flag;
+  }
 }
 
 }  // namespace

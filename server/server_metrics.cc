@@ -1,0 +1,107 @@
+#include "server/server_metrics.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/slot.h"
+
+namespace qparams {
+
+ServerMetrics::ServerMetrics(MetricsRegistry* registry)
+    : registry_(registry),
+      calls_(registry->AddCounter(
+          "qparams_calls_total",
+          "Calls of the qparams.v1 service, by method and gRPC status code, counted when "
+          "they finish (a stream once, at its end).",
+          {"method", "code"})),
+      call_seconds_(registry->AddHistogram(
+          "qparams_call_duration_seconds",
+          "Time from a call's arrival to its status, by method and gRPC status code (a "
+          "stream's whole life).",
+          {"method", "code"}, LatencyBuckets())),
+      observations_(registry
+                        ->AddCounter("qparams_observations_total",
+                                     "Observations applied to sessions (Observe, ObserveStream, "
+                                     "ObserveBatch); refused ones are not counted.")
+                        ->WithLabels({})),
+      received_bytes_(registry
+                          ->AddCounter("qparams_received_bytes_total",
+                                       "Bytes of observation data received: each observation's "
+                                       "tensor data, or its range's min and max data, whether "
+                                       "applied or refused (names, shapes and framing excluded).")
+                          ->WithLabels({})) {
+  journal_.appends = registry
+                         ->AddCounter("qparams_journal_appends_total",
+                                      "Records appended to the journal (--data_dir).")
+                         ->WithLabels({});
+  journal_.appended_bytes = registry
+                                ->AddCounter("qparams_journal_appended_bytes_total",
+                                             "Bytes appended to the journal, framing included.")
+                                ->WithLabels({});
+  journal_.fsync_seconds =
+      registry
+          ->AddHistogram("qparams_journal_fsync_duration_seconds",
+                         "Time of each fsync of a journal file.", {}, LatencyBuckets())
+          ->WithLabels({});
+  journal_.snapshot_seconds =
+      registry
+          ->AddHistogram("qparams_snapshot_duration_seconds",
+                         "Time to write each snapshot of the sessions (collect, write, fsync, "
+                         "rename), successful ones only.",
+                         {}, {0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300})
+          ->WithLabels({});
+  journal_.snapshot_failures = registry
+                                   ->AddCounter("qparams_snapshot_failures_total",
+                                                "Snapshots that could not be written (the older "
+                                                "snapshot and journals stay).")
+                                   ->WithLabels({});
+}
+
+void ServerMetrics::Watch(const Engine* engine, const Journal* journal) {
+  registry_->AddGaugeCallback(
+      "qparams_sessions", "Sessions held, by tenant (\"\" when authentication is off).", {"tenant"},
+      [engine] {
+        std::vector<GaugeSample> samples;
+        for (auto& [tenant, count] : engine->SessionsPerTenant()) {
+          samples.push_back({{std::move(tenant)}, static_cast<double>(count)});
+        }
+        return samples;
+      });
+  registry_->AddGaugeCallback(
+      "qparams_storage_state",
+      "1 for the state the storage is in, 0 for the others: ok (the journal takes "
+      "mutations), read_only (a write or fsync failed: mutations are refused until "
+      "restart), memory_only (no --data_dir, or --durability=none).",
+      {"state"}, [journal] {
+        const char* state = journal == nullptr       ? "memory_only"
+                            : journal->health().ok() ? "ok"
+                                                     : "read_only";
+        std::vector<GaugeSample> samples;
+        for (const char* s : {"ok", "read_only", "memory_only"}) {
+          samples.push_back({{s}, std::string(s) == state ? 1.0 : 0.0});
+        }
+        return samples;
+      });
+  // The slot map is fixed for the server's life: computed once.
+  int owned = kSlotCount;
+  if (const SlotMap* map = engine->slot_map(); map != nullptr) {
+    owned = 0;
+    for (const SlotMap::Range& range : map->Ranges()) {
+      if (range.replica == engine->replica_id()) owned += range.high - range.low + 1;
+    }
+  }
+  registry_->AddGaugeCallback(
+      "qparams_owned_slots",
+      "Slots of the slot map this replica owns (all of them without --slot_map).", {}, [owned] {
+        return std::vector<GaugeSample>{{{}, static_cast<double>(owned)}};
+      });
+  registry_->AddGaugeCallback(
+      "qparams_replica_info",
+      "Always 1; its label is this replica's --replica_id (\"\" without sharding).", {"replica"},
+      [replica = engine->replica_id()] {
+        return std::vector<GaugeSample>{{{replica}, 1.0}};
+      });
+}
+
+}  // namespace qparams

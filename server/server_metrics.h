@@ -1,0 +1,51 @@
+// The metrics of one qparams server (README.md "Metrics" lists them), in a registry
+// of their own: the families are made here, with their names and help, and handed
+// to the parts that record them (the journal, the engine, the gRPC layer's calls);
+// the gauges read at scrape time (sessions per tenant, storage state, slots) are
+// bound to the engine and journal here too. No gRPC, no HTTP.
+
+#ifndef QPARAMS_SERVER_SERVER_METRICS_H_
+#define QPARAMS_SERVER_SERVER_METRICS_H_
+
+#include "server/engine.h"
+#include "server/journal.h"
+#include "server/metrics.h"
+
+namespace qparams {
+
+// Thread safety: the handles are set by the constructor and never change; recording
+// through them is thread-safe (server/metrics.h). Watch must be called once, before
+// the registry is rendered concurrently.
+class ServerMetrics {
+ public:
+  // Adds every family to `registry`, which must outlive this object.
+  explicit ServerMetrics(MetricsRegistry* registry);
+
+  // Calls of the qparams.v1 service by method and gRPC code name ("OK",
+  // "NOT_FOUND", ...): how many, and how long each took, arrival to status.
+  Family<Counter>* calls() const { return calls_; }
+  Family<Histogram>* call_seconds() const { return call_seconds_; }
+  // Observations applied (EngineOptions::observations).
+  Counter* observations() const { return observations_; }
+  // Bytes of observation data received (Observe, ObserveStream, ObserveBatch): a
+  // tensor's data, or a range observation's min and max data; applied or refused.
+  Counter* received_bytes() const { return received_bytes_; }
+  const JournalMetrics& journal() const { return journal_; }
+
+  // Binds the scrape-time gauges: sessions per tenant and the replica's slots of
+  // `engine`, and the storage state of `journal` (null: memory only). Both must
+  // outlive the registry's last Render.
+  void Watch(const Engine* engine, const Journal* journal);
+
+ private:
+  MetricsRegistry* const registry_;
+  Family<Counter>* const calls_;
+  Family<Histogram>* const call_seconds_;
+  Counter* const observations_;
+  Counter* const received_bytes_;
+  JournalMetrics journal_;
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_SERVER_SERVER_METRICS_H_
