@@ -84,6 +84,20 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
   return (*session)->Info();
 }
 
+absl::Status Engine::CheckAddressedTo(absl::string_view replica) const {
+  if (replica == options_.replica_id && !replica.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the call is addressed to replica \"", replica, "\" (x-qparams-replica), but this is ",
+      options_.replica_id.empty() ? "a server without sharding (no --replica_id)"
+                                  : absl::StrCat("replica ", options_.replica_id),
+      "; call through the balancer, or address this replica by its own name"));
+}
+
+bool Engine::Owns(absl::string_view name) const {
+  return options_.slot_map == nullptr ||
+         options_.slot_map->OwnerOfSession(name) == options_.replica_id;
+}
+
 absl::Status Engine::CheckOwned(absl::string_view name) const {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
   if (options_.slot_map == nullptr) return absl::OkStatus();
@@ -113,7 +127,7 @@ absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
 }
 
 absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
-  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   return store_.Erase({std::string(tenant), std::string(name)});
 }
 
@@ -130,7 +144,11 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
   absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
   if (!after.ok()) return after.status();
   const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
-  SessionStore::Page page = store_.List(tenant, filter, *after, limit);
+  SessionStore::Page page =
+      options_.slot_map == nullptr
+          ? store_.List(tenant, filter, *after, limit)
+          : store_.List(tenant, filter, *after, limit,
+                        [this](absl::string_view name) { return Owns(name); });
   SessionPage out;
   out.sessions.reserve(page.sessions.size());
   for (const std::shared_ptr<Session>& session : page.sessions) {

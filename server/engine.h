@@ -92,7 +92,9 @@ class Engine {
 
   // Sessions ordered by name whose names start with `filter`. page_size 0 means
   // kDefaultPageSize; it is capped at kMaxPageSize; negative is INVALID_ARGUMENT,
-  // as is a page token issued for another filter.
+  // as is a page token issued for another filter. Sharded: only the sessions this
+  // replica owns (a copy of another's, left by a slot move, is never listed, read
+  // or exported: its owner's is the live one).
   absl::StatusOr<SessionPage> ListSessions(absl::string_view tenant, int page_size,
                                            absl::string_view page_token,
                                            absl::string_view filter) const;
@@ -132,11 +134,16 @@ class Engine {
   }
 
   int64_t session_count() const { return store_.size(); }
-
   // SessionStore::SessionsPerTenant. Thread-safe.
   std::vector<std::pair<std::string, int64_t>> SessionsPerTenant() const {
     return store_.SessionsPerTenant();
   }
+
+  // OK if a call addressed to `replica` (a client's x-qparams-replica) is for this
+  // replica; else FAILED_PRECONDITION naming both, which a balancer that routed it
+  // to the wrong replica, or a client pointed straight at one replica, gets instead
+  // of another replica's answer.
+  absl::Status CheckAddressedTo(absl::string_view replica) const;
 
   // The replica this engine is and the slot map it serves; null and "" without
   // sharding.
@@ -149,6 +156,8 @@ class Engine {
   // A valid name of a session this replica owns; INVALID_ARGUMENT or
   // FAILED_PRECONDITION as the session methods say.
   absl::Status CheckOwned(absl::string_view name) const;
+  // Whether this replica owns the session `name` (always, without a slot map).
+  bool Owns(absl::string_view name) const;
 
   const EngineOptions options_;
   SessionStore store_;

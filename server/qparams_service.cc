@@ -62,15 +62,21 @@ void QParamsServiceImpl::AddOwner(grpc::CallbackServerContext* context,
   }
 }
 
-absl::StatusOr<std::string> QParamsServiceImpl::Tenant(
-    grpc::CallbackServerContext* context) const {
-  if (options_.authenticator == nullptr) return std::string();
-  std::optional<absl::string_view> header;
+absl::StatusOr<std::string> QParamsServiceImpl::Tenant(grpc::CallbackServerContext* context) const {
   const auto& metadata = context->client_metadata();
-  if (auto it = metadata.find("authorization"); it != metadata.end()) {
-    header = absl::string_view(it->second.data(), it->second.size());
+  std::string tenant;
+  if (options_.authenticator != nullptr) {
+    std::optional<absl::string_view> header;
+    if (auto it = metadata.find("authorization"); it != metadata.end()) {
+      header = absl::string_view(it->second.data(), it->second.size());
+    }
+    QPARAMS_ASSIGN_OR_RETURN(tenant, options_.authenticator->Authenticate(header));
   }
-  return options_.authenticator->Authenticate(header);
+  if (auto it = metadata.find(kReplicaHeader); it != metadata.end()) {
+    QPARAMS_RETURN_IF_ERROR(
+        engine_->CheckAddressedTo(absl::string_view(it->second.data(), it->second.size())));
+  }
+  return tenant;
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext* context,

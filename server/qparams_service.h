@@ -86,7 +86,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   class PullWriteReactor;  // ReadSessions and ExportSessions
 
   // The caller's tenant: "" on an open server, else from its bearer token
-  // (UNAUTHENTICATED without a valid one).
+  // (UNAUTHENTICATED without a valid one); FAILED_PRECONDITION for a call addressed
+  // to another replica (x-qparams-replica, Engine::CheckAddressedTo). Every method
+  // asks it first.
   absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context) const;
 
   // The one path of an observation into the Engine, for Observe, ObserveStream and

@@ -183,7 +183,8 @@ int SessionStore::EvictIdle(absl::Time idle_since) {
 }
 
 SessionStore::Page SessionStore::List(absl::string_view tenant, absl::string_view prefix,
-                                      absl::string_view after, int limit) const {
+                                      absl::string_view after, int limit,
+                                      const std::function<bool(absl::string_view)>& keep) const {
   Page page;
   const std::string start = MapKey({std::string(tenant), std::string(prefix)});
   const std::string resume = MapKey({std::string(tenant), std::string(after)});
@@ -191,6 +192,7 @@ SessionStore::Page SessionStore::List(absl::string_view tenant, absl::string_vie
   auto it = after.empty() || resume < start ? sessions_.lower_bound(start)
                                             : sessions_.upper_bound(resume);
   for (; it != sessions_.end() && absl::StartsWith(it->first, start); ++it) {
+    if (keep != nullptr && !keep(it->second->name())) continue;
     if (static_cast<int>(page.sessions.size()) == limit) {
       page.more = true;
       break;

@@ -65,14 +65,15 @@ class SessionStore {
   // Evicts every session no call has named since `idle_since`; returns how many.
   int EvictIdle(absl::Time idle_since);
 
-  // Up to `limit` sessions of `tenant` whose names start with `prefix` and sort
-  // after `after` (byte order), and whether more follow.
+  // Up to `limit` sessions of `tenant` whose names start with `prefix`, sort after
+  // `after` (byte order) and pass `keep` (if given; called under the store's reader
+  // lock, so it must not call back into the store), and whether more follow.
   struct Page {
     std::vector<std::shared_ptr<Session>> sessions;
     bool more = false;
   };
-  Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after,
-            int limit) const;
+  Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after, int limit,
+            const std::function<bool(absl::string_view name)>& keep = nullptr) const;
 
   // The live state as records, for a snapshot, one at a time through `emit`: every
   // eviction still remembered (oldest first), then every session in key order. Stops
