@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Builds the qparams image (docker/Dockerfile) with podman and proves it works: health,
 # a compute, a session that survives a restart, and a clean exit on SIGTERM. Prints the
-# image size. Needs root (apt, podman as root); no container registry: the base image
+# image size. Then the sharded deployment (issue 16): checks the deployment files
+# (docker/check_deploy.py: the slot map, compose's profile sharded, the Kubernetes forms;
+# haproxy -c on haproxy.cfg with its variables set), builds the HAProxy image
+# (docker/haproxy/Dockerfile) and runs compose's profile sharded with podman alone (a
+# network, the three replicas and HAProxy, run with the arguments check_deploy.py derives
+# from compose.yaml): sessions created and observed through HAProxy are each found on
+# their owner, with the same qparams, and refused by the other replicas. Needs root (apt, podman as root); no container registry: the base image
 # debian:bookworm-slim is made locally with debootstrap from the host's apt mirror and
 # cached under ${XDG_CACHE_HOME:-$HOME/.cache}/qparams, so reruns skip debootstrap.
 #
 # Environment: QPARAMS_IMAGE (tag to build, default localhost/qparams:test),
+# QPARAMS_HAPROXY_IMAGE (default localhost/qparams-haproxy:test),
 # QPARAMS_DEBIAN_MIRROR (default: the host's first Debian mirror), QPARAMS_KEEP_IMAGE=0
-# to remove the built image at the end, QPARAMS_REBUILD_BASE=1 to redo debootstrap.
+# to remove the built images at the end, QPARAMS_REBUILD_BASE=1 to redo debootstrap.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 image=${QPARAMS_IMAGE:-localhost/qparams:test}
+haproxy_image=${QPARAMS_HAPROXY_IMAGE:-localhost/qparams-haproxy:test}
 base_ref=docker.io/library/debian:bookworm-slim
 cache_dir=${XDG_CACHE_HOME:-$HOME/.cache}/qparams
 base_tar=$cache_dir/debian-bookworm-slim.tar
@@ -23,6 +31,11 @@ ctr=qparams-test-$suffix
 vol=qparams-test-data-$suffix
 work=$(mktemp -d /tmp/qparams-docker-test.XXXXXX)
 cli=$repo/build/client/qparams-cli
+python=/usr/bin/python3  # Debian's, with python3-yaml
+# The sharded run: one network, containers and volumes named after compose's services.
+net=qparams-test-net-$suffix
+shard=qparams-test-$suffix-
+shard_services=(haproxy r0 r1 r2)
 start_time=$SECONDS
 
 step() { printf '\n== [%3ds] %s\n' $((SECONDS - start_time)) "$*"; }
@@ -51,7 +64,22 @@ cleanup() {
     pm rm -f -t 0 "$ctr" >/dev/null 2>&1
   fi
   pm volume rm -f "$vol" >/dev/null 2>&1
-  [ "${QPARAMS_KEEP_IMAGE:-1}" = 0 ] && pm rmi -f "$image" >/dev/null 2>&1
+  if [ -n "${shard_started:-}" ]; then
+    local s
+    for s in "${shard_services[@]}"; do
+      if [ $rc -ne 0 ] && pm container exists "$shard$s"; then
+        echo "--- $shard$s log (last 20 lines) ---" >&2
+        pm logs --tail=20 "$shard$s" >&2 2>&1
+      fi
+      pm rm -f -t 0 "$shard$s" >/dev/null 2>&1
+    done
+    for s in r0 r1 r2; do pm volume rm -f "${shard}qparams-$s" >/dev/null 2>&1; done
+    pm network rm -f "$net" >/dev/null 2>&1
+  fi
+  if [ "${QPARAMS_KEEP_IMAGE:-1}" = 0 ]; then
+    pm rmi -f "$image" >/dev/null 2>&1
+    pm rmi -f "$haproxy_image" >/dev/null 2>&1
+  fi
   rm -rf "$work"
   if [ $rc -eq 0 ]; then
     printf '\ndocker/test.sh: PASS in %ds\n' $((SECONDS - start_time))
@@ -65,7 +93,7 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------
 step "host packages (podman, runc, debootstrap)"
 need=(podman runc debootstrap uidmap netavark aardvark-dns iptables slirp4netns fuse-overlayfs
-      ca-certificates)
+      ca-certificates haproxy python3-yaml)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -87,6 +115,27 @@ if [ ! -x "$cli" ]; then
   cmake --build build -j2 --target qparams-cli
 fi
 [ -x "$cli" ] || fail "no $cli"
+
+# ---------------------------------------------------------------------------------------
+step "deployment files: slot map, haproxy.cfg, compose profile sharded, Kubernetes"
+"$python" docker/check_deploy.py || fail "docker/check_deploy.py"
+# haproxy.cfg as it is, with its variables set as the test, compose and Kubernetes set
+# them (names that do not resolve here only warn: init-addr none).
+haproxy_check() {
+  local what=$1 out
+  shift
+  out=$(env QPARAMS_SLOT_MAP="$repo/docker/haproxy/slots.map" QPARAMS_ADMIN_SOCKET="$work/admin.sock" \
+    "$@" haproxy -c -f docker/haproxy/haproxy.cfg 2>&1) || { echo "$out" >&2; fail "haproxy -c, $what"; }
+  echo "haproxy -c, $what: valid ($(echo "$out" | grep -c WARNING) warnings)"
+}
+haproxy_check "the Python test's addresses" QPARAMS_BIND="unix@$work/grpc.sock" \
+  QPARAMS_R0=127.0.0.1:1 QPARAMS_R1=127.0.0.1:2 QPARAMS_R2=127.0.0.1:3
+haproxy_check "compose's addresses (the defaults)"
+k8s_env=()
+for i in 0 1 2; do
+  k8s_env+=("QPARAMS_R$i=qparams-shard-$i.qparams-shard-headless.default.svc.cluster.local:50051")
+done
+haproxy_check "the Kubernetes addresses" "${k8s_env[@]}"
 
 # ---------------------------------------------------------------------------------------
 # The host's Debian mirror: QPARAMS_DEBIAN_MIRROR, else the first non-security Debian URI
@@ -293,6 +342,154 @@ echo "stopped in ${took}s, exit code $code"
 [ "$took" -lt 25 ] || fail "took ${took}s to stop (the server's grace is 20s)"
 echo "--- last lines of the server log ---"
 pm logs --tail=5 "$ctr" 2>&1
+
+# ---------------------------------------------------------------------------------------
+step "podman build -f docker/haproxy/Dockerfile -t $haproxy_image docker/haproxy"
+pm build --format docker --network=host --pull=never "${ulimits[@]}" \
+  -f docker/haproxy/Dockerfile -t "$haproxy_image" docker/haproxy || fail "podman build (haproxy)"
+hcfg=$(pm image inspect --format '{{.Config.User}}|{{json .Config.Entrypoint}}' "$haproxy_image")
+echo "config: $hcfg"
+case $hcfg in 10002:10002\|*) ;; *) fail "the HAProxy image does not run as the non-root user 10002" ;; esac
+pm run --rm "${ulimits[@]}" --read-only --read-only-tmpfs=false "$haproxy_image" -c >/dev/null 2>"$work/hcheck" \
+  || { cat "$work/hcheck" >&2; fail "haproxy -c inside the HAProxy image"; }
+echo "haproxy -c inside the image: valid"
+
+step "sharded: compose's profile sharded on network $net (r0, r1, r2, haproxy)"
+# --metrics_listen is in compose's replica commands; an image whose server does not know
+# the flag yet runs without it.
+drop=()
+if pm run --rm "${ulimits[@]}" --entrypoint qparams-server "$image" --help 2>/dev/null | grep -q metrics_listen; then
+  metrics=1
+else
+  metrics=0
+  drop=(--drop=--metrics_listen)
+  echo "note: this image's qparams-server has no --metrics_listen yet; the replicas run without it"
+fi
+hport=$(free_port) || fail "no free port"
+shard_started=1
+pm network create "$net" >/dev/null || fail "podman network create"
+args=()
+podman_args() {  # the `podman run` arguments of compose's service $1 (shell-quoted, hence eval)
+  local words
+  words=$("$python" docker/check_deploy.py podman-args "$@") || fail "check_deploy.py podman-args $1"
+  eval "args=($words)"
+}
+for r in r0 r1 r2; do
+  podman_args "$r" --image="$image" --volume-prefix="$shard" "${drop[@]}"
+  echo "podman run ... ${args[*]}"
+  pm run -d --name "$shard$r" --network "$net" "${ulimits[@]}" "${args[@]}" >/dev/null || fail "podman run $r"
+done
+podman_args haproxy --image="$haproxy_image" --volume-prefix="$shard" --host-port="$hport"
+echo "podman run ... ${args[*]}"
+pm run -d --name "${shard}haproxy" --network "$net" "${ulimits[@]}" "${args[@]}" >/dev/null || fail "podman run haproxy"
+
+# Each replica's own CLI, straight to it (not through HAProxy).
+direct() { local r=$1; shift; pm exec "$shard$r" qparams-cli --target=127.0.0.1:50051 --timeout=10s "$@"; }
+for r in r0 r1 r2; do
+  for i in $(seq 1 60); do
+    direct "$r" health >/dev/null 2>&1 && break
+    [ "$(pm inspect --format '{{.State.Running}}' "$shard$r" 2>/dev/null)" = true ] || fail "$r exited"
+    [ "$i" = 60 ] && fail "$r not healthy after 30s"
+    sleep 0.5
+  done
+done
+echo "r0, r1, r2: SERVING"
+
+# The sessions and their owners: qparams-cli slot, then the slot map.
+names=()
+for i in $(seq 0 11); do names+=("docker-shard/s$i"); done
+owners=$("$cli" slot "${names[@]}" | "$python" -c '
+import json, sys
+sys.path.insert(0, "docker")
+from check_deploy import SLOT_MAP, parse_slot_map
+owner = parse_slot_map(SLOT_MAP.read_text())
+for s in json.load(sys.stdin)["slots"]:
+    print(s["name"], owner[s["slot"]])') || fail "qparams-cli slot"
+owned_by() { echo "$owners" | awk -v r="$1" '$2 == r {print $1}' | LC_ALL=C sort; }
+for r in r0 r1 r2; do
+  [ -n "$(owned_by "$r")" ] || fail "no test session falls on $r: change the names"
+done
+
+# Through HAProxy on the published port: wait until it reaches every replica (a session
+# of each owner is NOT_FOUND there, not UNAVAILABLE).
+hq() { "$cli" --target="127.0.0.1:$hport" --timeout=10s "$@"; }
+for r in r0 r1 r2; do
+  probe=$(owned_by "$r" | head -n1)
+  for i in $(seq 1 60); do
+    out=$(hq get "$probe" 2>&1) && fail "$probe exists before the test created it"
+    case $out in *NOT_FOUND*) break ;; esac
+    [ "$(pm inspect --format '{{.State.Running}}' "${shard}haproxy" 2>/dev/null)" = true ] \
+      || fail "haproxy exited"
+    [ "$i" = 60 ] && fail "haproxy does not reach $r after 30s: $out"
+    sleep 0.5
+  done
+done
+echo "haproxy on 127.0.0.1:$hport reaches r0, r1, r2"
+[ "$(pm exec "${shard}haproxy" sh -c 'id -u; test -S /run/haproxy/admin.sock && echo socket' | tr '\n' ' ')" = "10002 socket " ] \
+  || fail "haproxy does not run as 10002 with its runtime API socket in /run/haproxy"
+
+step "sharded: ${#names[@]} sessions created and observed through haproxy:50051"
+# A client on the deployment's network (the image's CLI), as compose's own users are.
+through=$(pm run --rm -i --network "$net" "${ulimits[@]}" --cap-drop=ALL --entrypoint /bin/sh "$image" -c '
+  set -e
+  cat >/tmp/x.npy
+  q() { qparams-cli --target=haproxy:50051 --timeout=10s "$@"; }
+  for n in "$@"; do
+    q create "$n" --calculator=global_minmax --qscheme=asymmetric --granularity=per_channel:0 >/dev/null
+    q observe "$n" /tmp/x.npy >/tmp/out || { cat /tmp/out >&2; exit 1; }
+    q qparams "$n" >/tmp/q
+    echo "$n $(md5sum </tmp/q | cut -c1-32)"
+  done' sh "${names[@]}" <"$npy") || fail "create/observe through haproxy"
+echo "$through" | sed 's/^/  through haproxy: /'
+
+step "sharded: each session is found on its owner, refused by the others"
+# Straight to each replica (its own CLI, not through HAProxy): its sessions are there, with
+# the qparams read through HAProxy bit for bit; another's session is FAILED_PRECONDITION
+# naming the owner (refused before anything is read or created).
+pairs=$(echo "$owners" | tr '\n' ' ')
+for r in r0 r1 r2; do
+  # shellcheck disable=SC2016,SC2086
+  here=$(pm exec "$shard$r" /bin/sh -c '
+    me=$1; shift
+    q() { qparams-cli --target=127.0.0.1:50051 --timeout=10s "$@"; }
+    while [ $# -gt 0 ]; do
+      n=$1 o=$2; shift 2
+      if [ "$o" = "$me" ]; then
+        q get "$n" >/dev/null || exit 1
+        echo "$n $(q qparams "$n" | md5sum | cut -c1-32)"
+      elif out=$(q get "$n" 2>&1); then
+        echo "$me serves $n, which is $o'"'"'s" >&2; exit 1
+      else
+        case $out in *FAILED_PRECONDITION*"$o"*) ;; *) echo "$me on $n: $out" >&2; exit 1 ;; esac
+      fi
+    done' sh "$r" $pairs) || fail "$r: its sessions and the others'"
+  [ "$(echo "$here" | LC_ALL=C sort)" = "$(echo "$through" | grep -F -f <(owned_by "$r" | sed 's/$/ /') | LC_ALL=C sort)" ] \
+    || fail "$r: its sessions or their qparams differ from those read through haproxy: $here"
+  echo "$r: its $(echo "$here" | wc -l) sessions found, equal to haproxy's; the other $(( ${#names[@]} - $(echo "$here" | wc -l) )) refused naming their owner"
+done
+# And host clients reach every owner through the published port.
+for r in r0 r1 r2; do
+  n=$(owned_by "$r" | head -n1)
+  hq get "$n" >/dev/null || fail "get $n through 127.0.0.1:$hport"
+done
+echo "host CLI through 127.0.0.1:$hport: a session of each replica found"
+if [ "$metrics" = 1 ]; then
+  out=$(pm exec "${shard}r0" bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 &&
+    printf "GET /metrics HTTP/1.0\r\nHost: r0\r\n\r\n" >&3 && head -n1 <&3') || fail "r0: metrics"
+  case $out in *" 200"*) echo "r0 /metrics on 9100: $out" ;; *) fail "r0 /metrics: $out" ;; esac
+fi
+
+step "sharded: SIGTERM stops haproxy, then the replicas, cleanly"
+t0=$SECONDS
+pm stop -t 30 "${shard}haproxy" >/dev/null || fail "podman stop haproxy"
+took=$(( SECONDS - t0 ))
+[ "$took" -lt 10 ] || fail "haproxy took ${took}s to stop (SIGTERM ignored?)"
+pm stop -t 30 "${shard}r0" "${shard}r1" "${shard}r2" >/dev/null || fail "podman stop the replicas"
+for s in "${shard_services[@]}"; do
+  code=$(pm inspect --format '{{.State.ExitCode}}' "$shard$s")
+  [ "$code" = 0 ] || fail "$s exited with $code after SIGTERM (want 0)"
+done
+echo "haproxy stopped in ${took}s, all in $((SECONDS - t0))s, every exit code 0"
 
 step "image size"
 echo "image $image: $size_mb MB (target < $max_mb MB)"

@@ -71,22 +71,23 @@ class HAProxy:
         self.admin = directory / "admin.sock"
         # sun_path holds 108 bytes, its terminating NUL included.
         assert len(os.fsencode(self.admin)) < 108, f"{directory} is too long; set TMPDIR"
-        config = TEMPLATE.read_text()
-        for placeholder, value in (("@BIND@", f"unix@{self.socket}"),
-                                   ("/run/haproxy/admin.sock", str(self.admin)),
-                                   ("/etc/qparams/slots.map", str(directory / "slots.map"))):
-            assert placeholder in config, placeholder
-            config = config.replace(placeholder, value)
+        # The file as it is: what differs here goes in the environment variables it
+        # expands (each has a default, so a variable it no longer reads would go unseen).
+        self.config = TEMPLATE
+        variables = {"QPARAMS_BIND": f"unix@{self.socket}",
+                     "QPARAMS_ADMIN_SOCKET": str(self.admin),
+                     "QPARAMS_SLOT_MAP": str(directory / "slots.map")}
         for i, replica in enumerate(REPLICAS):
-            assert f"@R{i}@" in config
-            config = config.replace(f"@R{i}@", servers[replica])
-        self.config = directory / "haproxy.cfg"
-        self.config.write_text(config)
+            variables[f"QPARAMS_R{i}"] = servers[replica]
+        config = self.config.read_text()
+        for name in variables:
+            assert f"${{{name}-" in config, name
+        env = dict(os.environ, **variables)
         self.log = directory / "haproxy.log"
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen([HAPROXY, "-f", str(self.config), "-db"],
                                             stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT)
+                                            stderr=subprocess.STDOUT, env=env)
 
     def listening(self) -> bool:
         if self.process.poll() is not None:
