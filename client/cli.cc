@@ -568,7 +568,9 @@ std::string UsageMessage() {
       "instead of --target's host (e.g. localhost with --target=127.0.0.1:50051).\n"
       "--token=TOKEN (default: $QPARAMS_TOKEN) is sent as \"authorization: Bearer\n"
       "TOKEN\" on every call but health; prefer the variable, as other users of the\n"
-      "machine can see a command line.\n"
+      "machine can see a command line. --replica=NAME addresses every call to that\n"
+      "replica of a sharded deployment (through the balancer or straight to it)\n"
+      "instead of routing each by its session.\n"
       "\n"
       "Spec flags (compute, create): --spec takes a whole QuantSpec in protobuf's JSON\n"
       "mapping, e.g. --spec='{\"dtype\": \"int4\", \"qscheme\": \"ASYMMETRIC\"}'; each of\n"
@@ -764,6 +766,7 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
   ClientOptions client_options;
   client_options.timeout = options.timeout;
   client_options.bearer_token = options.token;
+  client_options.replica = options.replica;
   const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty() ||
                    !options.tls_key.empty();
   if (options.tls_cert.empty() != options.tls_key.empty()) {

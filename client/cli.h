@@ -61,6 +61,7 @@ struct Options {
   std::string tls_cert;         // --tls_cert: client certificate (mutual TLS)
   std::string tls_key;          // --tls_key: its private key
   std::string tls_server_name;  // --tls_server_name: the name the server's cert must carry
+  std::string replica;          // --replica: address every call to this replica ("" = route)
   // --token (else $QPARAMS_TOKEN): sent as a bearer token on every call but health;
   // "" sends none.
   std::string token;

@@ -51,6 +51,10 @@ ABSL_FLAG(std::string, tls_key, "", "PEM file of the private key of --tls_cert; 
 ABSL_FLAG(std::string, tls_server_name, "",
           "With TLS: the name the server's certificate must carry, instead of --target's "
           "host (e.g. localhost for --target=127.0.0.1:50051)");
+ABSL_FLAG(std::string, replica, "",
+          "Sharded deployments: address every call to this replica (its name in the slot "
+          "map), directly or through the balancer, and never split a call over replicas; "
+          "e.g. to list one replica's sessions");
 ABSL_FLAG(std::string, token, "",
           "Bearer token, sent as 'authorization: Bearer TOKEN' on every call but health. "
           "Empty: $QPARAMS_TOKEN if set (preferable: a command line is visible to other "
@@ -167,6 +171,7 @@ int main(int argc, char** argv) {
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.replica = absl::GetFlag(FLAGS_replica);
   options.token = absl::GetFlag(FLAGS_token);
   // Read here rather than as the flag's default, which --help would print.
   if (const char* env = std::getenv("QPARAMS_TOKEN"); options.token.empty() && env != nullptr) {

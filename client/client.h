@@ -4,6 +4,17 @@
 // mutual), with an optional bearer token.
 //
 // A Client is thread-safe: its calls may run concurrently from any threads.
+//
+// Sharded deployments (replicas behind HAProxy, README "Sharding"): every call that
+// names one session carries it in the x-qparams-session header, on which the
+// balancer routes it to the session's owner. Calls over many sessions (ObserveStream,
+// ObserveBatch) and over all of them (ListSessions, ReadSessions) are split into one
+// call per owning replica, each addressed by the x-qparams-replica header, using the
+// topology the client reads once with GetTopology at the first such call. A Client
+// of one server (no slot map), or of a deployment of one replica, makes the same
+// single call as always. After an operator moves slots, make a new Client: an old
+// one's calls to the former owner are refused with FAILED_PRECONDITION naming the
+// new owner.
 
 #ifndef QPARAMS_CLIENT_CLIENT_H_
 #define QPARAMS_CLIENT_CLIENT_H_
@@ -14,8 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -25,6 +38,8 @@
 #include "qparams/v1/qparams.pb.h"
 
 namespace qparams {
+
+class SlotMap;
 
 struct ClientOptions {
   // The deadline of every call, measured from its start (for ObserveStream, of the
@@ -44,6 +59,11 @@ struct ClientOptions {
   // 4096 printable ASCII characters without spaces. Over a plaintext channel the
   // token travels in the clear: use TLS credentials beyond loopback.
   std::string bearer_token;
+  // Sharded deployments: "" routes each call (see Client); a replica's name (as in
+  // the slot map) addresses every call to that replica instead, through the
+  // balancer or straight to it, and never splits a call: e.g. to list the sessions
+  // of one replica. The replica refuses the call if it is another.
+  std::string replica;
 };
 
 // Channel credentials for TLS (pass them as ClientOptions::credentials):
@@ -76,8 +96,9 @@ class Client {
   // A client of the server at `target` ("host:port" or any gRPC target URI). The
   // channel connects lazily, so an unreachable server shows as UNAVAILABLE on the
   // first call. INVALID_ARGUMENT for an empty target, a timeout <= 0,
-  // max_message_bytes <= 0, a tls_server_name without credentials, or a bearer token
-  // that metadata cannot carry (the message never shows the token).
+  // max_message_bytes <= 0, a tls_server_name without credentials, a bearer token
+  // that metadata cannot carry (the message never shows the token), or a replica
+  // name that is not 1 to 64 characters of [a-zA-Z0-9._-].
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
                                                          ClientOptions options = {});
 
@@ -100,21 +121,25 @@ class Client {
 
   // One page of the sessions whose names start with `filter`, ordered by name.
   // `page_size` 0 means the server's default; `page_token` is "" for the first page,
-  // else a previous response's next_page_token for the same filter.
+  // else a previous response's next_page_token for the same filter. Sharded: the
+  // replicas' pages merged in name order (one call to each replica per page), with a
+  // next_page_token any replica accepts.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(int page_size,
                                                         const std::string& page_token,
                                                         const std::string& filter);
 
   // Every session whose name starts with `prefix` ("" for all), in name order, one
   // at a time through `each` as the server streams them (ReadSessions). The first
-  // error ends it (the server's status, or `each`'s).
+  // error ends it (the server's status, or `each`'s). Sharded: one stream from each
+  // replica, merged in name order.
   absl::Status ReadSessions(const std::string& prefix,
                             const std::function<absl::Status(const v1::Session&)>& each);
 
   // The sessions under request.prefix rendered in request.format (ExportSessions):
   // the document's bytes, in order, through `each` as the server streams them. The
   // first error ends it (the server's status, or `each`'s); nothing reaches `each`
-  // when the server refuses the export.
+  // when the server refuses the export. Sharded: FAILED_PRECONDITION, as a document
+  // of one replica would hold only its own sessions (export from each replica).
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 
@@ -138,14 +163,18 @@ class Client {
   // request and in order. A request the server refuses fails only its own response
   // (its `status` field); the returned status is the stream's own, and is an error
   // also if the server answered fewer requests than were sent. RESOURCE_EXHAUSTED,
-  // with nothing sent, if a request is larger than max_message_bytes.
+  // with nothing sent, if a request is larger than max_message_bytes. Sharded: one
+  // stream per owning replica, concurrently; the first failed stream's status (by
+  // replica name) is returned, and the other streams' requests were applied.
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStream(
       const std::vector<v1::ObserveRequest>& requests);
 
   // Sends every request in one ObserveBatch call and returns the responses, one per
   // request and in order, each with its own `status` as on the stream. The returned
   // status is the call's own: RESOURCE_EXHAUSTED, with nothing applied, beyond
-  // wire::kMaxBatchObservations requests or the message size limits.
+  // wire::kMaxBatchObservations requests or the message size limits. Sharded: one
+  // call per owning replica, concurrently; the first failed call's status (by
+  // replica name) is returned, and the other calls' requests were applied.
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatch(
       const std::vector<v1::ObserveRequest>& requests);
 
@@ -168,11 +197,34 @@ class Client {
  private:
   Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options);
 
+  // The slot map of a sharded deployment, read with GetTopology at the first call
+  // and kept; null for a single server (or one replica, or a server without
+  // GetTopology), whose calls are never split.
+  absl::StatusOr<std::shared_ptr<const SlotMap>> Routing();
+  // ObserveStream over one stream, addressed to `replica` ("" = unaddressed).
+  absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStreamTo(
+      const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
+  // ObserveBatch in one call, addressed to `replica` ("" = unaddressed).
+  absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatchTo(
+      const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
+  // ListSessions on each replica of `routing`, merged.
+  absl::StatusOr<v1::ListSessionsResponse> ListSessionsMerged(const SlotMap& routing, int page_size,
+                                                              const std::string& page_token,
+                                                              const std::string& filter);
+  // ReadSessions on each replica of `routing`, merged.
+  absl::Status ReadSessionsMerged(const SlotMap& routing, const std::string& prefix,
+                                  const std::function<absl::Status(const v1::Session&)>& each);
+
   const absl::Duration timeout_;
   const int max_message_bytes_;
   const std::string authorization_;  // "Bearer <token>", or "" for none
+  const std::string replica_;        // ClientOptions::replica
   const std::unique_ptr<v1::QParamsService::Stub> stub_;
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+
+  absl::Mutex routing_mu_;
+  bool routing_read_ ABSL_GUARDED_BY(routing_mu_) = false;
+  std::shared_ptr<const SlotMap> routing_ ABSL_GUARDED_BY(routing_mu_);
 };
 
 }  // namespace qparams

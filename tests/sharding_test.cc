@@ -2,6 +2,7 @@
 // slots' sessions, refusing the others with their owner (message and trailing
 // metadata) and changing nothing.
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -177,6 +178,87 @@ TEST_F(ShardingTest, TopologyIsTheSlotMapAnyReplicaServes) {
   ASSERT_EQ(one.ranges_size(), 1);
   EXPECT_EQ(one.ranges(0).low(), 0);
   EXPECT_EQ(one.ranges(0).high(), kSlotCount - 1);
+}
+
+TEST_F(ShardingTest, CallsAddressedToAnotherReplicaAreRefused) {
+  auto list = [](v1::QParamsService::Stub& stub, const std::string& replica) {
+    grpc::ClientContext context;
+    context.AddMetadata(kReplicaHeader, replica);
+    v1::ListSessionsResponse response;
+    return stub.ListSessions(&context, {}, &response);
+  };
+  EXPECT_TRUE(list(*stub_, "r1").ok());
+  const grpc::Status refused = list(*stub_, "r2");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "addressed to replica \"r2\""))
+      << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "this is replica r1"));
+
+  // The client's own option addresses every call, and is checked like any name.
+  ClientOptions options;
+  options.replica = "r1";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> mine, Client::Connect(server_->address(), options));
+  EXPECT_OK(mine->ListSessions(0, "", "").status());
+  options.replica = "r0";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> other, Client::Connect(server_->address(), options));
+  EXPECT_CODE(other->ListSessions(0, "", "").status(), kPrecondition);
+  EXPECT_CODE(other->GetTopology().status(), kPrecondition);
+  options.replica = "r/1";
+  EXPECT_CODE(Client::Connect(server_->address(), options).status(), kInvalid);
+
+  // A server without sharding is no replica.
+  std::unique_ptr<TestServer> single = TestServer::Start();
+  ASSERT_NE(single, nullptr);
+  const grpc::Status unsharded = list(*single->NewStub(), "r0");
+  EXPECT_EQ(unsharded.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(unsharded.error_message(), "without sharding"))
+      << unsharded.error_message();
+}
+
+// A copy of another replica's session (left in a data directory by a slot move)
+// is neither listed nor reachable: not read, not deleted.
+TEST(ShardingRestart, CopiesOfForeignSessionsStayOutOfSight) {
+  char pattern[] = "/tmp/qparams-sharding-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  ASSERT_OK_AND_ASSIGN(SlotMap parsed, SlotMap::Parse(kThreeReplicas));
+  auto map = std::make_shared<const SlotMap>(std::move(parsed));
+  const std::string mine = NameOwnedBy(*map, "r1"), theirs = NameOwnedBy(*map, "r2");
+  ServerOptions options;
+  options.data_dir = dir;
+  options.durability = Durability::kAlways;
+  {
+    std::unique_ptr<TestServer> unsharded = TestServer::Start(options);
+    ASSERT_NE(unsharded, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(unsharded->address()));
+    for (const std::string& name : {mine, theirs}) {
+      v1::CreateSessionRequest create;
+      create.set_name(name);
+      ASSERT_OK(client->CreateSession(create).status());
+    }
+  }
+  options.engine.slot_map = map;
+  options.engine.replica_id = "r1";
+  {
+    std::unique_ptr<TestServer> r1 = TestServer::Start(options);
+    ASSERT_NE(r1, nullptr);
+    ClientOptions addressed;
+    addressed.replica = "r1";
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(r1->address(), addressed));
+    ASSERT_OK_AND_ASSIGN(const v1::ListSessionsResponse listed, client->ListSessions(0, "", ""));
+    ASSERT_EQ(listed.sessions_size(), 1);
+    EXPECT_EQ(listed.sessions(0).name(), mine);
+    std::vector<std::string> read;
+    ASSERT_OK(client->ReadSessions("", [&read](const v1::Session& session) {
+      read.push_back(session.name());
+      return absl::OkStatus();
+    }));
+    EXPECT_EQ(read, std::vector<std::string>{mine});
+    EXPECT_CODE(client->GetSession(theirs).status(), kPrecondition);
+    EXPECT_CODE(client->DeleteSession(theirs), kPrecondition);
+    EXPECT_OK(client->GetSession(mine).status());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,274 @@
+// The C++ client against sharded replicas behind the real HAProxy (Debian's, run
+// on docker/haproxy/haproxy.cfg as shipped): calls over many sessions split into one
+// call per owner, listings merged from every replica, and the results bit for bit
+// those of one unsharded server. tests/python/test_sharded.py covers the Python
+// client, a killed replica and a restart.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "common/slot_map.h"
+#include "gtest/gtest.h"
+#include "tests/service_test_util.h"
+#include "tests/test_util.h"
+
+extern char** environ;
+
+namespace qparams::testing {
+namespace {
+
+constexpr char kHAProxy[] = "/usr/sbin/haproxy";
+constexpr char kSlotMap[] = "0:84 r0\n85:169 r1\n170:255 r2\n";
+constexpr std::array<const char*, 3> kReplicas = {"r0", "r1", "r2"};
+
+// HAProxy in the foreground on the repository's configuration, its addresses given
+// through the environment as the configuration documents; stopped by its PID.
+class HAProxyProcess {
+ public:
+  HAProxyProcess(const std::string& dir, const std::vector<std::string>& replicas) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.push_back(absl::StrCat("QPARAMS_BIND=unix@", dir, "/grpc.sock"));
+    env.push_back(absl::StrCat("QPARAMS_SLOT_MAP=", dir, "/slots.map"));
+    env.push_back(absl::StrCat("QPARAMS_ADMIN_SOCKET=", dir, "/admin.sock"));
+    for (size_t i = 0; i < replicas.size(); ++i) {
+      env.push_back(absl::StrCat("QPARAMS_R", i, "=", replicas[i]));
+    }
+    std::vector<std::string> argv = {kHAProxy, "-db", "-f", QPARAMS_HAPROXY_CONFIG};
+    std::vector<char*> args, envp;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    const std::string log = absl::StrCat(dir, "/haproxy.log");
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    if (posix_spawn(&pid_, kHAProxy, &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~HAProxyProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+  bool running() const { return pid_ > 0; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+Tensor Values(int i) {
+  std::vector<double> values(4 * 16);
+  for (size_t k = 0; k < values.size(); ++k) {
+    values[k] = static_cast<double>((k * 37 + i * 101) % 199) / 7.0 - 14.0;
+  }
+  return F32({4, 16}, values);
+}
+
+class ShardedClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access(kHAProxy, X_OK) != 0) {
+      GTEST_FAIL() << kHAProxy << " is missing: scripts/install-deps.sh installs it (haproxy)";
+    }
+    char pattern[] = "/tmp/qps-cc-XXXXXX";  // short: sun_path holds ~100 bytes
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    std::ofstream(dir_ + "/slots.map") << kSlotMap;
+    ASSERT_OK_AND_ASSIGN(SlotMap map, SlotMap::Parse(kSlotMap));
+    map_ = std::make_shared<const SlotMap>(std::move(map));
+    std::vector<std::string> addresses;
+    for (const char* replica : kReplicas) {
+      ServerOptions options;
+      options.engine.slot_map = map_;
+      options.engine.replica_id = replica;
+      replicas_.push_back(TestServer::Start(options));
+      ASSERT_NE(replicas_.back(), nullptr);
+      addresses.push_back(replicas_.back()->address());
+    }
+    haproxy_ = std::make_unique<HAProxyProcess>(dir_, addresses);
+    ASSERT_TRUE(haproxy_->running());
+    target_ = absl::StrCat("unix:", dir_, "/grpc.sock");
+    // Ready once each replica answers through it, addressed by name.
+    for (const char* replica : kReplicas) {
+      ClientOptions options;
+      options.replica = replica;
+      options.timeout = absl::Seconds(2);
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_, options));
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      absl::StatusOr<v1::Topology> topology;
+      while (!(topology = client->GetTopology()).ok() && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      ASSERT_OK(topology.status());
+      ASSERT_EQ(topology->replica_id(), replica);
+    }
+    for (int i = 0; i < 30; ++i) names_.push_back(absl::StrCat("cc/layer", i));
+  }
+
+  void TearDown() override {
+    haproxy_.reset();
+    replicas_.clear();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Creates the sessions, then observes them: a stream of every session twice,
+  // interleaved, and a batch; returns each session's qparams after.
+  std::vector<v1::GetQParamsResponse> Calibrate(Client& client) {
+    std::vector<v1::GetQParamsResponse> out;
+    for (const std::string& name : names_) {
+      v1::CreateSessionRequest create;
+      create.set_name(name);
+      create.set_calculator("global_minmax");
+      create.mutable_spec()->set_dtype("int8");
+      EXPECT_OK(client.CreateSession(create).status());
+    }
+    std::vector<v1::ObserveRequest> requests;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < names_.size(); ++i) {
+        requests.push_back(TensorObservation(names_[i], Values(i + 50 * round).view()));
+      }
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> streamed = client.ObserveStream(requests);
+    EXPECT_OK(streamed.status());
+    if (!streamed.ok()) return out;
+    for (size_t k = 0; k < requests.size(); ++k) {
+      EXPECT_EQ((*streamed)[k].status().code(), 0) << (*streamed)[k].status().message();
+      EXPECT_EQ((*streamed)[k].observation_count(), k < names_.size() ? 1 : 2) << k;
+    }
+    requests.clear();
+    for (size_t i = 0; i < names_.size(); ++i) {
+      requests.push_back(TensorObservation(names_[i], Values(i + 100).view()));
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> batched = client.ObserveBatch(requests);
+    EXPECT_OK(batched.status());
+    if (!batched.ok()) return out;
+    for (const v1::ObserveResponse& response : *batched) {
+      EXPECT_EQ(response.observation_count(), 3);
+    }
+    for (const std::string& name : names_) {
+      absl::StatusOr<v1::GetQParamsResponse> qparams = client.GetQParams(name);
+      EXPECT_OK(qparams.status());
+      if (qparams.ok()) out.push_back(*std::move(qparams));
+    }
+    return out;
+  }
+
+  std::string dir_;
+  std::shared_ptr<const SlotMap> map_;
+  std::vector<std::unique_ptr<TestServer>> replicas_;
+  std::unique_ptr<HAProxyProcess> haproxy_;
+  std::string target_;
+  std::vector<std::string> names_;
+};
+
+TEST_F(ShardedClientTest, StreamsAndBatchesSplitByOwnerMatchOneServer) {
+  std::unique_ptr<TestServer> single = TestServer::Start();
+  ASSERT_NE(single, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> alone, Client::Connect(single->address()));
+  const std::vector<v1::GetQParamsResponse> expected = Calibrate(*alone);
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
+  const std::vector<v1::GetQParamsResponse> got = Calibrate(*client);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].SerializeAsString(), expected[i].SerializeAsString()) << names_[i];
+  }
+
+  // Every replica holds exactly its own sessions.
+  for (size_t r = 0; r < kReplicas.size(); ++r) {
+    ClientOptions options;
+    options.replica = kReplicas[r];
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> direct,
+                         Client::Connect(replicas_[r]->address(), options));
+    ASSERT_OK_AND_ASSIGN(const v1::ListSessionsResponse listed, direct->ListSessions(1000, "", ""));
+    std::vector<std::string> own;
+    for (const std::string& name : names_) {
+      if (map_->OwnerOfSession(name) == kReplicas[r]) own.push_back(name);
+    }
+    std::sort(own.begin(), own.end());
+    ASSERT_EQ(listed.sessions_size(), static_cast<int>(own.size())) << kReplicas[r];
+    for (size_t k = 0; k < own.size(); ++k) EXPECT_EQ(listed.sessions(k).name(), own[k]);
+  }
+
+  // A refused request fails only its own response, whichever replica it goes to.
+  std::vector<v1::ObserveRequest> requests = {TensorObservation(names_[0], Values(0).view()),
+                                              TensorObservation("cc/missing", Values(1).view()),
+                                              TensorObservation(names_[1], Values(2).view())};
+  ASSERT_OK_AND_ASSIGN(const std::vector<v1::ObserveResponse> responses,
+                       client->ObserveStream(requests));
+  EXPECT_EQ(responses[0].observation_count(), 4);
+  EXPECT_EQ(responses[1].status().code(), static_cast<int>(absl::StatusCode::kNotFound));
+  EXPECT_EQ(responses[2].observation_count(), 4);
+}
+
+TEST_F(ShardedClientTest, ListingsMergeEveryReplicaAndExportsRefuse) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
+  for (const std::string& name : names_) {
+    v1::CreateSessionRequest create;
+    create.set_name(name);
+    ASSERT_OK(client->CreateSession(create).status());
+  }
+  std::vector<std::string> sorted = names_;
+  std::sort(sorted.begin(), sorted.end());
+
+  for (int page_size : {0, 1, 4, 1000}) {
+    std::vector<std::string> listed;
+    std::string token;
+    do {
+      ASSERT_OK_AND_ASSIGN(const v1::ListSessionsResponse page,
+                           client->ListSessions(page_size, token, "cc/"));
+      ASSERT_LE(page.sessions_size(), page_size == 0 ? 50 : page_size);
+      for (const v1::Session& session : page.sessions()) listed.push_back(session.name());
+      token = page.next_page_token();
+      ASSERT_LE(listed.size(), sorted.size());
+    } while (!token.empty());
+    EXPECT_EQ(listed, sorted) << "page_size " << page_size;
+  }
+
+  std::vector<std::string> read;
+  ASSERT_OK(client->ReadSessions("cc/", [&read](const v1::Session& session) {
+    read.push_back(session.name());
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(read, sorted);
+  // The callback's error ends it, with every stream cancelled.
+  int calls = 0;
+  EXPECT_CODE(client->ReadSessions("",
+                                   [&calls](const v1::Session&) {
+                                     return ++calls == 3 ? absl::AbortedError("enough")
+                                                         : absl::OkStatus();
+                                   }),
+              absl::StatusCode::kAborted);
+  EXPECT_EQ(calls, 3);
+
+  v1::ExportSessionsRequest exported;
+  exported.set_prefix("cc/");
+  exported.set_format("onnx");
+  const absl::Status refused =
+      client->ExportSessions(exported, [](absl::string_view) { return absl::OkStatus(); });
+  EXPECT_CODE(refused, absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.message(), "r0, r1, r2")) << refused;
+}
+
+}  // namespace
+}  // namespace qparams::testing
