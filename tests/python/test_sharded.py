@@ -1,21 +1,26 @@
 """Sharded replicas behind HAProxy (issue 16), end to end: three qparams-server
-replicas r0, r1, r2 with one slot map, HAProxy run from docker/haproxy/haproxy.cfg
-(its placeholders replaced: a UNIX socket to listen on, the replicas' loopback
-ports, paths in pytest's temporary directory), and the Python client, which names
-each call's session in the x-qparams-session header HAProxy routes on.
+replicas r0, r1, r2 with one slot map, HAProxy run on docker/haproxy/haproxy.cfg as
+shipped (its environment variables giving a UNIX socket to listen on, the replicas'
+loopback ports, paths in a temporary directory), and the Python client, which names
+each call's session in the x-qparams-session header HAProxy routes on, and splits
+calls over many sessions into one per owning replica (x-qparams-replica).
 
 Checked: sessions created through HAProxy land on their owner (crc32(name) mod 256
 in the map) and only there; a replica refuses another's session with
 FAILED_PRECONDITION naming the owner (message and x-qparams-owner trailer); a killed
 replica's sessions answer UNAVAILABLE through HAProxy while the others' keep working;
 the replica restarted on its data dir (on a new port, which HAProxy learns through
-its runtime API) has its sessions back bit for bit.
+its runtime API) has its sessions back bit for bit; observe_many, observe_batch and
+observe_async over sessions of every replica end bit for bit as on one server;
+list_sessions, read_sessions and qparams-cli list/report span every replica in name
+order, page after page; exports refuse a sharded deployment.
 
 Every process is started here and stopped by its PID in fixture finalizers.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -64,7 +69,7 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float = TIMEOUT)
 
 
 class HAProxy:
-    """HAProxy in the foreground (-db) on the rendered template; stopped by its PID."""
+    """HAProxy in the foreground (-db) on the shipped configuration; stopped by its PID."""
 
     def __init__(self, directory: pathlib.Path, servers: dict[str, str]) -> None:
         self.socket = directory / "grpc.sock"
@@ -197,8 +202,10 @@ def snapshot(client: qparams.Client, name: str) -> tuple[bytes, bytes, bytes, in
             q.zero_point.tobytes(), session.observation_count)
 
 
-def local_names(server: LocalServer) -> set[str]:
-    with qparams.Client(server.target) as direct:
+def local_names(server: LocalServer, replica: str) -> set[str]:
+    """The sessions the replica holds, asked straight (addressed to it by name: a
+    routed client would split the listing over every replica)."""
+    with qparams.Client(server.target, replica=replica) as direct:
         return {s.name for s in direct.list_sessions()}
 
 
@@ -228,7 +235,8 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
 
         # Each replica holds exactly the sessions it owns.
         for replica, server in cluster.replicas.items():
-            assert local_names(server) == {n for n, o in owners.items() if o == replica}, replica
+            own = {n for n, o in owners.items() if o == replica}
+            assert local_names(server, replica) == own, replica
 
         # A call sent straight to a replica that does not own the session is refused,
         # naming the owner in the message and in the x-qparams-owner trailer.
@@ -261,7 +269,8 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
             else:
                 assert client.observe(name, tensor(i)).observation_count == 2
         for replica, server in cluster.replicas.items():
-            assert local_names(server) == {n for n, o in owners.items() if o == replica}, replica
+            own = {n for n, o in owners.items() if o == replica}
+            assert local_names(server, replica) == own, replica
 
         # r1 restarts on its data dir, on a new port; HAProxy's runtime API points its
         # backend there, and the health check brings it UP.
@@ -271,9 +280,129 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
         assert "changed" in answer, answer
         wait_for("haproxy to mark r1 UP", lambda: cluster.haproxy.status("r1") == "UP")
 
-        assert local_names(server) == {n for n, o in owners.items() if o == "r1"}
+        assert local_names(server, "r1") == {n for n, o in owners.items() if o == "r1"}
         for name in SESSIONS:
             if owners[name] == "r1":
                 assert snapshot(client, name) == before[name], name
             else:
                 assert client.get_session(name).observation_count == 2, name
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    binary = os.environ.get("QPARAMS_CLI") or str(REPO / "build/client/qparams-cli")
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=60)
+
+
+def calibrate(client: qparams.Client) -> dict[str, tuple[bytes, bytes, int]]:
+    """Creates the sessions and observes each through every path that spans many
+    sessions (observe_many whole and reduced, observe_batch, observe_async), items
+    interleaved across sessions; returns each session's qparams bytes and count."""
+    for name in SESSIONS:
+        client.create_session(name, dtype="int8", granularity="per_channel:0",
+                              calculator="global_minmax")
+    items = [(name, tensor(i)) for i, name in enumerate(SESSIONS)]
+    results = list(client.observe_many(items, reduce="never"))
+    assert all(isinstance(r, qparams.ObserveResult) for r in results), results
+    assert [r.observation_count for r in results] == [1] * len(SESSIONS)
+    shuffled = [(name, tensor(i + 100)) for i, name in reversed(list(enumerate(SESSIONS)))]
+    results = list(client.observe_many(shuffled, reduce="always"))
+    assert [r.observation_count for r in results] == [2] * len(SESSIONS)
+    results = client.observe_batch([(name, tensor(i + 200)) for i, name in enumerate(SESSIONS)])
+    assert [r.observation_count for r in results] == [3] * len(SESSIONS)
+    futures = [client.observe_async(name, tensor(i + 300)) for i, name in enumerate(SESSIONS)]
+    client.flush()
+    assert [f.result().observation_count for f in futures] == [4] * len(SESSIONS)
+    out = {}
+    for name in SESSIONS:
+        q = client.get_qparams(name)
+        out[name] = (q.scale.tobytes(), q.zero_point.tobytes(),
+                     client.get_session(name).observation_count)
+    return out
+
+
+def test_many_sessions_split_by_owner(cluster: Cluster) -> None:
+    """observe_many / observe_batch / observe_async over sessions of every replica,
+    through HAProxy, end bit for bit where one unsharded server ends."""
+    with start_local_server() as single, qparams.Client(single.target) as client:
+        expected = calibrate(client)
+    with qparams.Client(f"unix:{cluster.haproxy.socket}") as client:
+        assert calibrate(client) == expected
+        # A refused item fails alone, on whichever replica's stream it travels.
+        items = [(SESSIONS[0], tensor(0)), ("run/missing", tensor(1)), (SESSIONS[1], tensor(2))]
+        outcomes = list(client.observe_many(items, reduce="never"))
+        assert isinstance(outcomes[1], qparams.NotFound) and outcomes[1].session == "run/missing"
+        assert outcomes[0].observation_count == outcomes[2].observation_count == 5
+    for replica, server in cluster.replicas.items():
+        own = {n for n in SESSIONS if owner_of(n) == replica}
+        assert local_names(server, replica) == own, replica
+
+
+def test_listing_spans_every_replica(cluster: Cluster) -> None:
+    """ListSessions and ReadSessions through HAProxy: every replica's sessions, in name
+    order, page after page; the C++ client (qparams-cli) pages with tokens any
+    replica accepts; exports refuse a sharded deployment instead of exporting one
+    replica's part."""
+    target = f"unix:{cluster.haproxy.socket}"
+    names = sorted(SESSIONS + [f"other/{i}" for i in range(5)])
+    with qparams.Client(target) as client:
+        for name in names:
+            client.create_session(name, dtype="int8")
+        for page_size in (0, 1, 7, 1000):
+            assert [s.name for s in client.list_sessions(page_size=page_size)] == names
+        assert [s.name for s in client.list_sessions("run/layer1")] == [
+            n for n in names if n.startswith("run/layer1")]
+        assert [s.name for s in client.read_sessions()] == names
+        assert [s.name for s in client.read_sessions("other/")] == names[:5]
+        with pytest.raises(qparams.FailedPrecondition, match="sharded deployment"):
+            client.export("run/", "onnx")
+
+    # The C++ client: pages of 7 merged from the three replicas, each page's token
+    # taken by every replica for the next.
+    listed, token = [], ""
+    for _ in range(len(names)):
+        args = ["--target=" + target, "list", "--page_size=7"]
+        page = cli(*args, *(["--page_token=" + token] if token else []))
+        assert page.returncode == 0, page.stderr
+        document = json.loads(page.stdout)
+        got = [s["name"] for s in document.get("sessions", [])]
+        assert len(got) <= 7
+        listed += got
+        token = document.get("nextPageToken", document.get("next_page_token", ""))
+        if not token:
+            break
+    assert listed == names
+    report = cli("--target=" + target, "report", "--prefix=run/")
+    assert report.returncode == 0, report.stderr
+    assert [s["name"] for s in json.loads(report.stdout)["sessions"]] == sorted(SESSIONS)
+    export = cli("--target=" + target, "export", "--prefix=run/", "--format=onnx")
+    assert export.returncode != 0 and "sharded deployment" in export.stderr, export.stderr
+
+    # One replica on its own, through the balancer: only its sessions.
+    for replica in REPLICAS:
+        with qparams.Client(target, replica=replica) as client:
+            assert [s.name for s in client.list_sessions()] == [
+                n for n in names if owner_of(n) == replica]
+            assert client.topology().replica_id == replica
+        one = cli("--target=" + target, "--replica=" + replica, "list", "--page_size=1000")
+        assert [s["name"] for s in json.loads(one.stdout).get("sessions", [])] == [
+            n for n in names if owner_of(n) == replica], one.stderr
+
+
+def test_cli_observes_through_owner_stream(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """qparams-cli observe (an ObserveStream of the C++ client) through HAProxy reaches
+    the owner of any session; a refusal by a non-owner carries its owner."""
+    target = f"unix:{cluster.haproxy.socket}"
+    np.save(tmp_path / "x.npy", tensor(0))
+    with qparams.Client(target) as client:
+        for replica in REPLICAS:
+            name = next(n for n in SESSIONS if owner_of(n) == replica)
+            client.create_session(name, dtype="int8", granularity="per_channel:0")
+            for flags in ([], ["--reduce-locally"]):
+                done = cli("--target=" + target, "observe", *flags, name, str(tmp_path / "x.npy"))
+                assert done.returncode == 0, done.stderr
+            assert client.get_session(name).observation_count == 2
+        name = next(n for n in SESSIONS if owner_of(n) == "r2")
+        with qparams.Client(cluster.replicas["r0"].target, replica="r0") as wrong:
+            with pytest.raises(qparams.FailedPrecondition) as raised:
+                wrong.get_session(name)
+            assert raised.value.owner == "r2"

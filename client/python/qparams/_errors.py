@@ -25,10 +25,14 @@ class QParamsError(Exception):
         message: the status message, as the server wrote it.
         session: for an observation sent in the background or in a stream, the
             session it was for; else None.
+        owner: for a call a replica refused because another replica owns the
+            session (FailedPrecondition in a sharded deployment), that replica, from
+            the x-qparams-owner trailing metadata; else None.
     """
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
     session: str | None = None
+    owner: str | None = None
 
     def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
@@ -87,8 +91,22 @@ def error_from_status(code: int | grpc.StatusCode, message: str) -> QParamsError
     return _BY_CODE.get(code, Unknown)(message)
 
 
-def error_from_rpc(error: grpc.RpcError) -> QParamsError:
-    """The exception of a failed gRPC call (a grpc.RpcError that is also a grpc.Call)."""
+#: The trailing metadata naming the owner of a session another replica owns
+#: (wire::kOwnerMetadata, proto/convert.h).
+OWNER_METADATA = "x-qparams-owner"
+
+
+def error_from_rpc(error: grpc.RpcError, replica: str | None = None) -> QParamsError:
+    """The exception of a failed gRPC call (a grpc.RpcError that is also a grpc.Call),
+    with its `owner` from the trailing metadata; for one call of several split by
+    replica, the message starts "replica NAME: "."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = error.details() if hasattr(error, "details") else str(error)
-    return error_from_status(code, details or "")
+    details = (error.details() if hasattr(error, "details") else str(error)) or ""
+    if replica is not None:
+        details = f"replica {replica}: {details}"
+    result = error_from_status(code, details)
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == OWNER_METADATA:
+            result.owner = value
+    return result

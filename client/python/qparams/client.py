@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import heapq
 import os
+import queue as queue_module
+import re
 import threading
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +24,7 @@ import grpc
 from qparams._background import ObserveQueue
 from qparams._export import decode_compressed_tensors, require_torch
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
-                             error_from_rpc)
+                             Unimplemented, error_from_rpc)
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._results import ObserveResult, QParams, stream_outcome
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
@@ -35,6 +39,10 @@ __all__ = ["Client", "DEFAULT_TARGET"]
 
 #: The metadata that carries a call's session name for routing (common/slot.h).
 SESSION_HEADER = "x-qparams-session"
+#: The metadata that addresses a call to one replica by name (common/slot.h).
+REPLICA_HEADER = "x-qparams-replica"
+
+_REPLICA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,64}")
 
 #: Where a Client connects without a target argument or $QPARAMS_TARGET (`make run`).
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -55,8 +63,34 @@ def _read(path: str, what: str) -> bytes:
         raise ValueError(f"{what} {path!r} cannot be read: {e.strerror}") from None
 
 
+class _Routing:
+    """Which replica owns each slot of a sharded deployment (from GetTopology)."""
+
+    def __init__(self, topology: pb.Topology) -> None:
+        self.slot_count = topology.slot_count
+        self.replicas = sorted(topology.replicas)
+        self._owners = [""] * topology.slot_count
+        for r in topology.ranges:
+            self._owners[r.low:r.high + 1] = [r.replica] * (r.high - r.low + 1)
+
+    def owner(self, name: str) -> str:
+        """The replica that owns the session `name`: crc32(name) mod slot_count, as
+        GetTopology documents the slot."""
+        return self._owners[zlib.crc32(name.encode("utf-8", "surrogatepass")) % self.slot_count]
+
+
 class Client:
     """A client of a qparams server. Thread-safe; a context manager that closes it.
+
+    Sharded deployments (replicas behind HAProxy, README "Sharding"): a call naming
+    one session carries it in the x-qparams-session header, on which the balancer
+    routes it to the owner. Calls over many sessions (observe_many, observe_batch,
+    observe_async) and over all of them (list_sessions, read_sessions) are split into
+    one call per owning replica, addressed by the x-qparams-replica header, using the
+    topology read once with GetTopology at the first such call. Against one server
+    (no slot map) or one replica they make the single call they always did. After an
+    operator moves slots, make a new Client: an old one's calls to the former owner
+    are refused with FailedPrecondition naming the new owner.
 
     Args:
         target: "host:port" or any gRPC target; default $QPARAMS_TARGET, else
@@ -71,16 +105,22 @@ class Client:
         timeout: the deadline of each unary call, in seconds.
         max_message_bytes: the largest message sent or received (a tensor travels in
             one message; the server's default limit is 64 MiB).
+        replica: in a sharded deployment, address every call to this replica (its
+            name in the slot map), through the balancer or straight to it, instead
+            of routing each: e.g. to list one replica's sessions. The replica
+            refuses calls if it is another. Default: route.
 
     Raises:
         ValueError: a bad argument (timeout <= 0, only one of tls_cert/tls_key, an
-            unreadable TLS file, a token metadata cannot carry).
+            unreadable TLS file, a token metadata cannot carry, a replica name that is
+            not 1 to 64 characters of [a-zA-Z0-9._-]).
     """
 
     def __init__(self, target: str | None = None, *, token: str | None = None,
                  tls: bool = False, tls_ca: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_server_name: str | None = None,
-                 timeout: float = 30.0, max_message_bytes: int = 64 << 20) -> None:
+                 timeout: float = 30.0, max_message_bytes: int = 64 << 20,
+                 replica: str | None = None) -> None:
         self.target = target or os.environ.get("QPARAMS_TARGET") or DEFAULT_TARGET
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
@@ -92,8 +132,14 @@ class Client:
         if token and not (len(token) <= 4096 and token.isascii() and token.isprintable()
                           and " " not in token):
             raise ValueError("token must be 1 to 4096 printable ASCII characters without spaces")
+        if replica is not None and not _REPLICA_NAME.fullmatch(replica):
+            raise ValueError(f"replica {replica!r} is not 1 to 64 characters of [a-zA-Z0-9._-]")
         self.timeout = timeout
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.replica = replica
+        # Every qparams call's metadata; health sends only the replica's header.
+        self._health_metadata = ((REPLICA_HEADER, replica),) if replica else None
+        self._metadata = ((("authorization", f"Bearer {token}"),) if token else ()) + (
+            self._health_metadata or ()) or None
 
         options = [("grpc.max_send_message_length", max_message_bytes),
                    ("grpc.max_receive_message_length", max_message_bytes)]
@@ -116,6 +162,9 @@ class Client:
         self._specs_lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: ObserveQueue | None = None
+        self._routing_lock = threading.Lock()
+        self._routing_read = False
+        self._routing_value: _Routing | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -142,6 +191,30 @@ class Client:
                           metadata=self._routed(getattr(request, "name", "")))
         except grpc.RpcError as e:
             raise error_from_rpc(e) from None
+
+    def _addressed(self, replica: str | None) -> tuple[tuple[str, str], ...] | None:
+        """The call's metadata: the token, and the header addressing it to `replica`
+        (None: unaddressed)."""
+        if replica is None:
+            return self._metadata
+        return (self._metadata or ()) + ((REPLICA_HEADER, replica),)
+
+    def _routing(self) -> _Routing | None:
+        """The slot owners of a sharded deployment, read with GetTopology once; None
+        for one server or one replica (or a server without GetTopology), or when
+        every call goes to the client's `replica`."""
+        if self.replica is not None:
+            return None
+        with self._routing_lock:
+            if not self._routing_read:
+                try:
+                    topology = self.topology()
+                except Unimplemented:
+                    topology = None  # a server from before GetTopology is a single server
+                if topology is not None and len(topology.replicas) > 1:
+                    self._routing_value = _Routing(topology)
+                self._routing_read = True
+            return self._routing_value
 
     def _routed(self, session: str) -> tuple[tuple[str, str], ...] | None:
         """The call's metadata: the token, and the routing header of the session it
@@ -205,11 +278,27 @@ class Client:
 
     def list_sessions(self, prefix: str = "", *, page_size: int = 0) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, fetching page
-        after page (page_size 0: the server's default of 50; at most 1000)."""
+        after page (page_size 0: the server's default of 50; at most 1000). Sharded:
+        each replica's pages, merged in name order."""
+        routing = self._routing()
+        if routing is None:
+            yield from self._list_pages(prefix, page_size, None)
+            return
+        yield from heapq.merge(*(self._list_pages(prefix, page_size, replica)
+                                 for replica in routing.replicas),
+                               key=lambda session: session.name)
+
+    def _list_pages(self, prefix: str, page_size: int,
+                    replica: str | None) -> Iterator[pb.Session]:
+        """The sessions of one server or replica, page after page."""
         token = ""
         while True:
-            page = self._call(self._stub.ListSessions, pb.ListSessionsRequest(
-                page_size=page_size, page_token=token, filter=prefix))
+            request = pb.ListSessionsRequest(page_size=page_size, page_token=token, filter=prefix)
+            try:
+                page = self._stub.ListSessions(request, timeout=self.timeout,
+                                               metadata=self._addressed(replica))
+            except grpc.RpcError as e:
+                raise error_from_rpc(e, replica) from None
             yield from page.sessions
             token = page.next_page_token
             if not token:
@@ -223,18 +312,33 @@ class Client:
         may or may not appear. The call's deadline is `timeout` (default: the
         client's); closing the iterator early cancels the call.
 
+        Sharded: one stream from each replica, merged in name order.
+
         Raises:
             InvalidArgument: a prefix with characters no session name holds.
         """
-        responses = self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
-                                            timeout=timeout or self.timeout,
-                                            metadata=self._metadata)
+        routing = self._routing()
+        replicas = [None] if routing is None else routing.replicas
+        calls = [self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
+                                         timeout=timeout or self.timeout,
+                                         metadata=self._addressed(replica))
+                 for replica in replicas]
+
+        def read(call: Any, replica: str | None) -> Iterator[pb.Session]:
+            try:
+                yield from call
+            except grpc.RpcError as e:
+                raise error_from_rpc(e, replica) from None
+
         try:
-            yield from responses
-        except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+            if len(calls) == 1:
+                yield from read(calls[0], replicas[0])
+            else:
+                yield from heapq.merge(*(read(c, r) for c, r in zip(calls, replicas)),
+                                       key=lambda session: session.name)
         finally:
-            responses.cancel()
+            for call in calls:
+                call.cancel()
 
     def export(self, prefix: str, format: str, *, allow_uninitialized: bool = False,
                timeout: float | None = None) -> str:
@@ -259,11 +363,18 @@ class Client:
             InvalidArgument: an unknown format, a bad prefix, or a session the format
                 cannot express (named in the message).
             NotFound: no session under the prefix.
+            FailedPrecondition: a sharded deployment (see the class), before any export.
             ValueError: the server sent bytes that are not UTF-8.
         """
         for what, value in (("prefix", prefix), ("format", format)):
             if not isinstance(value, str):
                 raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+        routing = self._routing()
+        if routing is not None:
+            raise FailedPrecondition(
+                "exports of a sharded deployment are not supported: a document holds one "
+                f"replica's sessions; export from each replica ({', '.join(routing.replicas)}) "
+                "by its own address")
         request = pb.ExportSessionsRequest(prefix=prefix, format=format,
                                            allow_uninitialized=bool(allow_uninitialized))
         call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
@@ -364,8 +475,17 @@ class Client:
         `items` is read lazily, so it may be a generator. `timeout` bounds the whole
         stream (default: none). A TypeError/ValueError of an item ends the stream after
         the items before it and is raised; so is the stream's own failure.
+
+        Sharded: one stream per owning replica, opened at its first item, the items
+        read by a background thread at most 64 ahead of the answers yielded; a
+        failed stream is raised (its message naming the replica) when its next answer
+        is due, after the answers before it.
         """
         check_reduce(reduce)
+        routing = self._routing()
+        if routing is not None:
+            yield from self._observe_streams(routing, items, reduce, omit_qparams, timeout)
+            return
         names: collections.deque[str] = collections.deque()
         failure: list[BaseException] = []
 
@@ -392,6 +512,120 @@ class Client:
         if failure:
             raise failure[0]
 
+    def _observe_streams(self, routing: _Routing, items: Iterable[tuple[str, TensorLike]],
+                         reduce: str, omit_qparams: bool,
+                         timeout: float | None) -> Iterator[ObserveResult | QParamsError]:
+        """observe_many over one ObserveStream per owning replica.
+
+        A dispatcher thread reads `items`, reduces each and queues it on its owner's
+        stream (opening it at the first), and records (replica, name) in `order`; this
+        generator reads each stream's answers in item order. `credit` bounds how far
+        the dispatcher runs ahead. Lock order: only `lock` (guards `streams`, `stopped`).
+        """
+        order: queue_module.Queue = queue_module.Queue()  # (replica, name); None at the end
+        streams: dict[str, tuple[queue_module.Queue, Any]] = {}
+        failure: list[BaseException] = []
+        credit = threading.Semaphore(64)
+        lock = threading.Lock()
+        stopped = [False]
+
+        def requests(pending: queue_module.Queue) -> Iterator[pb.ObserveRequest]:
+            while (request := pending.get()) is not None:
+                yield request
+
+        def dispatch() -> None:
+            try:
+                for name, x in items:
+                    credit.acquire()
+                    request = self._request(name, x, reduce, omit_qparams)
+                    replica = routing.owner(name)
+                    with lock:
+                        if stopped[0]:
+                            return
+                        if replica not in streams:
+                            pending: queue_module.Queue = queue_module.Queue()
+                            streams[replica] = (pending, self._stub.ObserveStream(
+                                requests(pending), timeout=timeout,
+                                metadata=self._addressed(replica)))
+                        streams[replica][0].put(request)
+                    order.put((replica, name))
+            except BaseException as e:  # raised by the reader, after the answers before it
+                failure.append(e)
+            finally:
+                with lock:
+                    for pending, _ in streams.values():
+                        pending.put(None)
+                order.put(None)
+
+        threading.Thread(target=dispatch, name="qparams-observe-many", daemon=True).start()
+        try:
+            while (entry := order.get()) is not None:
+                replica, name = entry
+                with lock:
+                    call = streams[replica][1]
+                try:
+                    response = next(call)
+                except StopIteration:
+                    raise QParamsError(f"replica {replica} answered fewer observations "
+                                       "than were sent") from None
+                except grpc.RpcError as e:
+                    raise error_from_rpc(e, replica) from None
+                credit.release()
+                yield stream_outcome(response, name)
+        finally:
+            with lock:
+                stopped[0] = True
+                for pending, call in streams.values():
+                    pending.put(None)
+                    call.cancel()
+            credit.release()  # a dispatcher waiting for credit sees `stopped`
+        if failure:
+            raise failure[0]
+
+    def _observe_batch_by_owner(self, routing: _Routing, request: pb.ObserveBatchRequest, *,
+                                raise_failure: bool) -> pb.ObserveBatchResponse:
+        """ObserveBatch split into one call per owning replica, made concurrently, the
+        answers put back in order. A failed call is raised (the first by replica
+        name, after every call ended) if `raise_failure`, else it becomes the status
+        of each of its observations' responses."""
+        parts: dict[str, list[int]] = {}
+        for i, observation in enumerate(request.observations):
+            parts.setdefault(routing.owner(observation.name), []).append(i)
+        calls = {}
+        for replica, indexes in sorted(parts.items()):
+            part = pb.ObserveBatchRequest(observations=[request.observations[i] for i in indexes])
+            calls[replica] = self._stub.ObserveBatch.future(
+                part, timeout=self.timeout, metadata=self._addressed(replica))
+        responses: list[pb.ObserveResponse | None] = [None] * len(request.observations)
+        first: QParamsError | None = None
+        for replica, call in calls.items():
+            indexes = parts[replica]
+            try:
+                answer = call.result()
+            except grpc.RpcError as e:
+                error = error_from_rpc(e, replica)
+                first = first or error
+                for i in indexes:
+                    responses[i] = pb.ObserveResponse(status=pb.RpcStatus(
+                        code=error.code.value[0], message=error.message))
+                continue
+            if len(answer.responses) != len(indexes):
+                raise QParamsError(f"replica {replica}: ObserveBatch answered "
+                                   f"{len(answer.responses)} of {len(indexes)} observations")
+            for i, response in zip(indexes, answer.responses):
+                responses[i] = response
+        if raise_failure and first is not None:
+            raise first
+        return pb.ObserveBatchResponse(responses=responses)
+
+    def _send_batch(self, request: pb.ObserveBatchRequest) -> pb.ObserveBatchResponse:
+        """observe_async's sender: one ObserveBatch, or one per owning replica (a
+        failed one fails only its own observations)."""
+        routing = self._routing()
+        if routing is None:
+            return self._stub.ObserveBatch(request, timeout=self.timeout, metadata=self._metadata)
+        return self._observe_batch_by_owner(routing, request, raise_failure=False)
+
     def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
                       omit_qparams: bool = False) -> list[ObserveResult | QParamsError]:
         """Observes every (name, tensor) of `items`, on one or many sessions, in one
@@ -403,14 +637,20 @@ class Client:
             TypeError, ValueError: a bad item or argument, before any call.
             ResourceExhausted: more than 4096 items (nothing is observed).
             Unavailable, DeadlineExceeded...: the call failed; as for any failed call,
-                the server may or may not have applied the items.
+                the server may or may not have applied the items. Sharded: one call
+                per owning replica; the first failed one (by replica name) is raised,
+                and the other replicas applied theirs.
         """
         check_reduce(reduce)
         names, request = [], pb.ObserveBatchRequest()
         for name, x in items:
             names.append(name)
             request.observations.append(self._request(name, x, reduce, omit_qparams))
-        response = self._call(self._stub.ObserveBatch, request)
+        routing = self._routing()
+        if routing is None:
+            response = self._call(self._stub.ObserveBatch, request)
+        else:
+            response = self._observe_batch_by_owner(routing, request, raise_failure=True)
         return [stream_outcome(r, name) for r, name in zip(response.responses, names)]
 
     def observe_async(self, name: str, x: TensorLike, *, reduce: str = "auto",
@@ -425,15 +665,15 @@ class Client:
         the order they were queued.
         At most 256 observations wait at once; beyond that this blocks. The first
         refused observation is also raised by the next observe_async or flush.
+        Sharded: each batch is split into one ObserveBatch per owning replica; a
+        replica's failed call fails only its own observations.
         reduce and omit_qparams: as for observe.
         """
         check_reduce(reduce)
         request = self._request(name, x, reduce, omit_qparams)
         with self._queue_lock:
             if self._queue is None:
-                self._queue = ObserveQueue(
-                    lambda batch: self._stub.ObserveBatch(batch, timeout=self.timeout,
-                                                          metadata=self._metadata))
+                self._queue = ObserveQueue(self._send_batch)
             queue = self._queue
         return queue.submit(request)
 
@@ -469,7 +709,7 @@ class Client:
         "SERVING" or "NOT_SERVING". Sends no token."""
         try:
             response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                          timeout=self.timeout)
+                                          timeout=self.timeout, metadata=self._health_metadata)
         except grpc.RpcError as e:
             raise error_from_rpc(e) from None
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
