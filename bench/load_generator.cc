@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "common/slot.h"
 #include "core/granularity.h"
 #include "core/range.h"
 #include "grpcpp/grpcpp.h"
@@ -234,6 +235,7 @@ absl::Status LoadGenerator::ForEachSession(
   for (const std::string& name : sessions_) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    context.AddMetadata(kSessionHeader, name);
     if (absl::Status s = call(*stub, name, &context); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -286,12 +288,15 @@ absl::StatusOr<LoadResult> LoadGenerator::Run(const std::string& target,
       case Mode::kRange:
         drive(i, [&] {
           grpc::ClientContext context;
+          context.AddMetadata(kSessionHeader, observe.name());
           v1::ObserveResponse response;
           return FromGrpc("Observe", stub->Observe(&context, observe, &response));
         });
         return;
       case Mode::kStream: {
         grpc::ClientContext context;
+        // Every message of the worker's stream names its one session.
+        context.AddMetadata(kSessionHeader, observe.name());
         auto stream = stub->ObserveStream(&context);
         v1::ObserveResponse response;
         drive(i, [&] {

@@ -1,5 +1,7 @@
 // The load qparams-bench puts on a server: `concurrency` workers, each with its own
-// session, sending prebuilt requests back to back for a while and timing each.
+// session, sending prebuilt requests back to back for a while and timing each. Every
+// call naming a session carries it in the x-qparams-session header, as the clients'
+// calls do, so that a balancer in front of sharded replicas routes it to the owner.
 
 #ifndef QPARAMS_BENCH_LOAD_GENERATOR_H_
 #define QPARAMS_BENCH_LOAD_GENERATOR_H_

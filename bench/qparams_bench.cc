@@ -4,6 +4,8 @@
 // instead fills an in-process server with initialized sessions and prints its
 // resident memory against the raw bytes of their buffers; `--mode restart` fills a
 // real server's data directory, kills the server and times its restart.
+// `--compare-target` measures a second address of the same server (it through a
+// proxy: bench/haproxy_hop.sh) taking turns with --target, for the cost of the hop.
 
 #include <algorithm>
 #include <iostream>
@@ -50,6 +52,10 @@ ABSL_FLAG(bool, compare_echo, false, "Also measure an in-process echo server, an
 ABSL_FLAG(bool, compare_parse_echo, false,
           "Also measure an in-process echo server that parses each request with the "
           "service's generated code before answering, and the ratio");
+ABSL_FLAG(std::string, compare_target, "",
+          "Also load this host:port, which must reach the same server as --target (it "
+          "through a proxy), taking turns with it on the same sessions; the ratio is its "
+          "QPS over --target's");
 ABSL_FLAG(bool, compare_full, false,
           "Range mode: also measure Observe of the whole tensor, and the ratio of covered bytes");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of a table");
@@ -185,7 +191,9 @@ absl::Status RunLoad(Mode mode) {
     parse_echo = *std::move(started);
   }
 
+  const std::string compare_target = absl::GetFlag(FLAGS_compare_target);
   std::vector<std::pair<const LoadGenerator*, std::string>> runs = {{&*generator, target}};
+  if (!compare_target.empty()) runs.push_back({&*generator, compare_target});
   if (echo) runs.push_back({&*generator, echo->address()});
   if (parse_echo) runs.push_back({&*generator, parse_echo->address()});
   if (full) runs.push_back({&*full, target});
@@ -200,8 +208,10 @@ absl::Status RunLoad(Mode mode) {
   }
   if (!results.ok()) return results.status();
   const LoadResult& service = (*results)[0];
-  const LoadResult* echo_result = echo ? &(*results)[1] : nullptr;
-  const LoadResult* parse_echo_result = parse_echo ? &(*results)[echo ? 2 : 1] : nullptr;
+  size_t next = 1;
+  const LoadResult* compare_result = compare_target.empty() ? nullptr : &(*results)[next++];
+  const LoadResult* echo_result = echo ? &(*results)[next++] : nullptr;
+  const LoadResult* parse_echo_result = parse_echo ? &(*results)[next++] : nullptr;
   const LoadResult* full_result = full ? &results->back() : nullptr;
 
   if (absl::GetFlag(FLAGS_json)) {
@@ -214,6 +224,14 @@ absl::Status RunLoad(Mode mode) {
         absl::StrFormat("\"requests\": %d", service.requests),
         absl::StrFormat("\"request_bytes\": %d", service.request_bytes)};
     AddFigures("", service, &json);
+    if (compare_result != nullptr) {
+      json.push_back(absl::StrFormat("\"target\": \"%s\"", target));
+      json.push_back(absl::StrFormat("\"compare_target\": \"%s\"", compare_target));
+      json.push_back(absl::StrFormat("\"compare_requests\": %d", compare_result->requests));
+      AddFigures("compare_", *compare_result, &json);
+      json.push_back(
+          absl::StrFormat("\"compare_ratio\": %.4f", compare_result->qps() / service.qps()));
+    }
     if (echo_result != nullptr) {
       AddFigures("echo_", *echo_result, &json);
       json.push_back(absl::StrFormat("\"ratio\": %.4f", service.qps() / echo_result->qps()));
@@ -240,6 +258,11 @@ absl::Status RunLoad(Mode mode) {
                                "p50_us", "p90_us", "p99_us", "max_us", "MB/s", "covered_MB/s",
                                "requests", "cpu_us");
   std::cout << TableRow("qparams", service);
+  if (compare_result != nullptr) {
+    std::cout << TableRow("compare", *compare_result);
+    std::cout << absl::StrFormat("ratio %s/%s: %.3f (QPS and MB/s alike)\n", compare_target, target,
+                                 compare_result->qps() / service.qps());
+  }
   if (echo_result != nullptr) {
     std::cout << TableRow("echo", *echo_result);
     std::cout << absl::StrFormat("ratio qparams/echo: %.3f (QPS and MB/s alike)\n",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: the core benchmark, then the service against the in-process echo server
-# (qparams-bench), then the Python client (bench/python_bench.py, on Debian's Python
+# (qparams-bench), then one replica straight and through HAProxy (bench/haproxy_hop.sh),
+# then the Python client (bench/python_bench.py, on Debian's Python
 # with the package built into BUILD_DIR/python), each target checked; writes
 # OUT/RESULTS.md (tables), the raw outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
@@ -47,6 +48,9 @@ scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
 scenario restart --mode=restart --server_binary="$build/server/qparams-server" \
   --scratch_dir="${SCRATCH_DIR:-/var/tmp}" --sessions=100000 --channels=1024 --concurrency=8
 
+# One replica straight and through HAProxy, in turns: the balancer's hop (issue 16).
+DURATION="$duration" ROUNDS="$rounds" bench/haproxy_hop.sh "$build" "$out"
+
 echo "== Python client: bench/python_bench.py" >&2
 PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/python_bench.py \
   --server-binary="$build/server/qparams-server" --rounds="${PY_ROUNDS:-5}" \
@@ -88,6 +92,10 @@ verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
   echo "| The same sessions journaled (--data_dir, $(get restart '.data_dir_bytes / 1e6 | floor') MB), the server killed: restart to serving vs reading the directory once (cat) | $(get restart .restart_seconds) s | cat: $(get restart .read_seconds) s | $r | <= 3 | $(verdict "$r" 3 '<=') |"
   r=$(get restart .rss_ratio)
   echo "| The restarted server's RSS / raw buffer bytes (before the kill: $(get restart .rss_before_ratio)) | $(get restart '.rss_bytes / 1e6 | floor') MB | raw: $(get restart '.raw_bytes / 1e6 | floor') MB | $r | <= 1.25 | $(verdict "$r" 1.25 '<=') |"
+  echo
+  echo "## One replica straight and through HAProxy (bench/haproxy_hop.sh)"
+  echo
+  cat "$out/haproxy_hop.md"
   echo
   echo "## Latency vs concurrency (Observe, 64 floats)"
   echo
