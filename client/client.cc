@@ -523,13 +523,18 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
                                                        " (nothing was sent)"));
     }
   }
+  return ObserveByOwner(requests, &Client::ObserveStreamTo);
+}
+
+absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveByOwner(
+    const std::vector<v1::ObserveRequest>& requests, ObserveCall call) {
   absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
   if (!routing.ok()) return routing.status();
-  if (*routing == nullptr) return ObserveStreamTo(replica_, Pointers(requests));
+  if (*routing == nullptr) return (this->*call)(replica_, Pointers(requests));
   return CallEachOwner(
       **routing, requests,
-      [this](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
-        return ObserveStreamTo(replica, part);
+      [this, call](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
+        return (this->*call)(replica, part);
       });
 }
 
@@ -566,14 +571,7 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStreamTo(
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatch(
     const std::vector<v1::ObserveRequest>& requests) {
-  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
-  if (!routing.ok()) return routing.status();
-  if (*routing == nullptr) return ObserveBatchTo(replica_, Pointers(requests));
-  return CallEachOwner(
-      **routing, requests,
-      [this](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
-        return ObserveBatchTo(replica, part);
-      });
+  return ObserveByOwner(requests, &Client::ObserveBatchTo);
 }
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatchTo(

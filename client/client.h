@@ -201,6 +201,13 @@ class Client {
   // and kept; null for a single server (or one replica, or a server without
   // GetTopology), whose calls are never split.
   absl::StatusOr<std::shared_ptr<const SlotMap>> Routing();
+  // One of ObserveStreamTo and ObserveBatchTo.
+  using ObserveCall = absl::StatusOr<std::vector<v1::ObserveResponse>> (Client::*)(
+      const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
+  // `call` with every request, or, sharded, once per owning replica with its part, at
+  // once, the responses put back in order (the first failure by replica name).
+  absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveByOwner(
+      const std::vector<v1::ObserveRequest>& requests, ObserveCall call);
   // ObserveStream over one stream, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStreamTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);

@@ -236,29 +236,35 @@ void MetricsRegistry::Add(std::unique_ptr<Entry> entry) {
   entries_.push_back(std::move(entry));
 }
 
+std::unique_ptr<MetricsRegistry::Entry> MetricsRegistry::NewEntry(
+    std::string name, std::string help, const char* type, std::vector<std::string> label_names) {
+  auto entry = std::make_unique<Entry>();
+  entry->name = std::move(name);
+  entry->help = std::move(help);
+  entry->type = type;
+  entry->label_names = std::move(label_names);
+  return entry;
+}
+
 Family<Counter>* MetricsRegistry::AddCounter(std::string name, std::string help,
                                              std::vector<std::string> label_names) {
   assert(name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0);
-  auto entry = std::make_unique<Entry>();
-  entry->counters.reset(new Family<Counter>(label_names.size(), {}));
+  const size_t labels = label_names.size();
+  std::unique_ptr<Entry> entry =
+      NewEntry(std::move(name), std::move(help), "counter", std::move(label_names));
+  entry->counters.reset(new Family<Counter>(labels, {}));
   Family<Counter>* family = entry->counters.get();
-  entry->name = std::move(name);
-  entry->help = std::move(help);
-  entry->type = "counter";
-  entry->label_names = std::move(label_names);
   Add(std::move(entry));
   return family;
 }
 
 Family<Gauge>* MetricsRegistry::AddGauge(std::string name, std::string help,
                                          std::vector<std::string> label_names) {
-  auto entry = std::make_unique<Entry>();
-  entry->gauges.reset(new Family<Gauge>(label_names.size(), {}));
+  const size_t labels = label_names.size();
+  std::unique_ptr<Entry> entry =
+      NewEntry(std::move(name), std::move(help), "gauge", std::move(label_names));
+  entry->gauges.reset(new Family<Gauge>(labels, {}));
   Family<Gauge>* family = entry->gauges.get();
-  entry->name = std::move(name);
-  entry->help = std::move(help);
-  entry->type = "gauge";
-  entry->label_names = std::move(label_names);
   Add(std::move(entry));
   return family;
 }
@@ -266,13 +272,11 @@ Family<Gauge>* MetricsRegistry::AddGauge(std::string name, std::string help,
 Family<Histogram>* MetricsRegistry::AddHistogram(std::string name, std::string help,
                                                  std::vector<std::string> label_names,
                                                  std::vector<double> bounds) {
-  auto entry = std::make_unique<Entry>();
-  entry->histograms.reset(new Family<Histogram>(label_names.size(), std::move(bounds)));
+  const size_t labels = label_names.size();
+  std::unique_ptr<Entry> entry =
+      NewEntry(std::move(name), std::move(help), "histogram", std::move(label_names));
+  entry->histograms.reset(new Family<Histogram>(labels, std::move(bounds)));
   Family<Histogram>* family = entry->histograms.get();
-  entry->name = std::move(name);
-  entry->help = std::move(help);
-  entry->type = "histogram";
-  entry->label_names = std::move(label_names);
   Add(std::move(entry));
   return family;
 }
@@ -280,12 +284,9 @@ Family<Histogram>* MetricsRegistry::AddHistogram(std::string name, std::string h
 void MetricsRegistry::AddGaugeCallback(std::string name, std::string help,
                                        std::vector<std::string> label_names,
                                        GaugeCallback callback) {
-  auto entry = std::make_unique<Entry>();
+  std::unique_ptr<Entry> entry =
+      NewEntry(std::move(name), std::move(help), "gauge", std::move(label_names));
   entry->callback = std::move(callback);
-  entry->name = std::move(name);
-  entry->help = std::move(help);
-  entry->type = "gauge";
-  entry->label_names = std::move(label_names);
   Add(std::move(entry));
 }
 

@@ -142,6 +142,9 @@ class MetricsRegistry {
 
  private:
   struct Entry;
+  // An entry's description; the caller sets the one family (or callback) it renders.
+  static std::unique_ptr<Entry> NewEntry(std::string name, std::string help, const char* type,
+                                         std::vector<std::string> label_names);
   void Add(std::unique_ptr<Entry> entry) ABSL_LOCKS_EXCLUDED(mu_);
 
   mutable absl::Mutex mu_;
