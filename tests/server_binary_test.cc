@@ -41,9 +41,7 @@ class ServerProcess {
   explicit ServerProcess(std::vector<std::string> flags) {
     std::vector<std::string> args = {QPARAMS_SERVER_PATH, "--listen=127.0.0.1:0"};
     args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
+    std::vector<char*> argv = CStrings(args);
     int fds[2];
     if (pipe(fds) != 0) return;
     posix_spawn_file_actions_t actions;

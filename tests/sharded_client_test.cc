@@ -27,9 +27,8 @@
 #include "common/slot_map.h"
 #include "gtest/gtest.h"
 #include "tests/service_test_util.h"
+#include "tests/subprocess.h"
 #include "tests/test_util.h"
-
-extern char** environ;
 
 namespace qparams::testing {
 namespace {
@@ -43,20 +42,16 @@ constexpr std::array<const char*, 3> kReplicas = {"r0", "r1", "r2"};
 class HAProxyProcess {
  public:
   HAProxyProcess(const std::string& dir, const std::vector<std::string>& replicas) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    env.push_back(absl::StrCat("QPARAMS_BIND=unix@", dir, "/grpc.sock"));
-    env.push_back(absl::StrCat("QPARAMS_SLOT_MAP=", dir, "/slots.map"));
-    env.push_back(absl::StrCat("QPARAMS_ADMIN_SOCKET=", dir, "/admin.sock"));
+    std::vector<std::string> variables = {
+        absl::StrCat("QPARAMS_BIND=unix@", dir, "/grpc.sock"),
+        absl::StrCat("QPARAMS_SLOT_MAP=", dir, "/slots.map"),
+        absl::StrCat("QPARAMS_ADMIN_SOCKET=", dir, "/admin.sock")};
     for (size_t i = 0; i < replicas.size(); ++i) {
-      env.push_back(absl::StrCat("QPARAMS_R", i, "=", replicas[i]));
+      variables.push_back(absl::StrCat("QPARAMS_R", i, "=", replicas[i]));
     }
+    std::vector<std::string> env = EnvironmentWith({}, variables);
     std::vector<std::string> argv = {kHAProxy, "-db", "-f", QPARAMS_HAPROXY_CONFIG};
-    std::vector<char*> args, envp;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
+    std::vector<char*> args = CStrings(argv), envp = CStrings(env);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     const std::string log = absl::StrCat(dir, "/haproxy.log");

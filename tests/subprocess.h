@@ -31,6 +31,31 @@ inline std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
+// This process's environment without the variables named in `unset`, plus `set`
+// ("NAME=value").
+inline std::vector<std::string> EnvironmentWith(const std::vector<std::string>& unset = {},
+                                                const std::vector<std::string>& set = {}) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    const bool dropped = std::any_of(unset.begin(), unset.end(), [&](const std::string& name) {
+      return absl::StartsWith(entry, name + "=");
+    });
+    if (!dropped) env.emplace_back(entry);
+  }
+  env.insert(env.end(), set.begin(), set.end());
+  return env;
+}
+
+// `strings` as the null-terminated array posix_spawn takes for argv and envp; valid
+// while `strings` is, unchanged.
+inline std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (std::string& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
 struct ProcessResult {
   int exit_code = -1;  // -1: not run, or killed by a signal
   std::string out;
@@ -43,21 +68,9 @@ struct ProcessResult {
 inline ProcessResult RunProcess(std::vector<std::string> argv, const std::string& dir,
                                 const std::vector<std::string>& unset = {},
                                 const std::vector<std::string>& set = {}) {
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const absl::string_view entry(*e);
-    const bool dropped = std::any_of(unset.begin(), unset.end(), [&](const std::string& name) {
-      return absl::StartsWith(entry, name + "=");
-    });
-    if (!dropped) env_strings.emplace_back(entry);
-  }
-  env_strings.insert(env_strings.end(), set.begin(), set.end());
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  for (std::string& arg : argv) args.push_back(arg.data());
-  args.push_back(nullptr);
+  std::vector<std::string> env_strings = EnvironmentWith(unset, set);
+  std::vector<char*> envp = CStrings(env_strings);
+  std::vector<char*> args = CStrings(argv);
 
   const std::string out_path = absl::StrCat(dir, "/stdout"),
                     err_path = absl::StrCat(dir, "/stderr");
