@@ -220,7 +220,7 @@ class Client:
         """The call's metadata: the token, and the routing header of the session it
         names, on which a balancer in front of sharded replicas routes (a name no
         header can carry goes without: the server refuses that name anyway)."""
-        if not session or not all(" " <= c <= "~" for c in session):
+        if not (session and session.isascii() and session.isprintable()):  # " " to "~"
             return self._metadata
         return (self._metadata or ()) + ((SESSION_HEADER, session),)
 
