@@ -26,10 +26,10 @@ calib    A calibration pass of a CPU model of 24 Linear(1024, 1024), batch 64, 5
          is 20x slower and would hide the observers' cost.
 
 observe  Observe of 64 float32 values, sequential unary calls: qparams.Client.observe
-         (reduce="never") against the same RPC through a bare generated stub with a
-         prebuilt ObserveRequest (no deadline, no metadata), and for information the
-         default reduce="auto" (which sends the tensor's min and max). Target: the
-         client >= 0.8x the stub's calls per second.
+         (reduce="never") against the same RPC through a bare generated stub on the
+         client's channel with a prebuilt ObserveRequest (no deadline, no metadata),
+         and for information the default reduce="auto" (which sends the tensor's min
+         and max). Target: the client >= 0.8x the stub's calls per second.
 
 The sides take turns, round after round, the order rotating so that each goes first
 equally often; every comparison reports the medians over the rounds and the median of
@@ -81,15 +81,17 @@ def take_turns(rounds: int, sides: dict[str, Callable[[], float]],
                unit: str) -> dict[str, list[float]]:
     """Runs every side once per round, the order rotating from round to round (so
     that each goes first equally often and drift falls on all alike); returns each
-    side's figures by round."""
+    side's figures by round. Prints the figures of at most 20 rounds, evenly spread."""
     names = list(sides)
     figures: dict[str, list[float]] = {name: [] for name in names}
+    shown = -(-rounds // 20)
     for r in range(rounds):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             figures[name].append(sides[name]())
-        line = ", ".join(f"{name} {figures[name][-1]:.4g}" for name in names)
-        print(f"  round {r + 1}/{rounds} ({unit}): {line}", flush=True)
+        if (r + 1) % shown == 0 or r + 1 == rounds:
+            line = ", ".join(f"{name} {figures[name][-1]:.4g}" for name in names)
+            print(f"  round {r + 1}/{rounds} ({unit}): {line}", flush=True)
     return figures
 
 
@@ -314,11 +316,9 @@ def observe_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
     x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
     spec = dict(dtype="int8", granularity="per_tensor")
     client = qparams.Client(target)
-    # The bare stub on its own channel with the client's channel options.
-    channel = grpc.insecure_channel(target, [
-        ("grpc.max_send_message_length", 64 << 20),
-        ("grpc.max_receive_message_length", 64 << 20)])
-    stub = pb_grpc.QParamsServiceStub(channel)
+    # The bare stub on the client's own channel: one connection, so that both sides
+    # reach the same server thread (two connections can differ by 5% on their own).
+    stub = pb_grpc.QParamsServiceStub(client._channel)
     names = {k: f"{prefix}/{k}" for k in ("client", "stub", "auto")}
     for name in names.values():
         client.create_session(name, calculator="moving_average", **spec)
@@ -356,7 +356,6 @@ def observe_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
     # Each request was answered: the sessions counted every call.
     counts = {k: client.get_session(n).observation_count for k, n in names.items()}
     client.close()
-    channel.close()
     result = {
         "observe_calls": calls, "observe_rounds": rounds,
         "observe_client_cps": round(median(c_cps), 1),
@@ -399,14 +398,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="the qparams-server to start (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=5,
                    help="calib: turns of each side (default 5)")
-    p.add_argument("--observe-rounds", type=int, default=20,
-                   help="observe: turns of each side (default 20)")
+    p.add_argument("--observe-rounds", type=int, default=100,
+                   help="observe: turns of each side (default 100)")
     p.add_argument("--batches", type=int, default=50, help="calibration batches (50)")
     p.add_argument("--batch-size", type=int, default=64, help="calibration batch (64)")
     p.add_argument("--layers", type=int, default=24, help="Linear layers (24)")
     p.add_argument("--width", type=int, default=1024, help="Linear features (1024)")
-    p.add_argument("--calls", type=int, default=1500,
-                   help="observe: calls per turn (default 1500)")
+    p.add_argument("--calls", type=int, default=200,
+                   help="observe: calls per turn (default 200: short turns pair the "
+                   "sides closely in time on a machine whose speed drifts)")
     p.add_argument("--scenario", choices=("all", "calib", "observe"), default="all")
     p.add_argument("--quick", action="store_true",
                    help="a smoke run (ctest bench_smoke): 4 layers, 2 batches, 1 round, "
