@@ -51,6 +51,15 @@ def test_granularity_strings_parse_as_the_cli_parses_them(server, text) -> None:
                 c.create_session(name, granularity=ours)
 
 
+@pytest.mark.parametrize("text", GRANULARITY_STRINGS)
+def test_granularity_text_is_the_parsers_inverse(text) -> None:
+    try:
+        g = qparams.granularity(text)
+    except ValueError:
+        return
+    assert qparams.granularity(qparams._spec.granularity_text(g)) == g
+
+
 def test_granularity_forms() -> None:
     assert qparams.granularity("per_block:1:32") == qparams.granularity(
         {"kind": "per_block", "axis": 1, "block_size": [32]})

@@ -17,7 +17,8 @@ from typing import Any, Union
 
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["GranularityLike", "SpecLike", "granularity", "quant_spec", "block_shape"]
+__all__ = ["GranularityLike", "SpecLike", "granularity", "granularity_text", "quant_spec",
+           "block_shape"]
 
 #: A granularity: a CLI string ("per_tensor", "per_channel:0", "per_block:1:32",
 #: "per_block:4,-1"), a mapping like {"kind": "per_channel", "axis": 0} (the form of
@@ -104,6 +105,20 @@ def granularity(value: GranularityLike) -> pb.Granularity:
         return _granularity_from_mapping(value)
     raise TypeError(f"granularity must be a string, a mapping or a qparams.v1.Granularity, "
                     f"not {type(value).__name__}")
+
+
+def granularity_text(g: pb.Granularity) -> str:
+    """The CLI string of `g`, which granularity() parses back to `g` ("per_tensor"
+    for a message without a kind, the server's default)."""
+    kind = g.WhichOneof("kind")
+    if kind == "per_channel":
+        return f"per_channel:{g.per_channel.axis}"
+    if kind == "per_block":
+        sizes = ",".join(str(b) for b in g.per_block.block_size)
+        if g.per_block.HasField("axis"):
+            return f"per_block:{g.per_block.axis}:{sizes}"
+        return f"per_block:{sizes}"
+    return "per_tensor"
 
 
 def _enum(field: str, value: Any, names: Mapping[str, int]) -> int:

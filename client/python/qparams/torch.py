@@ -100,6 +100,7 @@ from qparams._errors import AlreadyExists
 from qparams._results import QParams
 from qparams._spec import GranularityLike
 from qparams._spec import granularity as _granularity
+from qparams._spec import granularity_text
 from qparams._spec import quant_spec
 from qparams.client import DEFAULT_TARGET, Client, check_reduce
 from qparams.v1 import qparams_pb2 as pb
@@ -230,18 +231,6 @@ def _canonical_dtype(name: str) -> str:
     return _DTYPE_ALIASES.get(name, name)
 
 
-def _describe_granularity(g: pb.Granularity) -> str:
-    kind = g.WhichOneof("kind")
-    if kind == "per_channel":
-        return f"per_channel:{g.per_channel.axis}"
-    if kind == "per_block":
-        sizes = ",".join(str(b) for b in g.per_block.block_size)
-        if g.per_block.HasField("axis"):
-            return f"per_block:{g.per_block.axis}:{sizes}"
-        return f"per_block:{sizes}"
-    return "per_tensor"
-
-
 def _same_axis(a: int, b: int, rank: int | None) -> bool:
     if a == b:
         return True
@@ -265,7 +254,7 @@ def _same_granularity(want: pb.Granularity, have: pb.Granularity, rank: int | No
 def _describe_spec(spec: pb.QuantSpec) -> str:
     parts = [f"dtype={_canonical_dtype(spec.dtype)}",
              f"qscheme={pb.QScheme.Name(spec.qscheme or pb.SYMMETRIC).lower()}",
-             f"granularity={_describe_granularity(spec.granularity)}",
+             f"granularity={granularity_text(spec.granularity)}",
              f"target={pb.Target.Name(spec.target or pb.WEIGHT).lower()}"]
     if spec.HasField("quant_min"):
         parts.append(f"quant_range=({spec.quant_min:g}, {spec.quant_max:g})")
@@ -600,7 +589,7 @@ class RemoteObserver(ObserverBase):
             reasons.append(f"scale_dtype {self._spec.scale_dtype} has no zero point, and "
                            "torch.ao takes float32 scales with integer zero points")
         if self._spec.granularity.WhichOneof("kind") == "per_block":
-            reasons.append(f"granularity {_describe_granularity(self._spec.granularity)} is "
+            reasons.append(f"granularity {granularity_text(self._spec.granularity)} is "
                            "per-block, and torch.ao takes per-tensor or per-channel qparams")
         return "; ".join(reasons)
 
@@ -643,8 +632,8 @@ class RemoteObserver(ObserverBase):
             diffs.append(("qscheme", pb.QScheme.Name(have.qscheme).lower(),
                           pb.QScheme.Name(want.qscheme or pb.SYMMETRIC).lower()))
         if not _same_granularity(want.granularity, have.granularity, rank):
-            diffs.append(("granularity", _describe_granularity(have.granularity),
-                          _describe_granularity(want.granularity)))
+            diffs.append(("granularity", granularity_text(have.granularity),
+                          granularity_text(want.granularity)))
         if have.target != (want.target or pb.WEIGHT):
             diffs.append(("target", pb.Target.Name(have.target).lower(),
                           pb.Target.Name(want.target or pb.WEIGHT).lower()))
