@@ -144,6 +144,33 @@ def test_eager_prepare_convert_matches_sessions_and_torch_ao(server, client, nam
     assert (session.calculator, session.observation_count) == ("global_minmax", len(data))
 
 
+@pytest.mark.parametrize("dtype,qscheme,reference,extra", [
+    (torch.quint8, torch.per_tensor_affine, MinMaxObserver, {}),
+    (torch.qint8, torch.per_tensor_affine, MinMaxObserver, {}),
+    (torch.qint8, torch.per_tensor_symmetric, MinMaxObserver, {}),
+    (torch.quint8, torch.per_channel_affine, PerChannelMinMaxObserver, dict(ch_axis=1)),
+    (torch.qint8, torch.per_channel_symmetric, PerChannelMinMaxObserver,
+     dict(ch_axis=0, target="weight")),
+])
+def test_calculate_qparams_returns_torch_aos_values_and_dtypes(server, name, dtype, qscheme,
+                                                               reference, extra) -> None:
+    """A drop-in for torch.ao's observers: the same scale bits, zero points, shapes and
+    dtypes (torch.ao's zero points are int32 for affine schemes, int64 for symmetric)."""
+    ours = RemoteObserver(server=server.target, name=name, dtype=dtype, qscheme=qscheme,
+                          **extra)
+    theirs = reference(dtype=dtype, qscheme=qscheme,
+                       **{k: v for k, v in extra.items() if k == "ch_axis"})
+    for x in batches(3, (8, 16), seed=5):
+        ours(x)
+        theirs(x)
+    (scale, zero_point), (want_scale, want_zero_point) = (ours.calculate_qparams(),
+                                                          theirs.calculate_qparams())
+    assert f32_bits(scale) == f32_bits(want_scale)
+    assert zero_point.tolist() == want_zero_point.tolist()
+    assert (scale.dtype, scale.shape, zero_point.dtype, zero_point.shape) == (
+        want_scale.dtype, want_scale.shape, want_zero_point.dtype, want_zero_point.shape)
+
+
 def test_fx_prepare_convert_matches_torch_ao(server, client, name) -> None:
     torch.manual_seed(0)
     model = FxNet().eval()
@@ -330,7 +357,7 @@ def test_nan_input_raises_invalid_argument_once_at_the_next_call(server, name, w
     expected = reference.calculate_qparams()
     assert (f32_bits(scale), zero_point.tolist()) == (f32_bits(expected[0]),
                                                       expected[1].tolist())
-    assert zero_point.dtype == torch.int64 and scale.dtype == torch.float32
+    assert (zero_point.dtype, scale.dtype) == (expected[1].dtype, torch.float32)
     assert obs.client.get_session(name).observation_count == 2
 
 

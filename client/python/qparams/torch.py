@@ -502,9 +502,11 @@ class RemoteObserver(ObserverBase):
 
     def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Flushes, then returns the session's (scale, zero_point) as torch.ao expects:
-        a float32 scale and an int64 zero point of shape [1] (per-tensor) or [C]
+        a float32 scale and a zero point of shape [1] (per-tensor) or [C]
         (per-channel, C the size of the channel axis; ch_axis is normalised to a
-        non-negative axis here). A session that never saw data warns and gives
+        non-negative axis here), int32 for an affine qscheme and int64 for a symmetric
+        one, as torch.ao's MinMaxObserver and PerChannelMinMaxObserver return them. A
+        session that never saw data warns and gives
         ([1.0], [0]), as torch.ao's observers do.
 
         Only int8/uint8 specs with a per-tensor or per-channel granularity and float32
@@ -543,7 +545,10 @@ class RemoteObserver(ObserverBase):
         else:
             count = 1
         scale = torch.from_numpy(np.ascontiguousarray(q.scale, np.float32).reshape(count))
-        zero_point = torch.from_numpy(q.zero_point.astype(np.int64).reshape(count))
+        # torch.ao's own dtypes: int32 for the affine schemes, int64 for the symmetric.
+        affine = self.qscheme in (torch.per_tensor_affine, torch.per_channel_affine)
+        zero_point = torch.from_numpy(
+            q.zero_point.astype(np.int32 if affine else np.int64).reshape(count))
         return scale, zero_point
 
     def get_qparams(self) -> QParams:
