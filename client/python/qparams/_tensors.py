@@ -17,7 +17,7 @@ import numpy as np
 from qparams._spec import block_shape
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["TensorLike", "is_torch_tensor", "to_wire", "range_request", "tensor_request"]
+__all__ = ["TensorLike", "is_torch_tensor", "fill_tensor", "range_request", "tensor_request"]
 
 #: A numpy array (float32, float16, float64) or a torch tensor (float32, float16,
 #: bfloat16, float64; any device, any strides).
@@ -83,18 +83,13 @@ def _raw_bytes(x: Any) -> bytes:
     raise TypeError(f"expected a numpy array or a torch tensor, not {type(x).__name__}")
 
 
-def to_wire(x: TensorLike) -> pb.Tensor:
-    """x as a qparams.v1.Tensor. Raises TypeError for an unsupported type or dtype."""
-    tensor = pb.Tensor()
-    _fill(tensor, x, _wire_dtype(x))
-    return tensor
+def fill_tensor(tensor: pb.Tensor, x: TensorLike, dtype: int | None = None) -> None:
+    """Sets the empty message `tensor` (a field of the request) to x; dtype: x's wire
+    dtype, if known. In place: a Tensor passed to a message's constructor is copied,
+    data and all (twice the time of the whole request for a small tensor).
 
-
-def _fill(tensor: pb.Tensor, x: TensorLike, dtype: int) -> None:
-    """Sets the empty message `tensor` to x, of wire dtype `dtype`. In place: a Tensor
-    passed to a message's constructor is copied, data and all (twice the time of the
-    whole request for a small tensor)."""
-    tensor.dtype = dtype
+    Raises TypeError for an unsupported type or dtype."""
+    tensor.dtype = _wire_dtype(x) if dtype is None else dtype
     tensor.shape.extend(x.shape)
     tensor.data = _raw_bytes(x)
 
@@ -137,7 +132,7 @@ def _finite(data: bytes, dtype: int) -> bool:
 def tensor_request(name: str, x: TensorLike, dtype: int | None = None) -> pb.ObserveRequest:
     """An ObserveRequest carrying x whole (dtype: x's wire dtype, if known)."""
     request = pb.ObserveRequest(name=name)
-    _fill(request.tensor, x, _wire_dtype(x) if dtype is None else dtype)
+    fill_tensor(request.tensor, x, dtype)
     return request
 
 

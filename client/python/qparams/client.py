@@ -28,7 +28,7 @@ from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QPar
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._results import ObserveResult, QParams, stream_outcome
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
-from qparams._tensors import TensorLike, range_request, tensor_request, to_wire
+from qparams._tensors import TensorLike, fill_tensor, range_request, tensor_request
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
 
@@ -242,8 +242,8 @@ class Client:
             ValueError: a malformed spec value (see quant_spec).
             InvalidArgument: a spec or tensor the server refuses (non-finite values...).
         """
-        request = pb.ComputeRequest(calculator=calculator, spec=quant_spec(spec, **spec_fields),
-                                    tensor=to_wire(x))
+        request = pb.ComputeRequest(calculator=calculator, spec=quant_spec(spec, **spec_fields))
+        fill_tensor(request.tensor, x)
         return QParams.from_proto(self._call(self._stub.Compute, request).qparams)
 
     def create_session(self, name: str, spec: SpecLike | None = None, *, calculator: str = "",
