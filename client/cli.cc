@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -22,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "client/client.h"
 #include "client/npy.h"
+#include "client/partial_file.h"
 #include "client/report.h"
 #include "common/json_string.h"
 #include "common/slot.h"
@@ -260,23 +262,26 @@ int List(Invocation& in) {
   return in.PrintResult(in.client().ListSessions(o.page_size, o.page_token, o.filter));
 }
 
+// `status` with "--html FILE: " before its message.
+absl::Status ForHtml(const Options& options, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("--html ", options.html, ": ", status.message()));
+}
+
 // The report of the sessions under --prefix to stdout, rendered as they stream in;
-// with --html FILE also the page, through FILE.partial renamed at the end. The page
-// file is opened before any session is read, so that a path that cannot be written
-// fails at once, and a failure leaves no file. The plots wait in FILE.partial.plots,
-// unlinked as soon as it is open (the stream keeps its data), so that no exit leaves
-// it behind and the client holds one plot at a time, not the page.
+// with --html FILE also the page, whole or not at all (PartialFile). The page file is
+// opened before any session is read, so that a path that cannot be written fails at
+// once. The plots wait in FILE.partial.plots, unlinked as soon as it is open (the
+// stream keeps its data), so that no exit leaves it behind and the client holds one
+// plot at a time, not the page.
 int Report(Invocation& in) {
   const Options& options = in.options();
-  const std::string partial = options.html + ".partial";
-  const std::string plots_path = partial + ".plots";
-  std::ofstream page;
+  std::optional<PartialFile> page;
+  const std::string plots_path = absl::StrCat(options.html, ".partial.plots");
   std::fstream plots;
   if (!options.html.empty()) {
-    page.open(partial, std::ios::binary | std::ios::trunc);
-    if (!page) {
-      return in.Fail(absl::FailedPreconditionError(absl::StrCat(
-          "--html ", options.html, ": cannot write ", partial, ": ", std::strerror(errno))));
+    page.emplace(options.html);
+    if (const absl::Status opened = page->Open(); !opened.ok()) {
+      return in.Fail(ForHtml(options, opened));
     }
     plots.open(plots_path, std::ios::binary | std::ios::in | std::ios::out | std::ios::trunc);
     const int open_errno = errno;
@@ -285,9 +290,7 @@ int Report(Invocation& in) {
           absl::StrCat("--html ", options.html, ": cannot ", plots ? "remove " : "write ",
                        plots_path, ": ", std::strerror(plots ? errno : open_errno)));
       plots.close();
-      page.close();
       std::remove(plots_path.c_str());
-      std::remove(partial.c_str());
       return in.Fail(status);
     }
   }
@@ -299,25 +302,14 @@ int Report(Invocation& in) {
     return absl::OkStatus();
   });
   if (status.ok()) coverage.Finish();
-  if (page.is_open()) {
-    if (status.ok()) {
-      status = coverage.WriteHtml(page);
-      if (!status.ok()) {
-        status = absl::DataLossError(
-            absl::StrCat("--html ", options.html, ": ", plots_path, ": ", status.message()));
-      }
-    }
-    plots.close();
-    page.close();
-    if (status.ok() && !page) {
+  if (page.has_value() && status.ok()) {
+    status = coverage.WriteHtml(page->stream());
+    if (!status.ok()) {
       status = absl::DataLossError(
-          absl::StrCat("--html ", options.html, ": writing ", partial, " failed"));
+          absl::StrCat("--html ", options.html, ": ", plots_path, ": ", status.message()));
+    } else if (const absl::Status committed = page->Commit(); !committed.ok()) {
+      status = ForHtml(options, committed);
     }
-    if (status.ok() && std::rename(partial.c_str(), options.html.c_str()) != 0) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          "--html ", options.html, ": cannot rename ", partial, ": ", std::strerror(errno)));
-    }
-    if (!status.ok()) std::remove(partial.c_str());
   }
   return status.ok() ? kExitOk : in.Fail(status);
 }
@@ -380,8 +372,8 @@ int Observe(Invocation& in) {
   return exit;
 }
 
-// Streams the document to stdout, or to -o FILE through FILE.partial renamed at the
-// end, so that FILE is never half an export (a refusal leaves no file at all).
+// Streams the document to stdout, or to -o FILE whole or not at all (PartialFile: a
+// refusal leaves no file at all).
 int Export(Invocation& in) {
   const Options& options = in.options();
   if (options.format == "json" || options.format == "table") {
@@ -401,32 +393,14 @@ int Export(Invocation& in) {
     in.out().flush();
     return status.ok() ? kExitOk : in.Fail(status);
   }
-  const std::string partial = options.output + ".partial";
-  std::ofstream file;
+  PartialFile file(options.output);
   absl::Status status = in.client().ExportSessions(request, [&](absl::string_view data) {
-    if (!file.is_open()) {
-      file.open(partial, std::ios::binary | std::ios::trunc);
-      if (!file) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot write ", partial, ": ", std::strerror(errno)));
-      }
+    if (!file.is_open()) {  // only once the server has accepted the export
+      if (absl::Status opened = file.Open(); !opened.ok()) return opened;
     }
-    file.write(data.data(), static_cast<std::streamsize>(data.size()));
-    return file ? absl::OkStatus()
-                : absl::DataLossError(
-                      absl::StrCat("writing ", partial, " failed: ", std::strerror(errno)));
+    return file.Write(data);
   });
-  if (file.is_open()) {
-    file.close();
-    if (status.ok() && !file) {
-      status = absl::DataLossError(absl::StrCat("closing ", partial, " failed"));
-    }
-    if (status.ok() && std::rename(partial.c_str(), options.output.c_str()) != 0) {
-      status = absl::FailedPreconditionError(absl::StrCat(
-          "cannot rename ", partial, " to ", options.output, ": ", std::strerror(errno)));
-    }
-    if (!status.ok()) std::remove(partial.c_str());
-  }
+  if (status.ok() && file.is_open()) status = file.Commit();
   return status.ok() ? kExitOk : in.Fail(status);
 }
 
