@@ -104,11 +104,6 @@ TEST(Metrics, RecordingFromManyThreadsLosesNothing) {
   EXPECT_DOUBLE_EQ(h->sum(), kThreads * kEach / 2 * 2.5);
 }
 
-// Whether `line` is one of the lines of `text`, whole.
-bool HasLine(const std::string& text, const std::string& line) {
-  return absl::StrContains(absl::StrCat("\n", text), absl::StrCat("\n", line, "\n"));
-}
-
 TEST(ServerMetrics, EveryKindOfCallIsCountedOnceAndTheStorageStateFollowsTheDisk) {
   char pattern[] = "/tmp/qparams-metrics-XXXXXX";
   ASSERT_NE(mkdtemp(pattern), nullptr);

@@ -278,11 +278,6 @@ Scrape Get(const std::string& address, const std::string& path) {
   return scrape;
 }
 
-// Whether `line` is one of the lines of `text`, whole.
-bool HasLine(const std::string& text, const std::string& line) {
-  return absl::StrContains(absl::StrCat("\n", text), absl::StrCat("\n", line, "\n"));
-}
-
 // The first name "<prefix>N" whose slot `owned` says yes to.
 std::string NameWhere(const std::string& prefix, const std::function<bool(int)>& owned) {
   for (int i = 0;; ++i) {

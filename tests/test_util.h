@@ -1,5 +1,6 @@
-// Small helpers shared by the core unit tests: building tensors from plain values,
-// deterministic random data, status assertions and bit-exact qparams checks.
+// Small helpers shared by the unit tests: building tensors from plain values,
+// deterministic random data, status assertions, bit-exact qparams checks and text
+// line matching.
 
 #ifndef QPARAMS_TESTS_TEST_UTIL_H_
 #define QPARAMS_TESTS_TEST_UTIL_H_
@@ -18,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -271,6 +273,11 @@ inline bool SameState(const CalculatorState& a, const CalculatorState& b) {
          a.compute_dtype_for_export == b.compute_dtype_for_export &&
          a.observation_count == b.observation_count && a.qparams == b.qparams &&
          SameRange(a.running, b.running);
+}
+
+// Whether `line` is one of the lines of `text`, whole (e.g. a metrics sample).
+inline bool HasLine(const std::string& text, const std::string& line) {
+  return absl::StrContains(absl::StrCat("\n", text), absl::StrCat("\n", line, "\n"));
 }
 
 }  // namespace qparams::testing
