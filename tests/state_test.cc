@@ -64,7 +64,9 @@ void ExpectRestoreContinuesIdentically(const std::string& key, const QuantSpec& 
       }
     }
     EXPECT_TRUE(SameState(original->ExportState(), restored->ExportState()));
-    if (clone != nullptr) EXPECT_TRUE(SameState(original->ExportState(), clone->ExportState()));
+    if (clone != nullptr) {
+      EXPECT_TRUE(SameState(original->ExportState(), clone->ExportState()));
+    }
     if (auto* s = AsStateful(original.get())) {
       EXPECT_EQ(s->GetQParams(), AsStateful(restored.get())->GetQParams());
     }
