@@ -185,12 +185,16 @@ class Client:
     def __repr__(self) -> str:
         return f"qparams.Client({self.target!r})"
 
-    def _call(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+    def _call(self, method: Any, request: Any, timeout: float | None = None,
+              replica: str | None = None) -> Any:
+        """A unary call, routed by the session its request names, or addressed to
+        `replica` (whose name then starts the error's message)."""
+        metadata = (self._routed(getattr(request, "name", "")) if replica is None
+                    else self._addressed(replica))
         try:
-            return method(request, timeout=timeout or self.timeout,
-                          metadata=self._routed(getattr(request, "name", "")))
+            return method(request, timeout=timeout or self.timeout, metadata=metadata)
         except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+            raise error_from_rpc(e, replica) from None
 
     def _addressed(self, replica: str | None) -> tuple[tuple[str, str], ...] | None:
         """The call's metadata: the token, and the header addressing it to `replica`
@@ -293,12 +297,8 @@ class Client:
         """The sessions of one server or replica, page after page."""
         token = ""
         while True:
-            request = pb.ListSessionsRequest(page_size=page_size, page_token=token, filter=prefix)
-            try:
-                page = self._stub.ListSessions(request, timeout=self.timeout,
-                                               metadata=self._addressed(replica))
-            except grpc.RpcError as e:
-                raise error_from_rpc(e, replica) from None
+            page = self._call(self._stub.ListSessions, pb.ListSessionsRequest(
+                page_size=page_size, page_token=token, filter=prefix), replica=replica)
             yield from page.sessions
             token = page.next_page_token
             if not token:
