@@ -263,23 +263,17 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
                                                               const std::string& filter) {
   absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
   if (!routing.ok()) return routing.status();
-  if (*routing != nullptr) return ListSessionsMerged(**routing, page_size, page_token, filter);
   v1::ListSessionsRequest request;
   request.set_page_size(page_size);
   request.set_page_token(page_token);
   request.set_filter(filter);
+  if (*routing != nullptr) return ListSessionsMerged(**routing, request);
   return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_, authorization_,
                /*session=*/"", replica_);
 }
 
-absl::StatusOr<v1::ListSessionsResponse> Client::ListSessionsMerged(const SlotMap& routing,
-                                                                    int page_size,
-                                                                    const std::string& page_token,
-                                                                    const std::string& filter) {
-  v1::ListSessionsRequest request;
-  request.set_page_size(page_size);
-  request.set_page_token(page_token);
-  request.set_filter(filter);
+absl::StatusOr<v1::ListSessionsResponse> Client::ListSessionsMerged(
+    const SlotMap& routing, const v1::ListSessionsRequest& request) {
   std::vector<v1::Session> merged;
   // Only the names up to the last one of the shortest-reaching page that has more
   // are surely the next ones: a replica that has more may hold names between its
@@ -310,7 +304,8 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessionsMerged(const SlotMa
   v1::ListSessionsResponse response;
   for (size_t i = 0; i < taken; ++i) *response.add_sessions() = std::move(merged[i]);
   if (taken > 0 && (taken < merged.size() || bound)) {
-    response.set_next_page_token(EncodePageToken(filter, response.sessions(taken - 1).name()));
+    response.set_next_page_token(
+        EncodePageToken(request.filter(), response.sessions(taken - 1).name()));
   }
   return response;
 }

@@ -214,10 +214,9 @@ class Client {
   // ObserveBatch in one call, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatchTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
-  // ListSessions on each replica of `routing`, merged.
-  absl::StatusOr<v1::ListSessionsResponse> ListSessionsMerged(const SlotMap& routing, int page_size,
-                                                              const std::string& page_token,
-                                                              const std::string& filter);
+  // `request` on each replica of `routing`, merged.
+  absl::StatusOr<v1::ListSessionsResponse> ListSessionsMerged(
+      const SlotMap& routing, const v1::ListSessionsRequest& request);
   // ReadSessions on each replica of `routing`, merged.
   absl::Status ReadSessionsMerged(const SlotMap& routing, const std::string& prefix,
                                   const std::function<absl::Status(const v1::Session&)>& each);
