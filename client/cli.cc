@@ -286,9 +286,10 @@ int Report(Invocation& in) {
     plots.open(plots_path, std::ios::binary | std::ios::in | std::ios::out | std::ios::trunc);
     const int open_errno = errno;
     if (!plots || std::remove(plots_path.c_str()) != 0) {
-      const absl::Status status = absl::FailedPreconditionError(
-          absl::StrCat("--html ", options.html, ": cannot ", plots ? "remove " : "write ",
-                       plots_path, ": ", std::strerror(plots ? errno : open_errno)));
+      const absl::Status status =
+          ForHtml(options, absl::FailedPreconditionError(
+                               absl::StrCat("cannot ", plots ? "remove " : "write ", plots_path,
+                                            ": ", std::strerror(plots ? errno : open_errno))));
       plots.close();
       std::remove(plots_path.c_str());
       return in.Fail(status);
@@ -305,8 +306,8 @@ int Report(Invocation& in) {
   if (page.has_value() && status.ok()) {
     status = coverage.WriteHtml(page->stream());
     if (!status.ok()) {
-      status = absl::DataLossError(
-          absl::StrCat("--html ", options.html, ": ", plots_path, ": ", status.message()));
+      status =
+          ForHtml(options, absl::DataLossError(absl::StrCat(plots_path, ": ", status.message())));
     } else if (const absl::Status committed = page->Commit(); !committed.ok()) {
       status = ForHtml(options, committed);
     }
