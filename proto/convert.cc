@@ -197,6 +197,31 @@ QParams QParamsFromProto(const v1::QParams& qparams) {
   return out;
 }
 
+namespace {
+
+absl::StatusOr<Observation> RangeFromProto(const v1::RangeObservation& range,
+                                           int64_t max_elements) {
+  Shape input_shape(range.input_shape().begin(), range.input_shape().end());
+  if (input_shape.empty()) {
+    return absl::InvalidArgumentError(
+        "range.input_shape is empty; the observed tensor must have rank >= 1");
+  }
+  absl::StatusOr<int64_t> elements = NumElements(input_shape, "range.input_shape");
+  if (!elements.ok()) return elements.status();
+  if (*elements > max_elements) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "range.input_shape ", ShapeString(input_shape), " has ", *elements,
+        " elements; the limit is ", max_elements));
+  }
+  absl::StatusOr<TensorView> min = TensorFromProto(range.min(), max_elements, "range.min");
+  if (!min.ok()) return min.status();
+  absl::StatusOr<TensorView> max = TensorFromProto(range.max(), max_elements, "range.max");
+  if (!max.ok()) return max.status();
+  return Observation::FromRange(std::move(input_shape), *std::move(min), *std::move(max));
+}
+
+}  // namespace
+
 absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
                                                  int64_t max_elements) {
   switch (request.observation_case()) {
@@ -206,31 +231,29 @@ absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& reque
       if (!tensor.ok()) return tensor.status();
       return Observation::FromTensor(*std::move(tensor));
     }
-    case v1::ObserveRequest::kRange: {
-      const v1::RangeObservation& range = request.range();
-      Shape input_shape(range.input_shape().begin(), range.input_shape().end());
-      if (input_shape.empty()) {
-        return absl::InvalidArgumentError(
-            "range.input_shape is empty; the observed tensor must have rank >= 1");
-      }
-      absl::StatusOr<int64_t> elements = NumElements(input_shape, "range.input_shape");
-      if (!elements.ok()) return elements.status();
-      if (*elements > max_elements) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "range.input_shape ", ShapeString(input_shape), " has ", *elements,
-            " elements; the limit is ", max_elements));
-      }
-      absl::StatusOr<TensorView> min = TensorFromProto(range.min(), max_elements, "range.min");
-      if (!min.ok()) return min.status();
-      absl::StatusOr<TensorView> max = TensorFromProto(range.max(), max_elements, "range.max");
-      if (!max.ok()) return max.status();
-      return Observation::FromRange(std::move(input_shape), *std::move(min), *std::move(max));
-    }
+    case v1::ObserveRequest::kRange:
+      return RangeFromProto(request.range(), max_elements);
     case v1::ObserveRequest::OBSERVATION_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
       "observation is unset; send a tensor or a range (block minima and maxima)");
+}
+
+absl::StatusOr<Observation> ComputeObservationFromProto(const v1::ComputeRequest& request,
+                                                        int64_t max_elements) {
+  if (request.has_tensor() == request.has_range()) {
+    return absl::InvalidArgumentError(
+        request.has_tensor()
+            ? "tensor and range are both set; send one: the tensor, or its block minima "
+              "and maxima"
+            : "tensor and range are both unset; send the tensor, or its block minima and "
+              "maxima");
+  }
+  if (request.has_range()) return RangeFromProto(request.range(), max_elements);
+  absl::StatusOr<TensorView> tensor = TensorFromProto(request.tensor(), max_elements, "tensor");
+  if (!tensor.ok()) return tensor.status();
+  return Observation::FromTensor(*std::move(tensor));
 }
 
 }  // namespace qparams::wire

@@ -66,6 +66,11 @@ QParams QParamsFromProto(const v1::QParams& qparams);
 absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
                                                  int64_t max_elements);
 
+// The observation of a Compute request: exactly one of its tensor and its range, as
+// ObservationFromProto; both or neither set is INVALID_ARGUMENT.
+absl::StatusOr<Observation> ComputeObservationFromProto(const v1::ComputeRequest& request,
+                                                        int64_t max_elements);
+
 }  // namespace qparams::wire
 
 #endif  // QPARAMS_PROTO_CONVERT_H_

@@ -439,7 +439,8 @@ absl::string_view RoleName(TensorRole role) {
   return "";
 }
 
-TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target) {
+TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target,
+                         const std::map<std::string, std::string>& renames) {
   absl::string_view tensor = session_name;
   if (absl::StartsWith(tensor, prefix)) tensor.remove_prefix(prefix.size());
   if (!tensor.empty() && (tensor[0] == '/' || tensor[0] == '.')) tensor.remove_prefix(1);
@@ -452,6 +453,10 @@ TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefi
     for (absl::string_view suffix : kOutputSuffixes) {
       if (absl::EndsWith(tensor, suffix)) binding.role = TensorRole::kOutput;
     }
+  }
+  if (auto renamed = renames.find(binding.tensor); renamed != renames.end()) {
+    binding.tensor = renamed->second;
+    tensor = binding.tensor;
   }
   absl::string_view module = tensor;
   for (absl::string_view suffix : kRoleSuffixes) {

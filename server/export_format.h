@@ -8,6 +8,7 @@
 #ifndef QPARAMS_SERVER_EXPORT_FORMAT_H_
 #define QPARAMS_SERVER_EXPORT_FORMAT_H_
 
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -46,8 +47,11 @@ struct TensorBinding {
   std::string module;
 };
 
-// The binding of the session `session_name`, which starts with `prefix`.
-TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target);
+// The binding of the session `session_name`, which starts with `prefix`. When
+// `renames` holds the tensor name, its value replaces it (and the module is taken
+// from the new name); the role still comes from the session's own name.
+TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target,
+                         const std::map<std::string, std::string>& renames = {});
 
 // One initialized session in `format`:
 // - kAimet: one encoding object (for activation_encodings or param_encodings, as the

@@ -36,6 +36,17 @@ absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, 
     QPARAMS_RETURN_IF_ERROR(ValidateSessionName(options.prefix, "prefix"));
   }
   QPARAMS_ASSIGN_OR_RETURN(const ExportFormat format, ParseExportFormat(options.format));
+  if (options.tensor_names.size() > kMaxTensorNames) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_names has ", options.tensor_names.size(),
+                                                   " entries; the limit is ", kMaxTensorNames));
+  }
+  for (const auto& [session, tensor] : options.tensor_names) {
+    if (tensor.empty() || tensor.size() > kMaxTensorNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor_names[\"", session, "\"] has ", tensor.size(),
+                       " bytes; an exported name has 1 to ", kMaxTensorNameBytes));
+    }
+  }
   std::unique_ptr<Exporter> exporter(
       new Exporter(engine, std::move(tenant), std::move(options), format));
   QPARAMS_RETURN_IF_ERROR(exporter->Check());
@@ -59,7 +70,7 @@ absl::Status Exporter::Check() {
       ++uninitialized_count;
       continue;
     }
-    const TensorBinding binding = BindTensor(session->name, options_.prefix, session->spec.target);
+    const TensorBinding binding = Bind(*session);
     QPARAMS_RETURN_IF_ERROR(RenderSession(format_, *session, binding, kEntryIndent).status());
     std::string key = binding.tensor;
     if (format_ == ExportFormat::kCompressedTensors) {
@@ -92,6 +103,10 @@ absl::Status Exporter::Check() {
                      "--allow-uninitialized) to leave them out"));
   }
   return absl::OkStatus();
+}
+
+TensorBinding Exporter::Bind(const SessionInfo& session) const {
+  return BindTensor(session.name, options_.prefix, session.spec.target, options_.tensor_names);
 }
 
 bool Exporter::InPass(const TensorBinding& binding) const {
@@ -177,8 +192,7 @@ absl::StatusOr<std::string> Exporter::Next() {
         }
         const SessionInfo& session = *next;
         if (!session.initialized) break;  // refused by Check unless allowed
-        const TensorBinding binding =
-            BindTensor(session.name, options_.prefix, session.spec.target);
+        const TensorBinding binding = Bind(session);
         if (!InPass(binding)) break;
         QPARAMS_ASSIGN_OR_RETURN(std::string rendered,
                                  RenderSession(format_, session, binding, kEntryIndent));

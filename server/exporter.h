@@ -25,6 +25,10 @@ struct ExportOptions {
   std::string prefix;  // "" = every session
   std::string format;  // "aimet", "onnx" or "compressed-tensors"
   bool allow_uninitialized = false;
+  // The exported name of a session's tensor by its name without the prefix (see
+  // BindTensor); others keep theirs. At most kMaxTensorNames entries, each value 1 to
+  // kMaxTensorNameBytes bytes.
+  std::map<std::string, std::string> tensor_names;
 };
 
 // Not thread-safe: one caller drives an Exporter. The engine must outlive it.
@@ -32,9 +36,11 @@ class Exporter {
  public:
   // The size the pieces Next() returns reach before it returns them.
   static constexpr size_t kPieceBytes = 64 << 10;
+  static constexpr size_t kMaxTensorNames = 100000;
+  static constexpr size_t kMaxTensorNameBytes = 1024;
 
   // Reads every session of `tenant` under the prefix once and checks it:
-  // INVALID_ARGUMENT for a bad prefix or format, or naming the first session the
+  // INVALID_ARGUMENT for a bad prefix, format or tensor_names entry, or naming the first session the
   // format cannot express (or two that would get the same tensor name);
   // FAILED_PRECONDITION listing uninitialized sessions unless allow_uninitialized;
   // NOT_FOUND when no session has the prefix.
@@ -58,6 +64,8 @@ class Exporter {
   Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format);
 
   absl::Status Check();
+  // The session's binding, under its name from options_.tensor_names if it has one.
+  TensorBinding Bind(const SessionInfo& session) const;
   // The number of passes over the sessions (AIMET writes activations, then params).
   int passes() const { return format_ == ExportFormat::kAimet ? 2 : 1; }
   bool InPass(const TensorBinding& binding) const;

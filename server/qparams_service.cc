@@ -113,11 +113,10 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Compute(grpc::CallbackServerContex
     }
     absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
     if (!spec.ok()) return spec.status();
-    absl::StatusOr<TensorView> tensor =
-        wire::TensorFromProto(request->tensor(), options_.max_tensor_elements, "tensor");
-    if (!tensor.ok()) return tensor.status();
-    absl::StatusOr<QParams> qparams = engine_->Compute(
-        request->calculator(), *spec, Observation::FromTensor(*std::move(tensor)));
+    absl::StatusOr<Observation> observation =
+        wire::ComputeObservationFromProto(*request, options_.max_tensor_elements);
+    if (!observation.ok()) return observation.status();
+    absl::StatusOr<QParams> qparams = engine_->Compute(request->calculator(), *spec, *observation);
     if (!qparams.ok()) return qparams.status();
     *response->mutable_qparams() = wire::QParamsToProto(*qparams);
     return absl::OkStatus();
@@ -351,7 +350,8 @@ grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
     QPARAMS_ASSIGN_OR_RETURN(
         std::shared_ptr<Exporter> exporter,
         Exporter::Start(engine_, std::move(tenant),
-                        {request->prefix(), request->format(), request->allow_uninitialized()}));
+                        {request->prefix(), request->format(), request->allow_uninitialized(),
+                         {request->tensor_names().begin(), request->tensor_names().end()}}));
     return [exporter](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
       QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
       if (piece.empty()) return false;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -329,6 +330,39 @@ TEST_F(ExportTest, RefusesBeforeWritingAndListsUninitializedSessions) {
   EXPECT_TRUE(absl::StrContains(document, "\"a.weight\""));
   EXPECT_FALSE(absl::StrContains(document, "idle"));
   EXPECT_CODE(Export("nothing", "onnx"), absl::StatusCode::kNotFound);
+}
+
+// tensor_names gives sessions the names of another tool's graph (e.g. ONNX's).
+TEST_F(ExportTest, TensorNamesRenameTheExportedTensors) {
+  CreateObserved("run/fc1.weight", 2);
+  CreateObserved("run/fc2.weight", 2);
+  auto export_with = [&](std::map<std::string, std::string> names) -> absl::StatusOr<std::string> {
+    v1::ExportSessionsRequest request;
+    request.set_prefix("run/");
+    request.set_format("onnx");
+    request.mutable_tensor_names()->insert(names.begin(), names.end());
+    std::string document;
+    absl::Status status = client_->ExportSessions(request, [&](absl::string_view data) {
+      document.append(data.data(), data.size());
+      return absl::OkStatus();
+    });
+    if (!status.ok()) return status;
+    return document;
+  };
+  ASSERT_OK_AND_ASSIGN(const std::string document,
+                       export_with({{"fc1.weight", "/fc1/W \"q\""}, {"absent", "x"}}));
+  EXPECT_TRUE(absl::StrContains(document, R"("name": "/fc1/W \"q\"")")) << document;
+  EXPECT_TRUE(absl::StrContains(document, R"("name": "fc2.weight")")) << document;
+  EXPECT_FALSE(absl::StrContains(document, R"("fc1.weight")")) << document;
+
+  const absl::StatusOr<std::string> empty = export_with({{"fc1.weight", ""}});
+  EXPECT_CODE(empty, kInvalid);
+  EXPECT_TRUE(absl::StrContains(empty.status().message(), "tensor_names[\"fc1.weight\"]"))
+      << empty.status();
+  const absl::StatusOr<std::string> clash = export_with({{"fc1.weight", "fc2.weight"}});
+  EXPECT_CODE(clash, kInvalid);
+  EXPECT_TRUE(absl::StrContains(clash.status().message(), "both export as fc2.weight"))
+      << clash.status();
 }
 
 TEST_F(ExportTest, TwoSessionsWithOneTensorNameAreRefused) {

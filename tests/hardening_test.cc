@@ -380,6 +380,16 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
   compute("stateful global_minmax on Compute", Good(), kInvalid, "CreateSession", Spec(),
           "global_minmax");
   compute("default (stateful) on Compute", Good(), kInvalid, "CreateSession", Spec(), "default");
+  {
+    v1::ComputeRequest both = ComputeReq("static", Spec(), Good());
+    both.mutable_range()->add_input_shape(2);
+    add("Compute with both a tensor and a range", Method::kCompute, std::move(both), kInvalid,
+        "tensor and range are both set");
+    v1::ComputeRequest neither = ComputeReq("static", Spec(), Good());
+    neither.clear_tensor();
+    add("Compute with neither a tensor nor a range", Method::kCompute, std::move(neither),
+        kInvalid, "tensor and range are both unset");
+  }
   compute("dynamic with a float_range", Good(), kInvalid, "float_range",
           WithFloatRange(Spec(), -1.0, std::nullopt), "dynamic");
   compute("dynamic (\"\") with SYMMETRIC_WITH_CLIPPING", Good(), kInvalid, "spec.qscheme",
