@@ -314,7 +314,7 @@ def observe_scenario(target: str, args: argparse.Namespace) -> dict[str, Any]:
     calls = args.calls
     prefix = f"bench-observe-{os.getpid()}-{int(time.time())}"
     x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
-    spec = dict(dtype="int8", granularity="per_tensor")
+    spec = dict(dtype="int8", granularity="per_tensor", target="weight")
     client = qparams.Client(target)
     # The bare stub on the client's own channel: one connection, so that both sides
     # reach the same server thread (two connections can differ by 5% on their own).

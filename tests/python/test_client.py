@@ -150,7 +150,7 @@ def test_session_lifecycle(client, name) -> None:
     q = client.get_qparams(name)
     assert not q.initialized and q.shape == (0,) and q.scale.size == 0
     with pytest.raises(qparams.AlreadyExists):
-        client.create_session(name)
+        client.create_session(name, target="weight")
     client.set_granularity(name, "per_channel:0")
     assert client.get_session(name).spec.granularity.per_channel.axis == 0
     r = client.observe(name, rng_array((3, 4)))
@@ -174,14 +174,14 @@ def test_moving_average_takes_its_constant(client, name) -> None:
                               target="activation")
     assert s.averaging_constant == 0.5
     with pytest.raises(qparams.InvalidArgument, match="averaging_constant"):
-        client.create_session(name + "x", calculator="static", averaging_constant=0.5)
+        client.create_session(name + "x", calculator="static", averaging_constant=0.5, target="weight")
 
 
 def test_list_sessions_pages_through_every_session(client, name) -> None:
     names = [f"{name}/{i:02d}" for i in range(7)]
     for n in reversed(names):
-        client.create_session(n)
-    client.create_session(name + "-outside")
+        client.create_session(n, target="weight")
+    client.create_session(name + "-outside", target="weight")
     assert [s.name for s in client.list_sessions(name + "/", page_size=2)] == names
     assert [s.name for s in client.list_sessions(name + "/")] == names
     with pytest.raises(qparams.InvalidArgument, match="page_size"):
@@ -191,8 +191,8 @@ def test_list_sessions_pages_through_every_session(client, name) -> None:
 def test_read_sessions_streams_every_session_under_a_prefix(client, name) -> None:
     names = [f"{name}/{i:03d}" for i in range(70)]  # more than one server page (64)
     for n in reversed(names):
-        client.create_session(n)
-    client.create_session(name + "-outside")
+        client.create_session(n, target="weight")
+    client.create_session(name + "-outside", target="weight")
     client.observe(names[3], np.array([[1.0, -2.0], [0.5, 4.0]], dtype=np.float32))
     read = list(client.read_sessions(name + "/"))
     assert [s.name for s in read] == names
@@ -212,9 +212,9 @@ def test_bad_names_and_specs_are_invalid_argument(client) -> None:
     with pytest.raises(qparams.InvalidArgument, match="name"):
         client.get_session("bad name!")
     with pytest.raises(qparams.InvalidArgument):
-        client.create_session("t/badspec", dtype="int9")
+        client.create_session("t/badspec", dtype="int9", target="weight")
     with pytest.raises(qparams.InvalidArgument, match="Compute"):
-        client.create_session("t/dyn", calculator="dynamic")
+        client.create_session("t/dyn", calculator="dynamic", target="weight")
 
 
 @pytest.mark.parametrize("bad", ["per_channel", "per_channel:x", "per_block:1:", "per_block:1,",
@@ -222,7 +222,7 @@ def test_bad_names_and_specs_are_invalid_argument(client) -> None:
                                  ""])
 def test_malformed_granularity_strings_raise_value_error(client, name, bad) -> None:
     with pytest.raises(ValueError, match="granularity"):
-        client.create_session(name, granularity=bad)
+        client.create_session(name, granularity=bad, target="weight")
     with pytest.raises(ValueError, match="granularity"):
         client.set_granularity(name, bad)
     with pytest.raises(qparams.NotFound):
@@ -231,13 +231,13 @@ def test_malformed_granularity_strings_raise_value_error(client, name, bad) -> N
 
 def test_other_malformed_values_raise_before_any_call(client, name) -> None:
     with pytest.raises(ValueError, match="qscheme"):
-        client.create_session(name, qscheme="sym")
+        client.create_session(name, qscheme="sym", target="weight")
     with pytest.raises(ValueError, match="target"):
         client.create_session(name, target="bias")
     with pytest.raises(ValueError, match="unknown spec keys"):
-        client.create_session(name, dtyp="int8")
+        client.create_session(name, dtyp="int8", target="weight")
     with pytest.raises(ValueError, match="float_range"):
-        client.create_session(name, float_range=1.0)
+        client.create_session(name, float_range=1.0, target="weight")
     with pytest.raises(ValueError, match="reduce"):
         client.observe(name, rng_array((2,)), reduce="sometimes")
     with pytest.raises(qparams.NotFound):
@@ -263,7 +263,7 @@ def test_reduce_modes_give_bit_identical_results(client, name, spec, dtype) -> N
     results = {}
     for reduce in ("never", "always", "auto"):
         session = f"{name}/{reduce}"
-        client.create_session(session, calculator="global_minmax", **spec)
+        client.create_session(session, calculator="global_minmax", **{"target": "weight", **spec})
         for seed in range(3):
             x = torch.from_numpy(rng_array((4, 6, 8), seed)).to(dtype)
             x[0, 0, 0] = -0.0
@@ -277,7 +277,7 @@ def test_reduce_modes_give_bit_identical_results(client, name, spec, dtype) -> N
 
 def test_reduce_sends_the_smaller_message(client, name) -> None:
     from qparams._tensors import range_request
-    spec = client.create_session(name, granularity="per_channel:0").spec
+    spec = client.create_session(name, granularity="per_channel:0", target="weight").spec
     x = rng_array((4, 256))
     assert range_request(name, x, spec, "auto").HasField("range")
     assert range_request(name, x, spec, "never").HasField("tensor")
@@ -290,7 +290,7 @@ def test_reduce_sends_the_smaller_message(client, name) -> None:
 def test_reduce_modes_fail_alike(client, name, reduce) -> None:
     """The errors are the tensor's own whatever the mode: NaN/Inf, zero-size inputs,
     granularities that do not fit, changed block counts."""
-    client.create_session(name, granularity="per_block:1:4", calculator="global_minmax")
+    client.create_session(name, granularity="per_block:1:4", calculator="global_minmax", target="weight")
     outcomes = []
     cases = [np.full((2, 8), np.nan, np.float32), np.zeros((0, 8), np.float32),
              rng_array((2, 6)), rng_array((2, 8)), rng_array((3, 8)),
@@ -312,11 +312,11 @@ def test_reduce_modes_fail_alike(client, name, reduce) -> None:
 
 
 def test_a_granularity_changed_by_another_client_is_refetched(server, client, name) -> None:
-    client.create_session(name, granularity="per_channel:0")
+    client.create_session(name, granularity="per_channel:0", target="weight")
     client.observe(name, rng_array((2, 4)), reduce="always")  # caches the spec
     with qparams.Client(server.target) as other:
         other.delete_session(name)
-        other.create_session(name, granularity="per_channel:1")
+        other.create_session(name, granularity="per_channel:1", target="weight")
     r = client.observe(name, rng_array((2, 4)), reduce="always")
     assert r.qparams.shape == (1, 4)
 
@@ -325,8 +325,8 @@ def test_a_granularity_changed_by_another_client_is_refetched(server, client, na
 
 def test_observe_many_yields_one_outcome_per_item_in_order(client, name) -> None:
     a, b = f"{name}/a", f"{name}/b"
-    client.create_session(a, calculator="global_minmax", granularity="per_channel:0")
-    client.create_session(b, dtype="uint8", qscheme="asymmetric")
+    client.create_session(a, calculator="global_minmax", granularity="per_channel:0", target="weight")
+    client.create_session(b, dtype="uint8", qscheme="asymmetric", target="weight")
     bad = rng_array((2, 3))
     bad[0, 0] = np.inf
     items = [(a, rng_array((2, 3), 1)), (b, rng_array((5,), 2)), (f"{name}/none", rng_array((2,))),
@@ -354,7 +354,7 @@ def test_observe_many_matches_observe(client, name) -> None:
 
 
 def test_observe_many_raises_a_bad_item_after_the_answers_before_it(client, name) -> None:
-    client.create_session(name)
+    client.create_session(name, target="weight")
     seen = []
     with pytest.raises(TypeError, match="int64"):
         for outcome in client.observe_many([(name, rng_array((3,))),
@@ -365,8 +365,8 @@ def test_observe_many_raises_a_bad_item_after_the_answers_before_it(client, name
 
 
 def test_observe_batch_answers_each_item_in_order(client, name) -> None:
-    client.create_session(name, calculator="global_minmax")
-    client.create_session(name + "/b", calculator="moving_average", averaging_constant=0.5)
+    client.create_session(name, calculator="global_minmax", target="weight")
+    client.create_session(name + "/b", calculator="moving_average", averaging_constant=0.5, target="weight")
     bad = rng_array((3,))
     bad[1] = np.inf
     items = [(name, rng_array((3,), 1)), (name + "/b", rng_array((2, 2), 2)), (name, bad),
@@ -384,7 +384,7 @@ def test_observe_batch_answers_each_item_in_order(client, name) -> None:
 
 
 def test_observe_batch_over_the_limit_observes_nothing(client, name) -> None:
-    client.create_session(name)
+    client.create_session(name, target="weight")
     x = rng_array((2,))
     with pytest.raises(qparams.ResourceExhausted, match="observations"):
         client.observe_batch([(name, x)] * 4097)
@@ -394,7 +394,7 @@ def test_observe_batch_over_the_limit_observes_nothing(client, name) -> None:
 
 
 def test_omit_qparams_leaves_them_to_get_qparams(client, name) -> None:
-    client.create_session(name, calculator="global_minmax", granularity="per_channel:0")
+    client.create_session(name, calculator="global_minmax", granularity="per_channel:0", target="weight")
     x = rng_array((4, 8))
     result = client.observe(name, x, omit_qparams=True)
     assert result.qparams is None and result.observation_count == 1
@@ -409,7 +409,7 @@ def test_observe_async_keeps_the_order_of_observations(client, name) -> None:
     # end where observing them one by one ends.
     names = [f"{name}/{i}" for i in range(3)]
     for n in names + [name + "/ref"]:
-        client.create_session(n, calculator="moving_average", averaging_constant=0.3)
+        client.create_session(n, calculator="moving_average", averaging_constant=0.3, target="weight")
     xs = [rng_array((8,), seed) for seed in range(300)]
     for i, x in enumerate(xs):
         client.observe_async(names[i % 3], x, omit_qparams=True)
@@ -421,7 +421,7 @@ def test_observe_async_keeps_the_order_of_observations(client, name) -> None:
 
 
 def test_observe_async_and_flush(client, name) -> None:
-    client.create_session(name, calculator="global_minmax", granularity="per_channel:0")
+    client.create_session(name, calculator="global_minmax", granularity="per_channel:0", target="weight")
     futures = [client.observe_async(name, rng_array((4, 32), seed)) for seed in range(200)]
     client.flush()
     assert all(f.done() for f in futures)
@@ -430,7 +430,7 @@ def test_observe_async_and_flush(client, name) -> None:
 
 
 def test_background_errors_are_raised_once_and_never_lost(client, name) -> None:
-    client.create_session(name)
+    client.create_session(name, target="weight")
     ok = client.observe_async(name, rng_array((3,)))
     missing = client.observe_async(name + "/missing", rng_array((3,)))
     with pytest.raises(qparams.NotFound) as e:
@@ -452,7 +452,7 @@ def test_background_errors_are_raised_once_and_never_lost(client, name) -> None:
 def test_a_failed_background_call_fails_its_observations(start_server) -> None:
     s = start_server()
     c = qparams.Client(s.target)
-    c.create_session("s")
+    c.create_session("s", target="weight")
     c.observe_async("s", rng_array((3,))).result()
     s.stop()
     with pytest.raises(qparams.Unavailable):
@@ -463,7 +463,7 @@ def test_a_failed_background_call_fails_its_observations(start_server) -> None:
 
 
 def test_client_is_thread_safe(client, name) -> None:
-    client.create_session(name, calculator="global_minmax")
+    client.create_session(name, calculator="global_minmax", target="weight")
     xs = [rng_array((64,), seed) for seed in range(64)]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda x: client.observe(name, x), xs))
@@ -516,9 +516,9 @@ def test_resource_exhausted(start_server) -> None:
     with qparams.Client(s.target) as c:
         with pytest.raises(qparams.ResourceExhausted):
             c.compute(rng_array((17,)))
-        c.create_session("a")
+        c.create_session("a", target="weight")
         with pytest.raises(qparams.ResourceExhausted):
-            c.create_session("b")
+            c.create_session("b", target="weight")
 
 
 def test_tokens_and_tenants(start_server, tmp_path, monkeypatch) -> None:
@@ -534,7 +534,7 @@ def test_tokens_and_tenants(start_server, tmp_path, monkeypatch) -> None:
             wrong.list_calculators()
     monkeypatch.setenv("QPARAMS_TOKEN", "token-of-tenant-a-0123")
     with qparams.Client(s.target) as a, qparams.Client(s.target, token="token-of-tenant-b-0123") as b:
-        a.create_session("shared-name")
+        a.create_session("shared-name", target="weight")
         with pytest.raises(qparams.NotFound):
             b.get_session("shared-name")
 

@@ -32,7 +32,7 @@ def calibrate(client: qparams.Client, name: str, shape: tuple[int, ...], seed: i
               **spec) -> np.ndarray:
     """Creates the session, observes two tensors, and returns one to quantize: the last
     one scaled by 1.5, so that some values are clamped."""
-    client.create_session(name, calculator="global_minmax", **spec)
+    client.create_session(name, calculator="global_minmax", **{"target": "weight", **spec})
     client.observe(name, weight(shape, seed))
     x = weight(shape, seed + 1000)
     client.observe(name, x)
@@ -364,7 +364,7 @@ FORMATS = ("aimet", "onnx", "compressed-tensors")
 def test_uninitialized_sessions_fail_or_are_left_out(client, name) -> None:
     prefix = name + "/"
     calibrate(client, prefix + "fc1.weight", (4, 8), seed=1)
-    client.create_session(prefix + "fc2.weight", calculator="global_minmax")
+    client.create_session(prefix + "fc2.weight", calculator="global_minmax", target="weight")
     for fmt in FORMATS:
         with pytest.raises(qparams.FailedPrecondition) as e:
             client.export(prefix, fmt)

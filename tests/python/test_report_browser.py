@@ -78,11 +78,11 @@ def report(server, tmp_path_factory) -> tuple[pathlib.Path, str]:
     rng = np.random.default_rng(15)
     with qparams.Client(server.target) as client:
         client.create_session(PREFIX + "conv1.weight", calculator="global_minmax", dtype="int8",
-                              qscheme="symmetric", granularity="per_channel:0")
+                              qscheme="symmetric", granularity="per_channel:0", target="weight")
         client.observe(PREFIX + "conv1.weight", (rng.standard_normal((32, 27))
                        * np.linspace(0.1, 3, 32)[:, None]).astype(np.float32))
         client.create_session(PREFIX + "fc.weight", calculator="static", dtype="int4",
-                              qscheme="asymmetric", granularity="per_block:1:32")
+                              qscheme="asymmetric", granularity="per_block:1:32", target="weight")
         client.observe(PREFIX + "fc.weight", rng.standard_normal((16, 128)).astype(np.float32))
         client.create_session(PREFIX + "fc.input", calculator="moving_average", dtype="uint8",
                               qscheme="asymmetric", target="activation")
@@ -90,10 +90,10 @@ def report(server, tmp_path_factory) -> tuple[pathlib.Path, str]:
             client.observe(PREFIX + "fc.input",
                            rng.standard_normal((8, 128)).astype(np.float32) * (i + 1))
         client.create_session(PREFIX + "wide.weight", calculator="global_minmax",
-                              granularity="per_channel:0")
+                              granularity="per_channel:0", target="weight")
         client.observe(PREFIX + "wide.weight", rng.standard_normal((2000, 8)).astype(np.float32))
         client.create_session(PREFIX + "head.weight", calculator="global_minmax",
-                              granularity="per_channel:0")
+                              granularity="per_channel:0", target="weight")
 
     page = tmp_path_factory.mktemp("report") / "report.html"
     result = subprocess.run(

@@ -217,7 +217,7 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
     with qparams.Client(target) as client:
         # Create and observe through HAProxy.
         for i, name in enumerate(SESSIONS):
-            created = client.create_session(name, dtype="int8", granularity="per_channel:0")
+            created = client.create_session(name, dtype="int8", granularity="per_channel:0", target="weight")
             assert created.name == name
             result = client.observe(name, tensor(i))
             assert result.observation_count == 1
@@ -299,7 +299,7 @@ def calibrate(client: qparams.Client) -> dict[str, tuple[bytes, bytes, int]]:
     interleaved across sessions; returns each session's qparams bytes and count."""
     for name in SESSIONS:
         client.create_session(name, dtype="int8", granularity="per_channel:0",
-                              calculator="global_minmax")
+                              calculator="global_minmax", target="weight")
     items = [(name, tensor(i)) for i, name in enumerate(SESSIONS)]
     results = list(client.observe_many(items, reduce="never"))
     assert all(isinstance(r, qparams.ObserveResult) for r in results), results
@@ -346,7 +346,7 @@ def test_listing_spans_every_replica(cluster: Cluster) -> None:
     names = sorted(SESSIONS + [f"other/{i}" for i in range(5)])
     with qparams.Client(target) as client:
         for name in names:
-            client.create_session(name, dtype="int8")
+            client.create_session(name, dtype="int8", target="weight")
         for page_size in (0, 1, 7, 1000):
             assert [s.name for s in client.list_sessions(page_size=page_size)] == names
         assert [s.name for s in client.list_sessions("run/layer1")] == [
@@ -396,7 +396,7 @@ def test_cli_observes_through_owner_stream(cluster: Cluster, tmp_path: pathlib.P
     with qparams.Client(target) as client:
         for replica in REPLICAS:
             name = next(n for n in SESSIONS if owner_of(n) == replica)
-            client.create_session(name, dtype="int8", granularity="per_channel:0")
+            client.create_session(name, dtype="int8", granularity="per_channel:0", target="weight")
             for flags in ([], ["--reduce-locally"]):
                 done = cli("--target=" + target, "observe", *flags, name, str(tmp_path / "x.npy"))
                 assert done.returncode == 0, done.stderr

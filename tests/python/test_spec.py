@@ -48,7 +48,7 @@ def test_granularity_strings_parse_as_the_cli_parses_them(server, text) -> None:
             c.delete_session(name)
         else:  # the server refused a well-formed granularity: so must it refuse ours
             with pytest.raises(qparams.InvalidArgument):
-                c.create_session(name, granularity=ours)
+                c.create_session(name, granularity=ours, target="weight")
 
 
 @pytest.mark.parametrize("text", GRANULARITY_STRINGS)

@@ -5,13 +5,20 @@ parameters (scale, zero point, minval) bit for bit as coreai_opt does.
     import qparams
 
     with qparams.Client() as client:            # $QPARAMS_TARGET, else 127.0.0.1:50051
-        client.create_session("demo", dtype="int8", qscheme="asymmetric",
+        client.create_session("demo", target="weight", dtype="int8", qscheme="asymmetric",
                               granularity="per_channel:0", calculator="global_minmax")
         client.observe("demo", np.random.randn(4, 16).astype(np.float32))
         print(client.get_qparams("demo").scale)
 
 PyTorch observers (torch.ao.quantization) are in qparams.torch.
 """
+
+import os as _os
+
+# gRPC reads this once, when grpc is first imported: with it, processes forked after
+# the parent used a client (multiprocessing's default on Linux, DataLoader workers)
+# open channels of their own (see qparams/_fork.py). The user's own setting wins.
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
 
 from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
                              FailedPrecondition, Internal, InvalidArgument, NotFound,

@@ -1,4 +1,5 @@
-"""Exceptions named after the gRPC status codes, one class per code.
+"""Exceptions named after the gRPC status codes, one class per code, declared here
+so that type checkers and IDEs see them.
 
 Every error the server returns is raised as the class of its code, carrying the code
 and the server's message unchanged. Mistakes the client can see before any call are
@@ -34,39 +35,128 @@ class QParamsError(Exception):
     session: str | None = None
     owner: str | None = None
 
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+    def __init__(self, message: str, code: grpc.StatusCode | None = None, *,
+                 session: str | None = None, owner: str | None = None) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code
         self.message = message
+        if session is not None:
+            self.session = session
+        if owner is not None:
+            self.owner = owner
 
     def __str__(self) -> str:
         where = "" if self.session is None else f" (session {self.session})"
         return f"{self.code.name}{where}: {self.message}"
 
 
-def _code_class(code: grpc.StatusCode) -> type[QParamsError]:
-    name = "".join(part.capitalize() for part in code.name.split("_"))
-    doc = f"The gRPC status {code.name} ({code.value[0]})."
-    return type(name, (QParamsError,), {"code": code, "__doc__": doc, "__module__": __name__})
+class Cancelled(QParamsError):
+    """gRPC status CANCELLED (1). The call was cancelled (by the client, or the server shut
+    down)."""
+
+    code = grpc.StatusCode.CANCELLED
 
 
-Cancelled = _code_class(grpc.StatusCode.CANCELLED)
-Unknown = _code_class(grpc.StatusCode.UNKNOWN)
-InvalidArgument = _code_class(grpc.StatusCode.INVALID_ARGUMENT)
-DeadlineExceeded = _code_class(grpc.StatusCode.DEADLINE_EXCEEDED)
-NotFound = _code_class(grpc.StatusCode.NOT_FOUND)
-AlreadyExists = _code_class(grpc.StatusCode.ALREADY_EXISTS)
-PermissionDenied = _code_class(grpc.StatusCode.PERMISSION_DENIED)
-ResourceExhausted = _code_class(grpc.StatusCode.RESOURCE_EXHAUSTED)
-FailedPrecondition = _code_class(grpc.StatusCode.FAILED_PRECONDITION)
-Aborted = _code_class(grpc.StatusCode.ABORTED)
-OutOfRange = _code_class(grpc.StatusCode.OUT_OF_RANGE)
-Unimplemented = _code_class(grpc.StatusCode.UNIMPLEMENTED)
-Internal = _code_class(grpc.StatusCode.INTERNAL)
-Unavailable = _code_class(grpc.StatusCode.UNAVAILABLE)
-DataLoss = _code_class(grpc.StatusCode.DATA_LOSS)
-Unauthenticated = _code_class(grpc.StatusCode.UNAUTHENTICATED)
+class Unknown(QParamsError):
+    """gRPC status UNKNOWN (2). An error the server did not classify, or a status code this
+    client does not know."""
+
+    code = grpc.StatusCode.UNKNOWN
+
+
+class InvalidArgument(QParamsError):
+    """gRPC status INVALID_ARGUMENT (3). A request the server refuses whatever its state: a
+    bad name, spec, tensor or value."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class DeadlineExceeded(QParamsError):
+    """gRPC status DEADLINE_EXCEEDED (4). The call's deadline (timeout) passed before the
+    server answered."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class NotFound(QParamsError):
+    """gRPC status NOT_FOUND (5). No session (or no session under the prefix) of that name
+    for the caller's tenant."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExists(QParamsError):
+    """gRPC status ALREADY_EXISTS (6). The session name is taken (or an existing session
+    differs from the one asked for)."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
+class PermissionDenied(QParamsError):
+    """gRPC status PERMISSION_DENIED (7). The caller's token does not allow the call."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class ResourceExhausted(QParamsError):
+    """gRPC status RESOURCE_EXHAUSTED (8). A limit was reached: message size, tensor
+    elements, sessions, batch items."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class FailedPrecondition(QParamsError):
+    """gRPC status FAILED_PRECONDITION (9). The session's state refuses the call (export
+    mode, a fixed shape or dtype, a replica that does not own the session...)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Aborted(QParamsError):
+    """gRPC status ABORTED (10). The call was aborted by a concurrent change."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class OutOfRange(QParamsError):
+    """gRPC status OUT_OF_RANGE (11). A value beyond the range the operation accepts."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
+class Unimplemented(QParamsError):
+    """gRPC status UNIMPLEMENTED (12). The server does not implement the method (an older
+    server)."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
+class Internal(QParamsError):
+    """gRPC status INTERNAL (13). The server failed internally (storage that stopped
+    accepting writes, for one)."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class Unavailable(QParamsError):
+    """gRPC status UNAVAILABLE (14). The server could not be reached, or is shutting down;
+    the call may be retried."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DataLoss(QParamsError):
+    """gRPC status DATA_LOSS (15). Stored data was found damaged."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class Unauthenticated(QParamsError):
+    """gRPC status UNAUTHENTICATED (16). The call carried no valid token."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
 
 _BY_CODE: dict[grpc.StatusCode, type[QParamsError]] = {
     cls.code: cls

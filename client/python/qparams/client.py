@@ -16,7 +16,7 @@ import queue as queue_module
 import re
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -25,6 +25,7 @@ from qparams._background import ObserveQueue
 from qparams._export import decode_compressed_tensors, require_torch
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
                              Unimplemented, error_from_rpc)
+from qparams._fork import check_fork_support
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._results import ObserveResult, QParams, stream_outcome
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
@@ -47,6 +48,29 @@ _REPLICA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,64}")
 #: Where a Client connects without a target argument or $QPARAMS_TARGET (`make run`).
 DEFAULT_TARGET = "127.0.0.1:50051"
 _REDUCE = ("auto", "always", "never")
+
+#: A call's own metadata: (key, value) pairs, sent after the client's.
+Metadata = Sequence[tuple[str, str]] | None
+_METADATA_KEY = re.compile(r"[0-9a-z_.-]+")
+
+
+def _check_metadata(metadata: Metadata) -> tuple[tuple[str, str], ...]:
+    """`metadata` as a tuple; ValueError for a pair gRPC would refuse mid-call."""
+    if not metadata:
+        return ()
+    pairs = tuple(metadata)
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], (str, bytes))):
+            raise ValueError(f"metadata must be (key, value) pairs of strings, not {pair!r}")
+        key = pair[0]
+        if not _METADATA_KEY.fullmatch(key) or key.startswith("grpc-"):
+            raise ValueError(f"metadata key {key!r} must be lowercase [0-9a-z_.-] and not "
+                             "start with grpc-")
+        if key.endswith("-bin") != isinstance(pair[1], bytes):
+            raise ValueError(f"metadata key {key!r}: a value is bytes exactly when the key "
+                             "ends in -bin")
+    return pairs
 
 
 def check_reduce(reduce: str) -> None:
@@ -109,6 +133,13 @@ class Client:
             name in the slot map), through the balancer or straight to it, instead
             of routing each: e.g. to list one replica's sessions. The replica
             refuses calls if it is another. Default: route.
+        metadata: (key, value) pairs sent with every call, the background
+            observations' included (each method also takes `metadata=` for its own
+            calls, sent after these).
+
+    Every method that makes calls takes `timeout=` (seconds; default the client's)
+    and `metadata=`. A client survives fork(): in a child process it opens its own
+    channel at its first call (what the parent had queued stays the parent's).
 
     Raises:
         ValueError: a bad argument (timeout <= 0, only one of tls_cert/tls_key, an
@@ -120,7 +151,8 @@ class Client:
                  tls: bool = False, tls_ca: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_server_name: str | None = None,
                  timeout: float = 30.0, max_message_bytes: int = 64 << 20,
-                 replica: str | None = None) -> None:
+                 replica: str | None = None,
+                 metadata: Sequence[tuple[str, str]] | None = None) -> None:
         self.target = target or os.environ.get("QPARAMS_TARGET") or DEFAULT_TARGET
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
@@ -136,27 +168,26 @@ class Client:
             raise ValueError(f"replica {replica!r} is not 1 to 64 characters of [a-zA-Z0-9._-]")
         self.timeout = timeout
         self.replica = replica
+        extra = _check_metadata(metadata)
         # Every qparams call's metadata; health sends only the replica's header.
-        self._health_metadata = ((REPLICA_HEADER, replica),) if replica else None
+        self._health_metadata = (((REPLICA_HEADER, replica),) if replica else ()) + extra or None
         self._metadata = ((("authorization", f"Bearer {token}"),) if token else ()) + (
             self._health_metadata or ()) or None
 
-        options = [("grpc.max_send_message_length", max_message_bytes),
-                   ("grpc.max_receive_message_length", max_message_bytes)]
+        self.max_message_bytes = max_message_bytes
+        self._options = [("grpc.max_send_message_length", max_message_bytes),
+                         ("grpc.max_receive_message_length", max_message_bytes)]
+        self._credentials = None
         if tls or tls_ca or tls_cert:
-            credentials = grpc.ssl_channel_credentials(
+            self._credentials = grpc.ssl_channel_credentials(
                 root_certificates=_read(tls_ca, "tls_ca") if tls_ca else None,
                 private_key=_read(tls_key, "tls_key") if tls_key else None,
                 certificate_chain=_read(tls_cert, "tls_cert") if tls_cert else None)
             if tls_server_name:
-                options.append(("grpc.ssl_target_name_override", tls_server_name))
-            self._channel = grpc.secure_channel(self.target, credentials, options)
-        else:
-            if tls_server_name:
-                raise ValueError("tls_server_name needs TLS (tls, tls_ca or tls_cert)")
-            self._channel = grpc.insecure_channel(self.target, options)
-        self._stub = pb_grpc.QParamsServiceStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+                self._options.append(("grpc.ssl_target_name_override", tls_server_name))
+        elif tls_server_name:
+            raise ValueError("tls_server_name needs TLS (tls, tls_ca or tls_cert)")
+        self._connect()
         # Resolved specs of the sessions this client reduced tensors for, by name.
         self._specs: dict[str, pb.QuantSpec] = {}
         self._specs_lock = threading.Lock()
@@ -168,8 +199,44 @@ class Client:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _connect(self) -> None:
+        """Opens the channel of this process (see _stub)."""
+        if self._credentials is not None:
+            channel = grpc.secure_channel(self.target, self._credentials, self._options)
+        else:
+            channel = grpc.insecure_channel(self.target, self._options)
+        self._channel = channel
+        self._service = pb_grpc.QParamsServiceStub(channel)
+        self._health = health_pb2_grpc.HealthStub(channel)
+        self._pid = os.getpid()
+
+    @property
+    def _stub(self) -> pb_grpc.QParamsServiceStub:
+        """The service stub of this process: after fork() a child opens its own
+        channel (gRPC's fork support closes the parent's in the child) and drops the
+        parent's background queue, whose observations the parent sends."""
+        self._in_this_process()
+        return self._service
+
+    def _in_this_process(self) -> None:
+        """After fork(), in the child: this client's own channel and queue."""
+        if self._pid != os.getpid():
+            self._after_fork()
+
+    def _after_fork(self) -> None:
+        # Locks held by the parent's threads at fork time stay held in the child:
+        # every one this client uses is replaced, not acquired.
+        check_fork_support()
+        self._queue_lock = threading.Lock()
+        self._queue = None
+        self._specs_lock = threading.Lock()
+        self._routing_lock = threading.Lock()
+        self._connect()
+
     def close(self) -> None:
         """Sends what observe_async queued, then closes the channel."""
+        if self._pid != os.getpid():
+            return  # the parent's channel and queue, which the parent closes
         with self._queue_lock:
             queue, self._queue = self._queue, None
         if queue is not None:
@@ -185,23 +252,28 @@ class Client:
     def __repr__(self) -> str:
         return f"qparams.Client({self.target!r})"
 
-    def _call(self, method: Any, request: Any, timeout: float | None = None,
-              replica: str | None = None) -> Any:
-        """A unary call, routed by the session its request names, or addressed to
-        `replica` (whose name then starts the error's message)."""
-        metadata = (self._routed(getattr(request, "name", "")) if replica is None
-                    else self._addressed(replica))
+    def _call(self, method: str, request: Any, timeout: float | None = None,
+              metadata: Metadata = None, replica: str | None = None) -> Any:
+        """A unary call of the stub's `method`, routed by the session its request
+        names, or addressed to `replica` (whose name then starts the error's message);
+        `metadata` is the caller's, sent after the client's."""
+        sent = (self._routed(getattr(request, "name", ""), metadata) if replica is None
+                else self._addressed(replica, metadata))
         try:
-            return method(request, timeout=timeout or self.timeout, metadata=metadata)
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+                                               metadata=sent)
         except grpc.RpcError as e:
             raise error_from_rpc(e, replica) from None
 
-    def _addressed(self, replica: str | None) -> tuple[tuple[str, str], ...] | None:
-        """The call's metadata: the token, and the header addressing it to `replica`
-        (None: unaddressed)."""
+    def _addressed(self, replica: str | None,
+                   metadata: Metadata = None) -> tuple[tuple[str, str], ...] | None:
+        """The call's metadata: the token, the client's and the caller's metadata,
+        and the header addressing it to `replica` (None: unaddressed)."""
+        sent = self._metadata if not metadata else (self._metadata or ()) + _check_metadata(
+            metadata)
         if replica is None:
-            return self._metadata
-        return (self._metadata or ()) + ((REPLICA_HEADER, replica),)
+            return sent
+        return (sent or ()) + ((REPLICA_HEADER, replica),)
 
     def _routing(self) -> _Routing | None:
         """The slot owners of a sharded deployment, read with GetTopology once; None
@@ -220,38 +292,56 @@ class Client:
                 self._routing_read = True
             return self._routing_value
 
-    def _routed(self, session: str) -> tuple[tuple[str, str], ...] | None:
-        """The call's metadata: the token, and the routing header of the session it
-        names, on which a balancer in front of sharded replicas routes (a name no
+    def _routed(self, session: str,
+                metadata: Metadata = None) -> tuple[tuple[str, str], ...] | None:
+        """The call's metadata: as _addressed, and the routing header of the session
+        it names, on which a balancer in front of sharded replicas routes (a name no
         header can carry goes without: the server refuses that name anyway)."""
+        sent = self._addressed(None, metadata)
         if not (session and session.isascii() and session.isprintable()):  # " " to "~"
-            return self._metadata
-        return (self._metadata or ()) + ((SESSION_HEADER, session),)
+            return sent
+        return (sent or ()) + ((SESSION_HEADER, session),)
 
     # ------------------------------------------------------------------ the RPCs
 
-    def list_calculators(self) -> list[pb.CalculatorInfo]:
+    def list_calculators(self, *, timeout: float | None = None, metadata: Metadata = None) -> list[pb.CalculatorInfo]:
         """The calculator registry (key, stateful, description), sorted by key."""
-        return list(self._call(self._stub.ListCalculators,
-                               pb.ListCalculatorsRequest()).calculators)
+        return list(self._call("ListCalculators", pb.ListCalculatorsRequest(), timeout,
+                               metadata).calculators)
 
     def compute(self, x: TensorLike, spec: SpecLike | None = None, *, calculator: str = "",
+                reduce: str = "auto", timeout: float | None = None, metadata: Metadata = None,
                 **spec_fields: Any) -> QParams:
         """The qparams of one tensor, stateless: calculator "" (= dynamic), "dynamic"
         or "static". The spec is a mapping or QuantSpec and/or keywords (see
         qparams.quant_spec), e.g. compute(x, dtype="int8", granularity="per_channel:0").
 
+        reduce: as for observe: "auto" (default) sends the block minima and maxima
+        when they are smaller than x, so a tensor of any size can be computed (the
+        qparams are bit for bit those of x); "never" sends x, which must then fit in
+        max_message_bytes. Compute's calculators take no symmetric_with_clipping
+        qscheme and no float_range unless calculator="static" (the server refuses
+        them with InvalidArgument).
+
         Raises:
             TypeError: x is not a float32/float16/float64 array or supported tensor.
-            ValueError: a malformed spec value (see quant_spec).
+            ValueError: a malformed spec value (see quant_spec) or reduce, or x sent
+                whole over max_message_bytes (before any call).
             InvalidArgument: a spec or tensor the server refuses (non-finite values...).
         """
+        check_reduce(reduce)
         request = pb.ComputeRequest(calculator=calculator, spec=quant_spec(spec, **spec_fields))
-        fill_tensor(request.tensor, x)
-        return QParams.from_proto(self._call(self._stub.Compute, request).qparams)
+        observation = (tensor_request("", x) if reduce == "never" else
+                       range_request("", x, request.spec, reduce))
+        if observation.HasField("range"):
+            request.range.CopyFrom(observation.range)
+        else:
+            self._check_size(observation.tensor.data, reduce)
+            request.tensor.CopyFrom(observation.tensor)
+        return QParams.from_proto(self._call("Compute", request, timeout, metadata).qparams)
 
     def create_session(self, name: str, spec: SpecLike | None = None, *, calculator: str = "",
-                       averaging_constant: float | None = None,
+                       averaging_constant: float | None = None, timeout: float | None = None, metadata: Metadata = None,
                        **spec_fields: Any) -> pb.Session:
         """Creates the session `name` and returns it (its spec resolved).
 
@@ -263,49 +353,59 @@ class Client:
         0.5% per channel.
 
         Raises:
+            ValueError: no target, or a malformed spec value, before any call.
             AlreadyExists: the name is taken. InvalidArgument: a bad name or spec.
             ResourceExhausted: the server's session limit.
         """
         request = pb.CreateSessionRequest(name=name, calculator=calculator,
                                           spec=quant_spec(spec, **spec_fields))
+        if request.spec.target == pb.TARGET_UNSPECIFIED:
+            raise ValueError(
+                "create_session needs target=\"weight\" or target=\"activation\" (in the spec "
+                "or as a keyword): the two resolve to different defaults (weight: "
+                "symmetric, calculator static; activation: calculator moving_average), so "
+                "the client does not guess")
         if averaging_constant is not None:
             request.averaging_constant = averaging_constant
-        session = self._call(self._stub.CreateSession, request)
+        session = self._call("CreateSession", request, timeout, metadata)
         self._remember(session)
         return session
 
-    def get_session(self, name: str) -> pb.Session:
+    def get_session(self, name: str, *, timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
         """The session `name` (NotFound if there is none)."""
-        session = self._call(self._stub.GetSession, pb.GetSessionRequest(name=name))
+        session = self._call("GetSession", pb.GetSessionRequest(name=name), timeout, metadata)
         self._remember(session)
         return session
 
-    def list_sessions(self, prefix: str = "", *, page_size: int = 0) -> Iterator[pb.Session]:
+    def list_sessions(self, prefix: str = "", *, page_size: int = 0,
+                      timeout: float | None = None, metadata: Metadata = None) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, fetching page
         after page (page_size 0: the server's default of 50; at most 1000). Sharded:
         each replica's pages, merged in name order."""
         routing = self._routing()
         if routing is None:
-            yield from self._list_pages(prefix, page_size, None)
+            yield from self._list_pages(prefix, page_size, None, timeout, metadata)
             return
-        yield from heapq.merge(*(self._list_pages(prefix, page_size, replica)
+        yield from heapq.merge(*(self._list_pages(prefix, page_size, replica, timeout,
+                                                  metadata)
                                  for replica in routing.replicas),
                                key=lambda session: session.name)
 
-    def _list_pages(self, prefix: str, page_size: int,
-                    replica: str | None) -> Iterator[pb.Session]:
+    def _list_pages(self, prefix: str, page_size: int, replica: str | None,
+                    timeout: float | None, metadata: Metadata) -> Iterator[pb.Session]:
         """The sessions of one server or replica, page after page."""
         token = ""
         while True:
-            page = self._call(self._stub.ListSessions, pb.ListSessionsRequest(
-                page_size=page_size, page_token=token, filter=prefix), replica=replica)
+            page = self._call("ListSessions", pb.ListSessionsRequest(
+                page_size=page_size, page_token=token, filter=prefix), timeout, metadata,
+                replica)
             yield from page.sessions
             token = page.next_page_token
             if not token:
                 return
 
     def read_sessions(self, prefix: str = "", *,
-                      timeout: float | None = None) -> Iterator[pb.Session]:
+                      timeout: float | None = None, metadata: Metadata = None) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, streamed by the
         server in one call (ReadSessions), each read whole under its own lock: for
         exports and reports of many sessions. A session created or deleted meanwhile
@@ -321,7 +421,7 @@ class Client:
         replicas = [None] if routing is None else routing.replicas
         calls = [self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
                                          timeout=timeout or self.timeout,
-                                         metadata=self._addressed(replica))
+                                         metadata=self._addressed(replica, metadata))
                  for replica in replicas]
 
         def read(call: Any, replica: str | None) -> Iterator[pb.Session]:
@@ -341,7 +441,8 @@ class Client:
                 call.cancel()
 
     def export(self, prefix: str, format: str, *, allow_uninitialized: bool = False,
-               timeout: float | None = None) -> str:
+               tensor_names: Mapping[str, str] | None = None,
+               timeout: float | None = None, metadata: Metadata = None) -> str:
         """The sessions under `prefix` rendered by the server (ExportSessions) in a
         deployment format, as one JSON document (README "Exporting a calibration run").
 
@@ -351,6 +452,9 @@ class Client:
                 or "compressed-tensors"; the server judges it.
             allow_uninitialized: leave sessions that never saw data out instead of
                 failing.
+            tensor_names: the exported name of a session's tensor, by the session's
+                name without the prefix, e.g. qparams.torch.onnx_tensor_names(model,
+                example) for an ONNX graph's names; others keep their names.
             timeout: the call's deadline in seconds (default: the client's).
 
         Returns:
@@ -376,9 +480,10 @@ class Client:
                 f"replica's sessions; export from each replica ({', '.join(routing.replicas)}) "
                 "by its own address")
         request = pb.ExportSessionsRequest(prefix=prefix, format=format,
-                                           allow_uninitialized=bool(allow_uninitialized))
+                                           allow_uninitialized=bool(allow_uninitialized),
+                                           tensor_names=dict(tensor_names or {}))
         call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
-                                         metadata=self._metadata)
+                                         metadata=self._addressed(None, metadata))
         try:
             data = b"".join(chunk.data for chunk in call)
         except grpc.RpcError as e:
@@ -388,14 +493,16 @@ class Client:
         return data.decode("utf-8")
 
     def export_compressed_tensors(self, prefix: str, *, allow_uninitialized: bool = False,
-                                  timeout: float | None = None
+                                  tensor_names: Mapping[str, str] | None = None,
+                                  timeout: float | None = None, metadata: Metadata = None
                                   ) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
         """The sessions under `prefix` as compressed-tensors' scale tensors and
         quantization_config: export(prefix, "compressed-tensors") decoded, for the
         caller to save with their own tooling (e.g. safetensors and config.json).
 
         Args:
-            prefix, allow_uninitialized, timeout: as for export.
+            prefix, allow_uninitialized, tensor_names, timeout, metadata: as for
+                export.
 
         Returns:
             (state_dict, quantization_config): the tensors by name (e.g.
@@ -411,23 +518,23 @@ class Client:
         require_torch()
         return decode_compressed_tensors(self.export(
             prefix, "compressed-tensors", allow_uninitialized=allow_uninitialized,
-            timeout=timeout))
+            tensor_names=tensor_names, timeout=timeout, metadata=metadata))
 
-    def topology(self) -> pb.Topology:
+    def topology(self, *, timeout: float | None = None, metadata: Metadata = None) -> pb.Topology:
         """Which replica owns which slots (GetTopology): slot_count, the answering
         replica_id, the slot ranges and the replicas. A session's slot is
         zlib.crc32(name.encode()) % slot_count. An unsharded server is one replica ""
         owning every slot."""
-        return self._call(self._stub.GetTopology, pb.GetTopologyRequest())
+        return self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata)
 
-    def delete_session(self, name: str) -> None:
+    def delete_session(self, name: str, *, timeout: float | None = None, metadata: Metadata = None) -> None:
         """Deletes the session `name` (NotFound if there is none)."""
         with self._specs_lock:
             self._specs.pop(name, None)
-        self._call(self._stub.DeleteSession, pb.DeleteSessionRequest(name=name))
+        self._call("DeleteSession", pb.DeleteSessionRequest(name=name), timeout, metadata)
 
     def observe(self, name: str, x: TensorLike, *, reduce: str = "auto",
-                omit_qparams: bool = False) -> ObserveResult:
+                omit_qparams: bool = False, timeout: float | None = None, metadata: Metadata = None) -> ObserveResult:
         """One forward of the session `name` on x.
 
         reduce: "always" sends each block's min and max, computed where x lives (its
@@ -446,7 +553,7 @@ class Client:
         cached = reduce != "never" and name in self._specs
         request = self._request(name, x, reduce, omit_qparams)
         try:
-            response = self._call(self._stub.Observe, request)
+            response = self._call("Observe", request, timeout, metadata)
         except (InvalidArgument, FailedPrecondition) as e:
             # A spec cached before another client replaced the session (or changed its
             # granularity) reduces to the wrong blocks: fetch it again once and resend.
@@ -459,13 +566,13 @@ class Client:
                 changed = False
             if not changed:
                 raise e from None
-            response = self._call(self._stub.Observe,
-                                  self._request(name, x, reduce, omit_qparams))
+            response = self._call("Observe", self._request(name, x, reduce, omit_qparams),
+                                  timeout, metadata)
         return ObserveResult.from_response(response)
 
     def observe_many(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
-                     omit_qparams: bool = False,
-                     timeout: float | None = None) -> Iterator[ObserveResult | QParamsError]:
+                     omit_qparams: bool = False, timeout: float | None = None, metadata: Metadata = None
+                     ) -> Iterator[ObserveResult | QParamsError]:
         """Observes every (name, tensor) of `items`, on one or many sessions, over one
         ObserveStream: requests are sent as fast as the stream takes them, not one round
         trip each. Yields, in order, one ObserveResult or one QParamsError (the item's
@@ -484,7 +591,8 @@ class Client:
         check_reduce(reduce)
         routing = self._routing()
         if routing is not None:
-            yield from self._observe_streams(routing, items, reduce, omit_qparams, timeout)
+            yield from self._observe_streams(routing, items, reduce, omit_qparams, timeout,
+                                             metadata)
             return
         names: collections.deque[str] = collections.deque()
         failure: list[BaseException] = []
@@ -499,7 +607,8 @@ class Client:
                 names.append(name)
                 yield request
 
-        call = self._stub.ObserveStream(requests(), timeout=timeout, metadata=self._metadata)
+        call = self._stub.ObserveStream(requests(), timeout=timeout,
+                                        metadata=self._addressed(None, metadata))
         try:
             for response in call:
                 yield stream_outcome(response, names.popleft())
@@ -513,8 +622,8 @@ class Client:
             raise failure[0]
 
     def _observe_streams(self, routing: _Routing, items: Iterable[tuple[str, TensorLike]],
-                         reduce: str, omit_qparams: bool,
-                         timeout: float | None) -> Iterator[ObserveResult | QParamsError]:
+                         reduce: str, omit_qparams: bool, timeout: float | None,
+                         metadata: Metadata) -> Iterator[ObserveResult | QParamsError]:
         """observe_many over one ObserveStream per owning replica.
 
         A dispatcher thread reads `items`, reduces each and queues it on its owner's
@@ -546,7 +655,7 @@ class Client:
                             pending: queue_module.Queue = queue_module.Queue()
                             streams[replica] = (pending, self._stub.ObserveStream(
                                 requests(pending), timeout=timeout,
-                                metadata=self._addressed(replica)))
+                                metadata=self._addressed(replica, metadata)))
                         streams[replica][0].put(request)
                     order.put((replica, name))
             except BaseException as e:  # raised by the reader, after the answers before it
@@ -583,7 +692,8 @@ class Client:
             raise failure[0]
 
     def _observe_batch_by_owner(self, routing: _Routing, request: pb.ObserveBatchRequest, *,
-                                raise_failure: bool) -> pb.ObserveBatchResponse:
+                                raise_failure: bool, timeout: float | None = None,
+                                metadata: Metadata = None) -> pb.ObserveBatchResponse:
         """ObserveBatch split into one call per owning replica, made concurrently, the
         answers put back in order. A failed call is raised (the first by replica
         name, after every call ended) if `raise_failure`, else it becomes the status
@@ -595,7 +705,8 @@ class Client:
         for replica, indexes in sorted(parts.items()):
             part = pb.ObserveBatchRequest(observations=[request.observations[i] for i in indexes])
             calls[replica] = self._stub.ObserveBatch.future(
-                part, timeout=self.timeout, metadata=self._addressed(replica))
+                part, timeout=timeout or self.timeout,
+                metadata=self._addressed(replica, metadata))
         responses: list[pb.ObserveResponse | None] = [None] * len(request.observations)
         first: QParamsError | None = None
         for replica, call in calls.items():
@@ -627,7 +738,8 @@ class Client:
         return self._observe_batch_by_owner(routing, request, raise_failure=False)
 
     def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
-                      omit_qparams: bool = False) -> list[ObserveResult | QParamsError]:
+                      omit_qparams: bool = False, timeout: float | None = None, metadata: Metadata = None
+                      ) -> list[ObserveResult | QParamsError]:
         """Observes every (name, tensor) of `items`, on one or many sessions, in one
         ObserveBatch call (at most 4096 items, within the message size limit); returns,
         in order, one ObserveResult or one QParamsError (the item's refusal, with its
@@ -648,9 +760,10 @@ class Client:
             request.observations.append(self._request(name, x, reduce, omit_qparams))
         routing = self._routing()
         if routing is None:
-            response = self._call(self._stub.ObserveBatch, request)
+            response = self._call("ObserveBatch", request, timeout, metadata)
         else:
-            response = self._observe_batch_by_owner(routing, request, raise_failure=True)
+            response = self._observe_batch_by_owner(routing, request, raise_failure=True,
+                                                    timeout=timeout, metadata=metadata)
         return [stream_outcome(r, name) for r, name in zip(response.responses, names)]
 
     def observe_async(self, name: str, x: TensorLike, *, reduce: str = "auto",
@@ -671,6 +784,7 @@ class Client:
         """
         check_reduce(reduce)
         request = self._request(name, x, reduce, omit_qparams)
+        self._in_this_process()
         with self._queue_lock:
             if self._queue is None:
                 self._queue = ObserveQueue(self._send_batch)
@@ -680,36 +794,42 @@ class Client:
     def flush(self, timeout: float | None = None) -> None:
         """Waits until every observe_async observation is answered; raises the first
         failure among them not raised yet (a QParamsError with its `session`)."""
+        self._in_this_process()
         with self._queue_lock:
             queue = self._queue
         if queue is not None:
             queue.flush(timeout)
 
-    def get_qparams(self, name: str) -> QParams:
+    def get_qparams(self, name: str, *, timeout: float | None = None, metadata: Metadata = None) -> QParams:
         """The cached qparams of the session `name`, as get_qparams: before the first
         forward, empty with `initialized` False."""
-        response = self._call(self._stub.GetQParams, pb.GetQParamsRequest(name=name))
+        response = self._call("GetQParams", pb.GetQParamsRequest(name=name), timeout, metadata)
         return QParams.from_proto(response.qparams, response.initialized)
 
-    def set_export_mode(self, name: str, enabled: bool = True) -> pb.Session:
+    def set_export_mode(self, name: str, enabled: bool = True, *,
+                        timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
         """Freezes (enabled) or unfreezes the qparams of the session `name`."""
-        return self._call(self._stub.SetExportMode,
-                          pb.SetExportModeRequest(name=name, enabled=enabled))
+        return self._call("SetExportMode", pb.SetExportModeRequest(name=name, enabled=enabled),
+                          timeout, metadata)
 
-    def set_granularity(self, name: str, value: GranularityLike) -> pb.Session:
+    def set_granularity(self, name: str, value: GranularityLike, *,
+                        timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
         """Changes the session's granularity (FailedPrecondition once it computed a
         forward). ValueError for a malformed granularity, before any call."""
-        session = self._call(self._stub.SetGranularity, pb.SetGranularityRequest(
-            name=name, granularity=granularity(value)))
+        session = self._call("SetGranularity", pb.SetGranularityRequest(
+            name=name, granularity=granularity(value)), timeout, metadata)
         self._remember(session)
         return session
 
-    def health(self, service: str = "") -> str:
+    def health(self, service: str = "", *, timeout: float | None = None, metadata: Metadata = None) -> str:
         """The serving status of `service` ("" = the server; "qparams.v1.QParamsService"):
         "SERVING" or "NOT_SERVING". Sends no token."""
+        self._in_this_process()
+        sent = self._health_metadata if not metadata else (
+            self._health_metadata or ()) + _check_metadata(metadata)
         try:
             response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
-                                          timeout=self.timeout, metadata=self._health_metadata)
+                                  timeout=timeout or self.timeout, metadata=sent)
         except grpc.RpcError as e:
             raise error_from_rpc(e) from None
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
@@ -735,5 +855,20 @@ class Client:
         spec = None if reduce == "never" else self._spec(name)
         request = (tensor_request(name, x) if spec is None
                    else range_request(name, x, spec, reduce))
+        if request.HasField("tensor"):
+            self._check_size(request.tensor.data, reduce)
         request.omit_qparams = omit_qparams
         return request
+
+    def _check_size(self, data: bytes, reduce: str) -> None:
+        """ValueError for a tensor whose bytes alone exceed the message limit: gRPC
+        would refuse it only after serialising it (seconds for a large one)."""
+        if len(data) <= self.max_message_bytes - 1024:  # room for the rest of the message
+            return
+        hint = ('reduce="auto" (the default) or "always" sends its block minima and maxima '
+                'instead' if reduce == "never" else
+                "it could not be reduced (its values are not all finite, or the "
+                "granularity does not fit its shape)")
+        raise ValueError(f"tensor of {len(data)} bytes exceeds max_message_bytes "
+                         f"({self.max_message_bytes}); {hint}, or raise max_message_bytes "
+                         "here and the server's --max_message_bytes")
