@@ -25,8 +25,9 @@ if [ "${1:-}" != image ]; then
   packages+=(python3 python3-setuptools python3-wheel python3-venv python3-grpcio
     python3-protobuf python3-numpy python3-torch python3-pytest)
   # The exports' independent consumers (onnx.checker), the report page's browser
-  # test (headless Chromium), and the balancer sharding routes through (HAProxy).
-  packages+=(python3-onnx chromium haproxy)
+  # test (headless Chromium), the balancer sharding routes through (HAProxy), and
+  # the small real data set the PyTorch tests train on (scikit-learn's digits).
+  packages+=(python3-onnx chromium haproxy python3-sklearn)
 fi
 if [ "${1:-}" = bench ]; then
   packages+=(jq gnuplot-nox)  # bench/run.sh: reading qparams-bench's JSON, the plot

@@ -68,4 +68,4 @@ class BuildPyWithProtos(build_py):
 
 
 # The generated qparams.v1 and qparams._health packages come from BuildPyWithProtos.
-setup(packages=["qparams"], cmdclass={"build_py": BuildPyWithProtos})
+setup(packages=["qparams", "qparams.torch"], cmdclass={"build_py": BuildPyWithProtos})

@@ -153,7 +153,7 @@ def test_four_ranks_into_one_per_channel_session_equal_one_process(server, clien
 def test_four_ranks_calibrate_one_model_then_any_process_converts(server, client,
                                                                   name) -> None:
     reports = run_ranks("model", server.target, name)
-    names = [f"{name}/{m}.activation_post_process" for m in ("fc1", "fc2", "quant")]
+    names = [f"{name}/{m}.output" for m in ("fc1", "fc2", "quant")]
     assert [r["names"] for r in reports] == [names] * WORLD
     forwards = sum(r["forwards"] for r in reports)
     assert all(client.get_session(n).observation_count == forwards for n in names)

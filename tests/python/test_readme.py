@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -63,13 +62,12 @@ def test_data_parallel_script_runs_under_torchrun(server, client, tmp_path) -> N
                if info.startswith("python ")}
     (tmp_path / "calibrate.py").write_text(scripts["calibrate.py"])
     command = next(body for info, body in python_section_fences()
-                   if info == "sh" and "torchrun" in body).split()
+                   if info == "sh" and "torch.distributed.run" in body).split()
     assert command[0].startswith("QPARAMS_TARGET=") and command[1] == "QPARAMS_RUN=readme-dp"
-    torchrun = shutil.which("torchrun") or "/usr/bin/torchrun"
     env = {**os.environ, "QPARAMS_TARGET": server.target, "QPARAMS_RUN": "readme-dp"}
-    # The README's command, with Debian's torchrun and this Python.
-    argv = [sys.executable, torchrun, *command[3:]]
-    assert command[2] == "torchrun"
+    # The README's command, run by this Python (the interpreter the tests run on).
+    assert command[2:5] == ["python3", "-m", "torch.distributed.run"]
+    argv = [sys.executable, *command[3:]]
     run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -77,7 +75,7 @@ def test_data_parallel_script_runs_under_torchrun(server, client, tmp_path) -> N
 
     # Both ranks' shards are in the one session of the QuantStub's input, whose qparams
     # are torch.ao's MinMaxObserver's over all the data.
-    session = client.get_session("readme-dp/0.activation_post_process")
+    session = client.get_session("readme-dp/0.output")
     assert session.observation_count == 64
     data = torch.randn(64, 32, 16, generator=torch.Generator().manual_seed(1))
     reference = MinMaxObserver(dtype=torch.quint8)

@@ -6,6 +6,7 @@ torch.ao cannot convert, and copies."""
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 import re
 
@@ -40,14 +41,16 @@ def _no_error_left(server):
 
 
 def same(a: qparams.QParams, b: qparams.QParams) -> bool:
-    """Bit-identical qparams (numpy or torch fields)."""
+    """Bit-identical qparams (numpy or torch fields). A per-tensor observer's session
+    sees tensors flattened: its shape (1,) matches any all-ones shape."""
     def arr(x):
         return None if x is None else np.asarray(x)
-    return (a.shape == b.shape and f32_bits(arr(a.scale)) == f32_bits(arr(b.scale))
+    return ((a.shape == b.shape or math.prod(a.shape) == math.prod(b.shape) == 1) and f32_bits(arr(a.scale)) == f32_bits(arr(b.scale))
             and (a.minval is None) == (b.minval is None)
             and (a.minval is None or f32_bits(arr(a.minval)) == f32_bits(arr(b.minval)))
             and (a.zero_point is None) == (b.zero_point is None)
-            and (a.zero_point is None or arr(a.zero_point).tolist() == arr(b.zero_point).tolist())
+            and (a.zero_point is None
+                 or arr(a.zero_point).ravel().tolist() == arr(b.zero_point).ravel().tolist())
             and a.precision == b.precision and a.initialized == b.initialized)
 
 
@@ -110,8 +113,7 @@ def test_eager_prepare_convert_matches_sessions_and_torch_ao(server, client, nam
     theirs.qconfig = TORCH_QCONFIG
     prepared, reference = prepare(ours), prepare(theirs)
     named = name_observers(prepared, name)
-    assert sorted(named) == [f"{name}/{m}.activation_post_process"
-                             for m in ("fc1", "fc2", "quant")]
+    assert sorted(named) == [f"{name}/{m}.output" for m in ("fc1", "fc2", "quant")]
     with torch.no_grad():
         for x in data:
             prepared(x)
@@ -128,19 +130,19 @@ def test_eager_prepare_convert_matches_sessions_and_torch_ao(server, client, nam
     assert_same_linear(quantized.fc2, expected.fc2)
 
     # ... and they are the sessions' qparams.
-    q = client.get_qparams(f"{name}/quant.activation_post_process")
+    q = client.get_qparams(f"{name}/quant.output")
     assert f32_bits(q.scale) == f32_bits(quantized.quant.scale)
     assert q.zero_point.ravel().tolist() == quantized.quant.zero_point.tolist()
     for layer, shape in (("fc1", (8, 1)), ("fc2", (4, 1))):
         qlinear = getattr(quantized, layer)
-        act = client.get_qparams(f"{name}/{layer}.activation_post_process")
+        act = client.get_qparams(f"{name}/{layer}.output")
         assert (f32_bits(act.scale), act.zero_point.ravel().tolist()) == (
             f32_bits(qlinear.scale), [qlinear.zero_point])
-        weight = client.get_qparams(weight_sessions(client, name)[shape])
+        weight = client.get_qparams(f"{name}/{layer}.weight")
         assert f32_bits(weight.scale) == f32_bits(qlinear.weight().q_per_channel_scales())
         assert weight.zero_point.ravel().tolist() == \
             qlinear.weight().q_per_channel_zero_points().tolist()
-    session = client.get_session(f"{name}/fc1.activation_post_process")
+    session = client.get_session(f"{name}/fc1.output")
     assert (session.calculator, session.observation_count) == ("global_minmax", len(data))
 
 
@@ -181,8 +183,7 @@ def test_fx_prepare_convert_matches_torch_ao(server, client, name) -> None:
     reference = prepare_fx(copy.deepcopy(model), QConfigMapping().set_global(TORCH_QCONFIG),
                            (data[0],))
     named = name_observers(prepared, name)
-    assert named and all(re.fullmatch(re.escape(name) + r"/activation_post_process_\d+", n)
-                         for n in named)
+    assert sorted(named) == [f"{name}/{n}" for n in ("fc1.input", "fc2.input", "fc2.output")]
     with torch.no_grad():
         for x in data:
             prepared(x)
@@ -196,7 +197,8 @@ def test_fx_prepare_convert_matches_torch_ao(server, client, name) -> None:
     assert_same_linear(quantized.fc2, expected.fc2)
     x = data[-1]
     assert torch.equal(quantized(x), expected(x))
-    assert {s.name for s in client.list_sessions(name + "/")} >= set(named)
+    assert {s.name for s in client.list_sessions(name + "/")} == set(named) | {
+        f"{name}/fc1.weight", f"{name}/fc2.weight"}
 
 
 # ---------------------------------------------------------------- forward and naming
@@ -208,7 +210,8 @@ def test_forward_returns_its_input_and_keeps_gradients_away(server, name) -> Non
     y = x * 2
     out = obs(y)
     assert out is y
-    assert list(obs.parameters()) == [] and list(obs.buffers()) == []
+    assert list(obs.parameters()) == []
+    assert [n for n, _ in obs.named_buffers()] == ["eps", "min_val", "max_val"]
     out.sum().backward()
     assert torch.equal(x.grad, torch.full_like(x, 2.0))
     assert torch.equal(x.detach(), before)
@@ -235,9 +238,8 @@ def test_default_names_and_name_observers(server, client, name, monkeypatch) -> 
     model.qconfig = remote_qconfig(name, server.target)
     prepared = prepare(model)
     named = name_observers(prepared)  # the run each observer was made with
-    assert sorted(named) == [f"{name}/{m}.activation_post_process"
-                             for m in ("fc1", "fc2", "quant")]
-    assert named[f"{name}/fc1.activation_post_process"] is prepared.fc1.activation_post_process
+    assert sorted(named) == [f"{name}/{m}.output" for m in ("fc1", "fc2", "quant")]
+    assert named[f"{name}/fc1.output"] is prepared.fc1.activation_post_process
     with torch.no_grad():
         prepared(torch.randn(3, 16))
     qtorch.flush_all()
@@ -248,17 +250,17 @@ def test_default_names_and_name_observers(server, client, name, monkeypatch) -> 
     with pytest.raises(RuntimeError, match="already uses its session"):
         name_observers(prepared, name + "-other")
     assert prepared.fc1.activation_post_process.session_name == \
-        f"{name}/fc1.activation_post_process"  # nothing renamed
-    assert f"session='{name}/fc1.activation_post_process'" in repr(prepared.fc1)
+        f"{name}/fc1.output"  # nothing renamed
+    assert f"session='{name}/fc1.output'" in repr(prepared.fc1)
     assert "calculator='global_minmax'" in repr(prepared.fc1)
 
 
 def test_arguments_map_to_torch_attributes_and_spec() -> None:
-    # Nothing here reaches a server: construction is local, so a quant range not given
-    # stays None until the session's resolved spec fills it in.
+    # Nothing here reaches a server: construction is local. int8/uint8 quant ranges are
+    # torch.ao's from the start; other dtypes' stay None until the session resolves them.
     obs = RemoteObserver(server="127.0.0.1:9")
     assert (obs.dtype, obs.qscheme, obs.quant_min, obs.quant_max, obs.reduce_range) == (
-        torch.quint8, torch.per_tensor_affine, None, None, False)
+        torch.quint8, torch.per_tensor_affine, 0, 255, False)
     spec = obs.quant_spec
     assert (spec.dtype, spec.qscheme, spec.target) == ("uint8", qparams.pb.ASYMMETRIC,
                                                        qparams.pb.ACTIVATION)
@@ -267,7 +269,7 @@ def test_arguments_map_to_torch_attributes_and_spec() -> None:
     obs = RemoteObserver(dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=-1,
                          target="weight")
     assert (obs.dtype, obs.qscheme, obs.ch_axis, obs.quant_min, obs.quant_max) == (
-        torch.qint8, torch.per_channel_symmetric, -1, None, None)
+        torch.qint8, torch.per_channel_symmetric, -1, -128, 127)
     assert obs.quant_spec.granularity.per_channel.axis == -1
     assert obs.quant_spec.qscheme == qparams.pb.SYMMETRIC
     assert obs.quant_spec.target == qparams.pb.WEIGHT
@@ -275,7 +277,7 @@ def test_arguments_map_to_torch_attributes_and_spec() -> None:
     obs = RemoteObserver(dtype="int8", qscheme="symmetric_with_clipping",
                          granularity="per_channel:1")
     assert (obs.dtype, obs.qscheme, obs.ch_axis, obs.quant_min, obs.quant_max) == (
-        torch.qint8, torch.per_channel_symmetric, 1, None, None)
+        torch.qint8, torch.per_channel_symmetric, 1, -128, 127)
     obs = RemoteObserver(dtype=torch.quint8, qscheme=torch.per_channel_affine, ch_axis=1,
                          quant_min=0, quant_max=127, spec={"float_range": (None, 6.0)})
     assert (obs.qscheme, obs.quant_min, obs.quant_max) == (torch.per_channel_affine, 0, 127)
@@ -296,8 +298,7 @@ def test_arguments_map_to_torch_attributes_and_spec() -> None:
             (dict(client_options={"target": "x:1"}), ValueError)]:
         with pytest.raises(error):
             RemoteObserver(**bad)
-    with pytest.raises(TypeError):
-        RemoteObserver(torch.qint8)  # keyword arguments only
+    assert RemoteObserver(torch.qint8).dtype == torch.qint8  # MinMaxObserver's positions
 
 
 # ---------------------------------------------------------------- errors of the stream
@@ -397,7 +398,7 @@ def test_existing_session_is_checked_then_reused(server, client, name) -> None:
     assert scale.shape == zero_point.shape == (8,)
     assert client.get_session(name).observation_count == len(data)
 
-    for field, kwargs in [("calculator", dict(calculator="static")),
+    for field, kwargs in [("calculator", dict(calculator="static", rule="coreai_opt")),
                           ("dtype", dict(dtype=torch.quint8)),
                           ("qscheme", dict(qscheme=torch.per_channel_symmetric)),
                           ("granularity", dict(ch_axis=0)),
@@ -447,7 +448,7 @@ def _inputs(kind: str, seed: int) -> list[torch.Tensor]:
 def test_inputs_of_any_dtype_and_layout_match_client_observe(server, client, name, kind,
                                                              granularity) -> None:
     obs = RemoteObserver(server=server.target, name=name, dtype="int8", qscheme="asymmetric",
-                         granularity=granularity)
+                         granularity=granularity, rule="coreai_opt")
     client.create_session(name + ".whole", obs.quant_spec, calculator="global_minmax")
     data = _inputs(kind, seed=7)
     if kind in ("transposed", "sliced"):
@@ -459,7 +460,7 @@ def test_inputs_of_any_dtype_and_layout_match_client_observe(server, client, nam
     assert got.precision == {"bfloat16": "bfloat16", "float16": "float16"}.get(kind, "float32")
     assert isinstance(got.scale, torch.Tensor)
     assert same(got, client.get_qparams(name + ".whole"))
-    assert got.shape == {"per_tensor": (1, 1), "per_channel:0": (8, 1),
+    assert got.shape == {"per_tensor": (1,), "per_channel:0": (8, 1),
                          "per_channel:-1": (1, 32)}[granularity]
     scale, zero_point = obs.calculate_qparams()
     assert f32_bits(scale) == f32_bits(got.scale)
@@ -478,7 +479,7 @@ def test_inputs_of_any_dtype_and_layout_match_client_observe(server, client, nam
 ])
 def test_other_specs_calibrate_but_refuse_calculate_qparams(server, client, name, args,
                                                             reason) -> None:
-    obs = RemoteObserver(server=server.target, name=name, **args)
+    obs = RemoteObserver(server=server.target, name=name, rule="coreai_opt", **args)
     client.create_session(name + ".whole", obs.quant_spec, calculator="global_minmax")
     for x in batches(3, (8, 64), seed=8):
         obs(x)

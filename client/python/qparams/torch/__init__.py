@@ -1,0 +1,59 @@
+"""PyTorch observers backed by qparams sessions, for torch.ao.quantization.
+
+A RemoteObserver is a torch.ao observer (an nn.Module with `forward` and
+`calculate_qparams`) whose statistics live in a named session on a qparams server:
+`forward` reduces each tensor where it lives and queues it for the client's
+background thread (the training step does not wait on the network);
+`calculate_qparams` flushes and reads the session. It takes MinMaxObserver's and
+PerChannelMinMaxObserver's arguments with their meaning.
+
+Eager mode:
+
+    import torch
+    from torch.ao.quantization import QConfig, prepare, convert
+    from qparams.torch import RemoteObserver, name_observers
+
+    qconfig = QConfig(
+        activation=RemoteObserver.with_args(run="exp1", dtype=torch.quint8),
+        weight=RemoteObserver.with_args(run="exp1", dtype=torch.qint8,
+                                        qscheme=torch.per_channel_symmetric))
+    model.qconfig = qconfig
+    prepared = prepare(model)
+    name_observers(prepared, "exp1")    # sessions "exp1/fc1.output", "exp1/fc1.weight"...
+    with torch.no_grad():
+        for batch in calibration_data:
+            prepared(batch)
+    quantized = convert(prepared)       # flushes, then reads every session
+
+FX mode takes the same QConfig through a QConfigMapping: prepare_fx, name_observers,
+calibrate, convert_fx ("exp1/fc1.input", "exp1/fc1.weight"...). PT2E
+(torch.ao.quantization.quantize_pt2e) is not in torch 1.13, which this package is
+tested with.
+
+Session names (see name_observers): weights after their parameters, activations
+after the module output (eager) or module input (FX) they watch. The exports carry
+those names; onnx_tensor_names maps them to an ONNX export's tensor names.
+
+Runs: a run name is a namespace of sessions. Observing under a run whose sessions
+were created before this process started is refused (AlreadyExists) unless the
+observers say if_exists="resume" (add to them) or "replace" (start afresh);
+data-parallel ranks of one run share the sessions their siblings create.
+delete_run deletes a run.
+
+Processes: observers and their clients survive fork() (multiprocessing's default on
+Linux, DataLoader workers): a forked child opens its own channel and its
+observations go to the same sessions. With "spawn" or "forkserver", an observer
+pickled to the child does the same.
+
+Errors of background observations are raised by the next forward, flush or
+calculate_qparams of an observer using the same client, once, naming the session.
+"""
+
+from qparams.torch._naming import parameter_names
+from qparams.torch._observer import RemoteObserver, name_observers
+from qparams.torch._onnx import onnx_tensor_names
+from qparams.torch._registry import (close_clients, default_run, delete_run, flush_all,
+                                     shared_client)
+
+__all__ = ["RemoteObserver", "name_observers", "onnx_tensor_names", "parameter_names",
+           "shared_client", "flush_all", "close_clients", "default_run", "delete_run"]
