@@ -141,18 +141,32 @@ def test_per_tensor_observer_takes_any_rank(server, client, name) -> None:
 
 # ---------------------------------------------------------------- fork, spawn, workers
 
-def _child_observe(server_target: str, session: str, seed: int, queue) -> None:
+def _child_observe(observer: RemoteObserver, seed: int, queue) -> None:
     try:
-        obs = RemoteObserver(server=server_target, name=session, if_exists="resume")
         for x in data(3, (4, 5), seed):
-            obs(x)
-        obs.flush()
-        queue.put(("ok", qparams.Client(server_target).get_session(session).observation_count))
+            observer(x)
+        observer.flush()
+        queue.put(("ok", observer.client.get_session(observer.session_name).observation_count))
     except BaseException as e:  # reported to the parent, which fails the test
         queue.put(("error", repr(e)))
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def _run_children(method: str, target, args: list[tuple]) -> list[tuple]:
+    context = multiprocessing.get_context(method)
+    queue = context.Queue()
+    children = [context.Process(target=target, args=(*a, queue)) for a in args]
+    for child in children:
+        child.start()
+    try:
+        return [queue.get(timeout=120) for _ in children]
+    finally:
+        for child in children:
+            child.join(60)
+            if child.is_alive():
+                child.kill()
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_children_observe_after_the_parent_used_the_client(server, name, method) -> None:
     obs = RemoteObserver(server=server.target, name=name)
     ref = MinMaxObserver()
@@ -160,19 +174,7 @@ def test_children_observe_after_the_parent_used_the_client(server, name, method)
         obs(x)
         ref(x)
     obs.flush()  # the parent's client and its background thread are in use
-    context = multiprocessing.get_context(method)
-    queue = context.Queue()
-    children = [context.Process(target=_child_observe, args=(server.target, name, 20 + i, queue))
-                for i in range(2)]
-    for child in children:
-        child.start()
-    try:
-        outcomes = [queue.get(timeout=120) for _ in children]
-    finally:
-        for child in children:
-            child.join(60)
-            if child.is_alive():
-                child.kill()
+    outcomes = _run_children(method, _child_observe, [(obs, 20 + i) for i in range(2)])
     assert all(kind == "ok" for kind, _ in outcomes), outcomes
     for i in range(2):
         for x in data(3, (4, 5), 20 + i):
@@ -184,31 +186,35 @@ def test_children_observe_after_the_parent_used_the_client(server, name, method)
     assert obs.client.get_session(name).observation_count == 2 + 6 + 1
 
 
-class _ComputingDataset(torch.utils.data.Dataset):
-    """Items whose workers call the server too (a client made in the parent)."""
+def test_a_forked_child_is_told_to_spawn_and_the_parent_works_on(server, name) -> None:
+    obs = RemoteObserver(server=server.target, name=name)
+    obs(torch.ones(3))
+    obs.flush()
+    [(kind, message)] = _run_children("fork", _child_observe, [(obs, 30)])
+    assert kind == "error" and "RuntimeError" in message and "spawn" in message, message
+    obs(torch.full((3,), 2.0))
+    obs.flush()
+    assert obs.client.get_session(name).observation_count == 2
 
-    def __init__(self, client: qparams.Client) -> None:
-        self.client = client
 
+class _Dataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 12
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        x = data(1, (6,), seed=100 + i)[0]
-        q = self.client.compute(x, dtype="uint8", qscheme="asymmetric", target="activation")
-        assert q.initialized
-        return x
+        return data(1, (6,), seed=100 + i)[0]
 
 
-def test_dataloader_workers_fork_while_observing(server, client, name) -> None:
+def test_dataloader_workers_fork_while_observing(server, name) -> None:
     obs = RemoteObserver(server=server.target, name=name)
     ref = MinMaxObserver()
-    loader = torch.utils.data.DataLoader(_ComputingDataset(client), batch_size=3, num_workers=2)
-    for _ in range(2):  # two epochs: workers forked twice while the sender runs
+    loader = torch.utils.data.DataLoader(_Dataset(), batch_size=3, num_workers=2)
+    for _ in range(3):  # workers forked each epoch while the sender thread runs
         for batch in loader:
             obs(batch)
             ref(batch)
     assert qparams_bits(*obs.calculate_qparams()) == qparams_bits(*ref.calculate_qparams())
+    assert obs.client.get_session(name).observation_count == 12
 
 
 # ---------------------------------------------------------------- layer names and exports

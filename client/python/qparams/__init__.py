@@ -13,13 +13,6 @@ parameters (scale, zero point, minval) bit for bit as coreai_opt does.
 PyTorch observers (torch.ao.quantization) are in qparams.torch.
 """
 
-import os as _os
-
-# gRPC reads this once, when grpc is first imported: with it, processes forked after
-# the parent used a client (multiprocessing's default on Linux, DataLoader workers)
-# open channels of their own (see qparams/_fork.py). The user's own setting wins.
-_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "1")
-
 from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
                              FailedPrecondition, Internal, InvalidArgument, NotFound,
                              OutOfRange, PermissionDenied, QParamsError, ResourceExhausted,

@@ -138,8 +138,12 @@ class Client:
             calls, sent after these).
 
     Every method that makes calls takes `timeout=` (seconds; default the client's)
-    and `metadata=`. A client survives fork(): in a child process it opens its own
-    channel at its first call (what the parent had queued stays the parent's).
+    and `metadata=`. After fork(), the parent's client works on, and a "spawn" or
+    "forkserver" child makes clients of its own (a RemoteObserver pickled to it does
+    so by itself); a forked child's
+    first call raises RuntimeError saying so, unless gRPC's fork support is on
+    (qparams/_fork.py says why it is not by default), when the child opens its own
+    channel (what the parent had queued stays the parent's).
 
     Raises:
         ValueError: a bad argument (timeout <= 0, only one of tls_cert/tls_key, an
@@ -213,7 +217,7 @@ class Client:
     @property
     def _stub(self) -> pb_grpc.QParamsServiceStub:
         """The service stub of this process: after fork() a child opens its own
-        channel (gRPC's fork support closes the parent's in the child) and drops the
+        channel (or raises, see _fork.py) and drops the
         parent's background queue, whose observations the parent sends."""
         self._in_this_process()
         return self._service

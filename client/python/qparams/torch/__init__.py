@@ -40,10 +40,11 @@ observers say if_exists="resume" (add to them) or "replace" (start afresh);
 data-parallel ranks of one run share the sessions their siblings create.
 delete_run deletes a run.
 
-Processes: observers and their clients survive fork() (multiprocessing's default on
-Linux, DataLoader workers): a forked child opens its own channel and its
-observations go to the same sessions. With "spawn" or "forkserver", an observer
-pickled to the child does the same.
+Processes: an observer pickled to a "spawn" or "forkserver" child observes into the
+same session from there. After fork() (multiprocessing's default on Linux, DataLoader
+workers) the parent's observers and clients work on, and children that do not call
+the server are unaffected; a forked child that calls it gets a RuntimeError naming
+"spawn" (see qparams/_fork.py for why gRPC's fork support is not turned on).
 
 Errors of background observations are raised by the next forward, flush or
 calculate_qparams of an observer using the same client, once, naming the session.
