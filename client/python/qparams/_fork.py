@@ -32,7 +32,7 @@ def check_fork_support() -> None:
         raise RuntimeError(
             "qparams: this process was forked after its parent used gRPC, and a forked "
             "child cannot open a gRPC channel; start processes that call the server with "
-            "the 'spawn' or 'forkserver' multiprocessing context (a RemoteObserver or "
-            "Client pickled to them works there), or opt in to gRPC's fork support with "
+            "the 'spawn' or 'forkserver' multiprocessing context (a RemoteObserver "
+            "pickled to them works there), or opt in to gRPC's fork support with "
             "GRPC_ENABLE_FORK_SUPPORT=1 before grpc is imported (with grpcio 1.51 on "
             "Python 3.11 its handler can hang a forked child, see qparams/_fork.py)")

@@ -73,6 +73,12 @@ def _check_metadata(metadata: Metadata) -> tuple[tuple[str, str], ...]:
     return pairs
 
 
+def _joined(base: tuple[tuple[str, str], ...] | None,
+            metadata: Metadata) -> tuple[tuple[str, str], ...] | None:
+    """`base` (the client's metadata, or None) followed by a call's own."""
+    return base if not metadata else (base or ()) + _check_metadata(metadata)
+
+
 def check_reduce(reduce: str) -> None:
     """ValueError unless `reduce` is one of auto, always, never."""
     if reduce not in _REDUCE:
@@ -156,7 +162,7 @@ class Client:
                  tls_key: str | None = None, tls_server_name: str | None = None,
                  timeout: float = 30.0, max_message_bytes: int = 64 << 20,
                  replica: str | None = None,
-                 metadata: Sequence[tuple[str, str]] | None = None) -> None:
+                 metadata: Metadata = None) -> None:
         self.target = target or os.environ.get("QPARAMS_TARGET") or DEFAULT_TARGET
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
@@ -273,8 +279,7 @@ class Client:
                    metadata: Metadata = None) -> tuple[tuple[str, str], ...] | None:
         """The call's metadata: the token, the client's and the caller's metadata,
         and the header addressing it to `replica` (None: unaddressed)."""
-        sent = self._metadata if not metadata else (self._metadata or ()) + _check_metadata(
-            metadata)
+        sent = _joined(self._metadata, metadata)
         if replica is None:
             return sent
         return (sent or ()) + ((REPLICA_HEADER, replica),)
@@ -308,7 +313,9 @@ class Client:
 
     # ------------------------------------------------------------------ the RPCs
 
-    def list_calculators(self, *, timeout: float | None = None, metadata: Metadata = None) -> list[pb.CalculatorInfo]:
+    def list_calculators(self, *,
+                         timeout: float | None = None, metadata: Metadata = None
+                        ) -> list[pb.CalculatorInfo]:
         """The calculator registry (key, stateful, description), sorted by key."""
         return list(self._call("ListCalculators", pb.ListCalculatorsRequest(), timeout,
                                metadata).calculators)
@@ -345,7 +352,8 @@ class Client:
         return QParams.from_proto(self._call("Compute", request, timeout, metadata).qparams)
 
     def create_session(self, name: str, spec: SpecLike | None = None, *, calculator: str = "",
-                       averaging_constant: float | None = None, timeout: float | None = None, metadata: Metadata = None,
+                       averaging_constant: float | None = None,
+                       timeout: float | None = None, metadata: Metadata = None,
                        **spec_fields: Any) -> pb.Session:
         """Creates the session `name` and returns it (its spec resolved).
 
@@ -375,14 +383,17 @@ class Client:
         self._remember(session)
         return session
 
-    def get_session(self, name: str, *, timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
+    def get_session(self, name: str, *,
+                    timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
         """The session `name` (NotFound if there is none)."""
         session = self._call("GetSession", pb.GetSessionRequest(name=name), timeout, metadata)
         self._remember(session)
         return session
 
     def list_sessions(self, prefix: str = "", *, page_size: int = 0,
-                      timeout: float | None = None, metadata: Metadata = None) -> Iterator[pb.Session]:
+
+                      timeout: float | None = None, metadata: Metadata = None
+                     ) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, fetching page
         after page (page_size 0: the server's default of 50; at most 1000). Sharded:
         each replica's pages, merged in name order."""
@@ -409,7 +420,9 @@ class Client:
                 return
 
     def read_sessions(self, prefix: str = "", *,
-                      timeout: float | None = None, metadata: Metadata = None) -> Iterator[pb.Session]:
+
+                      timeout: float | None = None, metadata: Metadata = None
+                     ) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, streamed by the
         server in one call (ReadSessions), each read whole under its own lock: for
         exports and reports of many sessions. A session created or deleted meanwhile
@@ -531,14 +544,16 @@ class Client:
         owning every slot."""
         return self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata)
 
-    def delete_session(self, name: str, *, timeout: float | None = None, metadata: Metadata = None) -> None:
+    def delete_session(self, name: str, *,
+                       timeout: float | None = None, metadata: Metadata = None) -> None:
         """Deletes the session `name` (NotFound if there is none)."""
         with self._specs_lock:
             self._specs.pop(name, None)
         self._call("DeleteSession", pb.DeleteSessionRequest(name=name), timeout, metadata)
 
     def observe(self, name: str, x: TensorLike, *, reduce: str = "auto",
-                omit_qparams: bool = False, timeout: float | None = None, metadata: Metadata = None) -> ObserveResult:
+                omit_qparams: bool = False,
+                timeout: float | None = None, metadata: Metadata = None) -> ObserveResult:
         """One forward of the session `name` on x.
 
         reduce: "always" sends each block's min and max, computed where x lives (its
@@ -575,7 +590,8 @@ class Client:
         return ObserveResult.from_response(response)
 
     def observe_many(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
-                     omit_qparams: bool = False, timeout: float | None = None, metadata: Metadata = None
+                     omit_qparams: bool = False,
+                     timeout: float | None = None, metadata: Metadata = None
                      ) -> Iterator[ObserveResult | QParamsError]:
         """Observes every (name, tensor) of `items`, on one or many sessions, over one
         ObserveStream: requests are sent as fast as the stream takes them, not one round
@@ -742,7 +758,8 @@ class Client:
         return self._observe_batch_by_owner(routing, request, raise_failure=False)
 
     def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
-                      omit_qparams: bool = False, timeout: float | None = None, metadata: Metadata = None
+                      omit_qparams: bool = False,
+                      timeout: float | None = None, metadata: Metadata = None
                       ) -> list[ObserveResult | QParamsError]:
         """Observes every (name, tensor) of `items`, on one or many sessions, in one
         ObserveBatch call (at most 4096 items, within the message size limit); returns,
@@ -804,7 +821,8 @@ class Client:
         if queue is not None:
             queue.flush(timeout)
 
-    def get_qparams(self, name: str, *, timeout: float | None = None, metadata: Metadata = None) -> QParams:
+    def get_qparams(self, name: str, *,
+                    timeout: float | None = None, metadata: Metadata = None) -> QParams:
         """The cached qparams of the session `name`, as get_qparams: before the first
         forward, empty with `initialized` False."""
         response = self._call("GetQParams", pb.GetQParamsRequest(name=name), timeout, metadata)
@@ -825,12 +843,12 @@ class Client:
         self._remember(session)
         return session
 
-    def health(self, service: str = "", *, timeout: float | None = None, metadata: Metadata = None) -> str:
+    def health(self, service: str = "", *,
+               timeout: float | None = None, metadata: Metadata = None) -> str:
         """The serving status of `service` ("" = the server; "qparams.v1.QParamsService"):
         "SERVING" or "NOT_SERVING". Sends no token."""
         self._in_this_process()
-        sent = self._health_metadata if not metadata else (
-            self._health_metadata or ()) + _check_metadata(metadata)
+        sent = _joined(self._health_metadata, metadata)
         try:
             response = self._health.Check(health_pb2.HealthCheckRequest(service=service),
                                   timeout=timeout or self.timeout, metadata=sent)

@@ -302,12 +302,11 @@ class RemoteObserver(UniformQuantizationObserverBase):
             name = f"{self.run}/observer.{k}"
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, not {name!r}")
-        # Built now to check the fields; the target is settled at the first use.
-        quant_spec(dict(spec or {}), dtype=qdtype, qscheme=qqscheme, granularity=g,
-                   target=target or "activation", quant_min=spec_range[0],
-                   quant_max=spec_range[1])
         self._spec_args = (dict(spec or {}), qdtype, qqscheme, g, spec_range)
         self.target = target
+        # (target, spec, its bytes) as last built: forward reads it on every call.
+        self._built: tuple[str, pb.QuantSpec, bytes] | None = None
+        self._build_spec()  # now, to check the fields; the target is settled at the first use
         self._name = name
         self._used_name: str | None = None   # the name this observer opened its session as
         self._client: Client | None = None
@@ -334,13 +333,24 @@ class RemoteObserver(UniformQuantizationObserverBase):
     def quant_spec(self) -> pb.QuantSpec:
         """The qparams.v1.QuantSpec this observer asks for (its target "activation"
         until settled; the server fills in the defaults of what is unset)."""
-        extra, qdtype, qqscheme, g, (qmin, qmax) = self._spec_args
-        return quant_spec(dict(extra), dtype=qdtype, qscheme=qqscheme, granularity=g,
-                          target=self.target or "activation", quant_min=qmin, quant_max=qmax)
+        spec = pb.QuantSpec()
+        spec.CopyFrom(self._spec)
+        return spec
 
     @property
     def _spec(self) -> pb.QuantSpec:
-        return self.quant_spec
+        """The spec asked for (not to be modified), rebuilt only when the target
+        changes."""
+        return self._build_spec()
+
+    def _build_spec(self) -> pb.QuantSpec:
+        target = self.target or "activation"
+        if self._built is None or self._built[0] != target:
+            extra, qdtype, qqscheme, g, (qmin, qmax) = self._spec_args
+            spec = quant_spec(dict(extra), dtype=qdtype, qscheme=qqscheme, granularity=g,
+                              target=target, quant_min=qmin, quant_max=qmax)
+            self._built = (target, spec, spec.SerializeToString(deterministic=True))
+        return self._built[1]
 
     @property
     def client(self) -> Client:
@@ -570,8 +580,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
         """Creates the session, or checks the one that exists, once per process."""
         spec = self._spec
         key = (self._client_key, self._name,
-               (spec.SerializeToString(deterministic=True), self.calculator,
-                self.averaging_constant))
+               (self._built[2], self.calculator, self.averaging_constant))
         if key in _registry.opened:
             self._used_name = self._name
             return

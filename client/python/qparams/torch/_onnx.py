@@ -37,7 +37,8 @@ def onnx_tensor_names(model: torch.nn.Module, example_inputs: Sequence[Any] | to
         import onnx
     except ImportError as e:
         raise ImportError("onnx_tensor_names needs the onnx package (Debian: python3-onnx)") from e
-    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    inputs = ((example_inputs,) if isinstance(example_inputs, torch.Tensor)
+              else tuple(example_inputs))
     buffer = io.BytesIO()
     with torch.no_grad():
         torch.onnx.export(model, inputs, buffer, **export_kwargs)
