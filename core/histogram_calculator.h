@@ -119,6 +119,9 @@ class HistogramQParamsCalculator : public StatefulQParamsCalculatorBase {
   mutable std::shared_ptr<const Result> result_ ABSL_GUARDED_BY(mu_);
 };
 
+// The three kinds. Their constructors take resolved parameters and spec as they are;
+// build them through HistogramQParamsCalculator::Create or the registry, which check.
+
 // percentile (§6.2): the left edge of the bin where the cumulative count reaches P%.
 class PercentileQParamsCalculator final : public HistogramQParamsCalculator {
  public:
