@@ -29,6 +29,13 @@ Observation Observation::FromHistogram(const Histogram& histogram) {
   return o;
 }
 
+Observation Observation::FromHistogram(std::shared_ptr<const Histogram> histogram) {
+  Observation o;
+  o.histogram_ = histogram.get();
+  o.owned_histogram_ = std::move(histogram);
+  return o;
+}
+
 absl::StatusOr<BlockRange> Observation::Range(const Shape& block) const {
   if (tensor_.has_value()) return ObserveRange(*tensor_, block);
   if (histogram_ != nullptr) {

@@ -7,6 +7,7 @@
 #ifndef QPARAMS_CORE_OBSERVATION_H_
 #define QPARAMS_CORE_OBSERVATION_H_
 
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,9 @@ class Observation {
   // A histogram a client binned, checked by the calculator (ValidateHistogram).
   // `histogram` must outlive the observation.
   static Observation FromHistogram(const Histogram& histogram);
+  // The same, holding the histogram: for a histogram decoded from a request, which
+  // (unlike a tensor's bytes) is not a view of the request.
+  static Observation FromHistogram(std::shared_ptr<const Histogram> histogram);
 
   // The input's shape ([] for a histogram observation).
   const Shape& input_shape() const { return input_shape_; }
@@ -55,6 +59,7 @@ class Observation {
   std::optional<TensorView> min_;
   std::optional<TensorView> max_;
   const Histogram* histogram_ = nullptr;
+  std::shared_ptr<const Histogram> owned_histogram_;  // null for a view
 };
 
 }  // namespace qparams
