@@ -13,6 +13,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +28,12 @@ namespace qparams::testing {
 namespace {
 
 enum class Mode { kObserve, kOmit, kBatch, kStream };
+
+ObserveWay WayOf(Mode mode) {
+  return mode == Mode::kStream  ? ObserveWay::kStream
+         : mode == Mode::kBatch ? ObserveWay::kBatch
+                                : ObserveWay::kObserve;
+}
 
 const char* ModeName(Mode mode) {
   switch (mode) {
@@ -41,7 +49,7 @@ const char* ModeName(Mode mode) {
   return "?";
 }
 
-using Stream = grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>;
+using Stream = ObserveStreamRW;
 
 // The histogram parameters of a case on the wire; a nonfinite name the wire has no
 // value for becomes an unknown enum value, which the service must refuse.
@@ -113,12 +121,18 @@ class ServiceHistogramConformance : public ::testing::Test {
   std::string RunCase(const HistogramCase& c, const std::string& name, Mode mode, Stream* stream,
                       std::optional<Histogram>* final);
 
-  // An observation's response, by `mode`'s path; the status is the item's own.
-  grpc::Status Observe(v1::ObserveRequest request, Mode mode, Stream* stream,
-                       v1::ObserveResponse* response);
-
   // What a failed step must not change: the session and its histogram.
   std::string Snapshot(const std::string& name);
+
+  // GetHistogram's status and reply.
+  std::pair<grpc::Status, v1::HistogramObservation> ReadHistogram(const std::string& name) {
+    grpc::ClientContext context;
+    v1::GetHistogramRequest request;
+    request.set_name(name);
+    v1::HistogramObservation histogram;
+    const grpc::Status status = stub_->GetHistogram(&context, request, &histogram);
+    return {status, histogram};
+  }
 
   static std::vector<HistogramCase>* cases_;
   std::unique_ptr<TestServer> server_;
@@ -127,43 +141,13 @@ class ServiceHistogramConformance : public ::testing::Test {
 
 std::vector<HistogramCase>* ServiceHistogramConformance::cases_ = nullptr;
 
-grpc::Status ServiceHistogramConformance::Observe(v1::ObserveRequest request, Mode mode,
-                                                  Stream* stream, v1::ObserveResponse* response) {
-  request.set_omit_qparams(mode == Mode::kOmit);
-  if (mode == Mode::kStream) {
-    if (!stream->Write(request) || !stream->Read(response)) {
-      return grpc::Status(grpc::StatusCode::UNKNOWN, "the stream broke");
-    }
-    return wire::ToGrpcStatus(wire::FromRpcStatus(response->status()));
-  }
-  grpc::ClientContext context;
-  if (mode == Mode::kBatch) {
-    v1::ObserveBatchRequest batch;
-    *batch.add_observations() = std::move(request);
-    v1::ObserveBatchResponse answers;
-    const grpc::Status status = stub_->ObserveBatch(&context, batch, &answers);
-    if (!status.ok()) return status;
-    if (answers.responses_size() != 1) {
-      return grpc::Status(grpc::StatusCode::UNKNOWN, "ObserveBatch answered no observation");
-    }
-    *response = answers.responses(0);
-    return wire::ToGrpcStatus(wire::FromRpcStatus(response->status()));
-  }
-  return stub_->Observe(&context, request, response);
-}
-
 std::string ServiceHistogramConformance::Snapshot(const std::string& name) {
   grpc::ClientContext session_context;
   v1::GetSessionRequest get;
   get.set_name(name);
   v1::Session session;
   const grpc::Status got = stub_->GetSession(&session_context, get, &session);
-  grpc::ClientContext histogram_context;
-  v1::GetHistogramRequest get_histogram;
-  get_histogram.set_name(name);
-  v1::HistogramObservation histogram;
-  const grpc::Status got_histogram =
-      stub_->GetHistogram(&histogram_context, get_histogram, &histogram);
+  const auto [got_histogram, histogram] = ReadHistogram(name);
   if (!got.ok() || !got_histogram.ok()) return "(the session could not be read)";
   return session.SerializeAsString() + histogram.SerializeAsString();
 }
@@ -204,8 +188,10 @@ std::string ServiceHistogramConformance::RunCase(const HistogramCase& c, const s
         } else {
           *request.mutable_histogram() = wire::HistogramToProto(step.histogram);
         }
-        v1::ObserveResponse response;
-        status = Observe(std::move(request), mode, stream, &response);
+        request.set_omit_qparams(mode == Mode::kOmit);
+        const Observed observed = ObserveOnce(*stub_, WayOf(mode), stream, request);
+        status = observed.status;
+        const v1::ObserveResponse& response = observed.response;
         if (!status.ok() || !step.expect.has_value()) break;
         if (mode != Mode::kOmit) {
           // An observation's response has no initialized flag: a histogram session
@@ -234,11 +220,8 @@ std::string ServiceHistogramConformance::RunCase(const HistogramCase& c, const s
         break;
       }
       case HistogramStep::Op::kGetHistogram: {
-        grpc::ClientContext context;
-        v1::GetHistogramRequest request;
-        request.set_name(name);
         v1::HistogramObservation response;
-        status = stub_->GetHistogram(&context, request, &response);
+        std::tie(status, response) = ReadHistogram(name);
         if (status.ok() && step.expect_histogram.has_value()) {
           if (std::string d =
                   HistogramDifference(*step.expect_histogram, wire::HistogramFromProto(response));
@@ -248,24 +231,12 @@ std::string ServiceHistogramConformance::RunCase(const HistogramCase& c, const s
         }
         break;
       }
-      case HistogramStep::Op::kSetExportMode: {
-        grpc::ClientContext context;
-        v1::SetExportModeRequest request;
-        request.set_name(name);
-        request.set_enabled(step.enabled);
-        v1::Session response;
-        status = stub_->SetExportMode(&context, request, &response);
+      case HistogramStep::Op::kSetExportMode:
+        status = SetExportMode(*stub_, name, step.enabled);
         break;
-      }
-      case HistogramStep::Op::kSetGranularity: {
-        grpc::ClientContext context;
-        v1::SetGranularityRequest request;
-        request.set_name(name);
-        *request.mutable_granularity() = wire::GranularityToProto(step.granularity);
-        v1::Session response;
-        status = stub_->SetGranularity(&context, request, &response);
+      case HistogramStep::Op::kSetGranularity:
+        status = SetGranularity(*stub_, name, step.granularity);
         break;
-      }
     }
 
     if (step.expect_error.has_value()) {
@@ -284,19 +255,10 @@ std::string ServiceHistogramConformance::RunCase(const HistogramCase& c, const s
     if (!diff.empty()) return where + diff;
   }
 
-  grpc::ClientContext histogram_context;
-  v1::GetHistogramRequest get_histogram;
-  get_histogram.set_name(name);
-  v1::HistogramObservation histogram;
-  if (!stub_->GetHistogram(&histogram_context, get_histogram, &histogram).ok()) {
-    return "GetHistogram failed at the end";
-  }
+  const auto [read, histogram] = ReadHistogram(name);
+  if (!read.ok()) return "GetHistogram failed at the end";
   *final = wire::HistogramFromProto(histogram);
-  grpc::ClientContext delete_context;
-  v1::DeleteSessionRequest del;
-  del.set_name(name);
-  v1::DeleteSessionResponse none;
-  if (!stub_->DeleteSession(&delete_context, del, &none).ok()) return "DeleteSession failed";
+  if (!DeleteSession(*stub_, name).ok()) return "DeleteSession failed";
   return "";
 }
 
