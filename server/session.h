@@ -3,7 +3,9 @@
 //
 // Thread safety: every method may be called concurrently. Mutations of one session
 // apply one at a time, and a read sees the state before or after a mutation, never
-// half of one.
+// half of one. Lock order: the session's lock, then a histogram calculator's own
+// lock on its cached search result (reads under the session's reader lock may run
+// the search; the first runs it, the others wait for its result).
 
 #ifndef QPARAMS_SERVER_SESSION_H_
 #define QPARAMS_SERVER_SESSION_H_
