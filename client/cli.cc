@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +31,8 @@
 #include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
+#include "core/histogram.h"
+#include "core/histogram_params.h"
 #include "core/quant_spec.h"
 #include "core/range.h"
 #include "google/protobuf/util/json_util.h"
@@ -78,6 +81,15 @@ std::string CodeName(const v1::RpcStatus& status) {
   return absl::StatusCodeToString(wire::FromRpcStatus(status).code());
 }
 
+// A histogram session's calibration line, nothing for other sessions.
+void PrintCalibration(bool has, const v1::CalibrationResult& c, std::ostream& out) {
+  if (!has) return;
+  out << "calibration amax " << absl::StrFormat("%.17g", c.amax()) << "  bin_index "
+      << c.bin_index() << "  exponent " << c.exponent() << "  total_count " << c.total_count();
+  if (c.has_kl_margin()) out << "  kl_margin " << absl::StrFormat("%.6g", c.kl_margin());
+  out << "\n";
+}
+
 void PrintTable(const v1::QParams& qparams, std::ostream& out) {
   const Shape shape(qparams.shape().begin(), qparams.shape().end());
   out << "shape " << ShapeString(shape) << "  precision " << v1::DType_Name(qparams.precision())
@@ -103,6 +115,7 @@ void PrintTable(const v1::ComputeResponse& response, std::ostream& out) {
 
 void PrintTable(const v1::GetQParamsResponse& response, std::ostream& out) {
   out << "initialized " << Bool(response.initialized()) << "\n";
+  PrintCalibration(response.has_calibration(), response.calibration(), out);
   PrintTable(response.qparams(), out);
 }
 
@@ -110,7 +123,29 @@ void PrintTable(const v1::ObserveResponse& response, std::ostream& out) {
   out << CodeName(response.status());
   if (!response.status().message().empty()) out << ": " << response.status().message();
   out << " (observation_count " << response.observation_count() << ")\n";
-  if (response.status().code() == 0) PrintTable(response.qparams(), out);
+  if (response.status().code() != 0) return;
+  PrintCalibration(response.has_calibration(), response.calibration(), out);
+  PrintTable(response.qparams(), out);
+}
+
+// The summary, then one row per non-empty bin with its magnitudes [k*2^e, (k+1)*2^e).
+void PrintTable(const v1::HistogramObservation& h, std::ostream& out) {
+  out << "num_bins " << h.num_bins() << "  exponent " << h.exponent() << "  bins "
+      << h.counts_size() << "  zero_count " << h.zero_count() << "  negative_count "
+      << h.negative_count() << "  nan/+inf/-inf " << h.nan_count() << "/" << h.posinf_count() << "/"
+      << h.neginf_count() << "\n";
+  if (h.has_min()) {
+    out << "min " << absl::StrFormat("%.17g", h.min()) << "  max "
+        << absl::StrFormat("%.17g", h.max()) << "\n";
+  }
+  std::vector<std::vector<std::string>> rows = {{"BIN", "FROM", "TO", "COUNT"}};
+  for (int k = 0; k < h.counts_size(); ++k) {
+    if (h.counts(k) == 0) continue;
+    rows.push_back({absl::StrCat(k), absl::StrFormat("%.9g", std::ldexp(k, h.exponent())),
+                    absl::StrFormat("%.9g", std::ldexp(k + 1, h.exponent())),
+                    absl::StrCat(h.counts(k))});
+  }
+  if (rows.size() > 1) PrintColumns(rows, out);
 }
 
 void PrintSessions(const google::protobuf::RepeatedPtrField<v1::Session>& sessions,
@@ -241,6 +276,10 @@ int Create(Invocation& in) {
   if (in.options().averaging_constant.has_value()) {
     request.set_averaging_constant(*in.options().averaging_constant);
   }
+  absl::StatusOr<std::optional<v1::HistogramParams>> histogram =
+      BuildHistogramParams(in.options().histogram);
+  if (!histogram.ok()) return Usage(in.err(), histogram.status().message());
+  if (histogram->has_value()) *request.mutable_histogram() = **histogram;
   return in.PrintResult(in.client().CreateSession(request));
 }
 
@@ -317,6 +356,22 @@ int Report(Invocation& in) {
 
 int GetQParams(Invocation& in) { return in.PrintResult(in.client().GetQParams(in.arg(0))); }
 
+// Prints the histogram; with --output FILE its counts go to FILE as a uint64 .npy
+// array instead of into what is printed.
+int GetHistogram(Invocation& in) {
+  absl::StatusOr<v1::HistogramObservation> histogram = in.client().GetHistogram(in.arg(0));
+  if (!histogram.ok()) return in.Fail(histogram.status());
+  if (!in.options().output.empty()) {
+    const std::vector<uint64_t> counts(histogram->counts().begin(), histogram->counts().end());
+    if (absl::Status written = WriteNpyUint64(in.options().output, counts); !written.ok()) {
+      return in.Fail(written);
+    }
+    histogram->clear_counts();
+  }
+  in.Print(*histogram);
+  return kExitOk;
+}
+
 // The observation of `tensor` reduced to its block minima and maxima under the
 // session's granularity. A tensor that cannot be reduced (the granularity does not
 // fit it, non-finite values, no elements) is sent whole instead: the server then
@@ -331,18 +386,36 @@ v1::ObserveRequest ReducedObservation(const std::string& name, const TensorView&
   return RangeObservation(name, tensor.shape(), range->min.view(), range->max.view());
 }
 
+// The observation of `tensor` binned here into a histogram session's histogram.
+// A tensor that cannot be binned (non-finite values under nonfinite=reject, no
+// elements) is sent whole, as ReducedObservation does.
+v1::ObserveRequest BinnedObservation(const std::string& name, const TensorView& tensor,
+                                     const HistogramParams& params) {
+  absl::StatusOr<Histogram> histogram = BinTensor(
+      tensor, params.num_bins.value_or(HistogramParams::kDefaultNumBins), params.nonfinite);
+  if (!histogram.ok()) return TensorObservation(name, tensor);
+  return HistogramObservation(name, *histogram);
+}
+
 int Observe(Invocation& in) {
   const std::string& name = in.arg(0);
   std::optional<Granularity> granularity;
+  std::optional<HistogramParams> histogram;  // a histogram session's, with --reduce-locally
   Target target = Target::kWeight;
   if (in.options().reduce_locally) {
     absl::StatusOr<v1::Session> session = in.client().GetSession(name);
     if (!session.ok()) return in.Fail(session.status());
-    absl::StatusOr<Granularity> g =
-        wire::GranularityFromProto(session->spec().granularity(), "session.spec.granularity");
-    if (!g.ok()) return in.Fail(g.status());
-    granularity = *std::move(g);
-    target = wire::TargetFromProto(session->spec().target());
+    if (session->has_histogram()) {
+      absl::StatusOr<HistogramParams> params = wire::HistogramParamsFromProto(session->histogram());
+      if (!params.ok()) return in.Fail(params.status());
+      histogram = *std::move(params);
+    } else {
+      absl::StatusOr<Granularity> g =
+          wire::GranularityFromProto(session->spec().granularity(), "session.spec.granularity");
+      if (!g.ok()) return in.Fail(g.status());
+      granularity = *std::move(g);
+      target = wire::TargetFromProto(session->spec().target());
+    }
   }
 
   // Each file becomes its request at once, so that only one file's tensor is held
@@ -351,7 +424,8 @@ int Observe(Invocation& in) {
   for (size_t i = 1; i < in.arg_count(); ++i) {
     absl::StatusOr<Tensor> tensor = ReadNpy(in.arg(i), in.dtype());
     if (!tensor.ok()) return in.Fail(tensor.status());
-    requests.push_back(granularity.has_value()
+    requests.push_back(histogram.has_value() ? BinnedObservation(name, tensor->view(), *histogram)
+                       : granularity.has_value()
                            ? ReducedObservation(name, tensor->view(), *granularity, target)
                            : TensorObservation(name, tensor->view()));
   }
@@ -470,8 +544,9 @@ constexpr Command kCommands[] = {
    "dynamic or static; and the spec flags."},
   {"create", "NAME", 1, 1, Create,
    "Create a session. --calculator: \"\" (= default: static for weights,\n"
-   "moving_average for activations), static, moving_average or global_minmax;\n"
-   "--averaging_constant (moving_average only); and the spec flags."},
+   "moving_average for activations), static, moving_average, global_minmax,\n"
+   "percentile, entropy or mse; --averaging_constant (moving_average only); the\n"
+   "histogram flags (percentile, entropy, mse); and the spec flags."},
   {"get", "NAME", 1, 1, Get, "Show a session: spec, state and cached qparams."},
   {"list", "", 0, 0, List,
    "List sessions by name, one page at a time: --filter (a name prefix),\n"
@@ -487,9 +562,18 @@ constexpr Command kCommands[] = {
   {"observe", "NAME FILE.npy [FILE.npy ...]", 2, kAny, Observe,
    "One forward of the session per file, in order, all over one stream.\n"
    "--reduce-locally sends each file's per-block min/max (reduced here under the\n"
-   "session's granularity) instead of the tensor: the same qparams, far fewer\n"
+   "session's granularity), or for a percentile, entropy or mse session its\n"
+   "histogram (binned here), instead of the tensor: the same qparams, far fewer\n"
    "bytes. Prints every response; exits 1 if any failed."},
-  {"qparams", "NAME", 1, 1, GetQParams, "A session's cached qparams."},
+  {"qparams", "NAME", 1, 1, GetQParams,
+   "A session's cached qparams (and a histogram session's calibration: amax,\n"
+   "bin_index, exponent, total_count)."},
+  {"histogram", "NAME", 1, 1, GetHistogram,
+   "The histogram of |x| of a percentile, entropy or mse session: num_bins,\n"
+   "exponent (bin k holds k*2^exponent <= |x| < (k+1)*2^exponent), counts, side\n"
+   "counts, min, max. --output=FILE (-o) writes the counts to FILE as a .npy\n"
+   "uint64 array (np.load(FILE)) and leaves them out of what is printed;\n"
+   "--format=table lists the non-empty bins."},
   {"export", "", 0, 0, Export,
    "Every session under --prefix in a deployment format (--format=aimet: AIMET\n"
    "encodings 1.0.0; onnx: QuantizeLinear inputs, AIMET encodings 2.0.0's layout;\n"
@@ -551,6 +635,12 @@ std::string UsageMessage() {
       "mapping, e.g. --spec='{\"dtype\": \"int4\", \"qscheme\": \"ASYMMETRIC\"}'; each of\n"
       "--quant_dtype, --qscheme, --granularity, --quant_target, --quant_min, --quant_max,\n"
       "--float_range_min, --float_range_max and --scale_dtype then overrides its field.\n"
+      "\n"
+      "Histogram flags (create, with --calculator=percentile, entropy or mse; unset =\n"
+      "the default): --num_bins (a power of two in [256, 65536]; 4096), --percentile\n"
+      "(percentile only, 0 < P <= 100; 99.99), --start_bin and --stride (entropy and\n"
+      "mse only; 128 and 1), --skip_zeros (leave exact zeros out of the search),\n"
+      "--nonfinite=reject|ignore (what NaN and +-Inf do; reject).\n"
       "\n"
       "GRANULARITY (--granularity and the granularity command):\n"
       "  per_tensor | per_channel:AXIS | per_block:AXIS:SIZE | per_block:B0,B1,...\n"
@@ -706,6 +796,28 @@ absl::StatusOr<v1::QuantSpec> BuildSpec(const SpecFlags& flags) {
     spec.set_scale_dtype(flags.scale_dtype);
   }
   return spec;
+}
+
+absl::StatusOr<std::optional<v1::HistogramParams>> BuildHistogramParams(
+    const HistogramFlags& flags) {
+  v1::HistogramParams params;
+  if (flags.num_bins.has_value()) params.set_num_bins(*flags.num_bins);
+  if (flags.percentile.has_value()) params.set_percentile(*flags.percentile);
+  if (flags.start_bin.has_value()) params.set_start_bin(*flags.start_bin);
+  if (flags.stride.has_value()) params.set_stride(*flags.stride);
+  params.set_skip_zeros(flags.skip_zeros);
+  if (!flags.nonfinite.empty()) {
+    const std::string policy = absl::AsciiStrToLower(flags.nonfinite);
+    if (policy != "reject" && policy != "ignore") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nonfinite: \"", flags.nonfinite, "\" is not reject or ignore"));
+    }
+    params.set_nonfinite(policy == "ignore" ? v1::NONFINITE_IGNORE : v1::NONFINITE_REJECT);
+  }
+  // A given flag is on the wire (the optional fields by presence, --skip_zeros and
+  // --nonfinite by a non-default value), so an empty message means none was given.
+  if (params.ByteSizeLong() == 0) return std::nullopt;
+  return params;
 }
 
 int Run(const std::vector<std::string>& args, const Options& options, std::ostream& out,

@@ -37,6 +37,17 @@ struct SpecFlags {
   std::string scale_dtype;  // --scale_dtype
 };
 
+// The histogram parameters of `create` for percentile, entropy and mse (README
+// "Histogram calibration"). Unset (or false, or "") means "not given".
+struct HistogramFlags {
+  std::optional<int> num_bins;       // --num_bins
+  std::optional<double> percentile;  // --percentile
+  std::optional<int> start_bin;      // --start_bin
+  std::optional<int> stride;         // --stride
+  bool skip_zeros = false;           // --skip_zeros
+  std::string nonfinite;             // --nonfinite: "reject" or "ignore"
+};
+
 // Every flag, parsed.
 struct Options {
   std::string target = "127.0.0.1:50051";
@@ -49,11 +60,12 @@ struct Options {
   std::string page_token;
   bool reduce_locally = false;
   std::string prefix;                // export, report: the session-name prefix
-  std::string output;                // export: -o/--output FILE ("" = stdout)
+  std::string output;                // export, histogram: -o/--output FILE ("" = stdout)
   bool allow_uninitialized = false;  // export: leave uninitialized sessions out
   std::string html;                  // report: --html FILE, the self-contained page
   std::string dtype;  // "" = as the .npy file says
   SpecFlags spec;
+  HistogramFlags histogram;
 
   // Transport security: TLS if `tls` is set or any of the three files is given.
   bool tls = false;             // --tls: TLS with the default (system) roots
@@ -89,6 +101,13 @@ absl::StatusOr<v1::Granularity> ParseGranularity(absl::string_view text);
 // each override given. INVALID_ARGUMENT naming the flag for malformed JSON or an
 // unknown value (dtype, qscheme, granularity syntax, target, scale dtype).
 absl::StatusOr<v1::QuantSpec> BuildSpec(const SpecFlags& flags);
+
+// The HistogramParams the histogram flags describe, or nullopt when none is given
+// (the server then takes every default; a calculator that takes none refuses any).
+// INVALID_ARGUMENT naming --nonfinite for a value other than reject or ignore; the
+// server checks the rest.
+absl::StatusOr<std::optional<v1::HistogramParams>> BuildHistogramParams(
+    const HistogramFlags& flags);
 
 // Runs `args` (COMMAND [ARGS...], the flags already parsed into `options`) against
 // the server at options.target. Results go to `out` (JSON or a table), errors to

@@ -73,7 +73,9 @@ ABSL_FLAG(std::string, page_token, "", "list: the page after the one that return
 ABSL_FLAG(std::string, prefix, "",
           "export, report: the sessions whose names start with this (stripped from the "
           "exported tensor names)");
-ABSL_FLAG(std::string, output, "", "export: the file to write (also -o); empty = stdout");
+ABSL_FLAG(std::string, output, "",
+          "export: the file to write (also -o); empty = stdout. histogram: the .npy file of "
+          "the counts");
 ABSL_FLAG(bool, allow_uninitialized, false,
           "export: leave out the sessions that never saw data instead of failing "
           "(also --allow-uninitialized)");
@@ -110,6 +112,20 @@ ABSL_FLAG(std::optional<double>, float_range_max, std::nullopt,
 ABSL_FLAG(std::string, scale_dtype, "",
           "float8_e8m0fnu (alias float8_e8m0) for power-of-two scales; unset = float32 "
           "(e8m0 for float4_e2m1fn_x2)");
+
+ABSL_FLAG(std::optional<int>, num_bins, std::nullopt,
+          "create (percentile, entropy, mse): histogram bins, a power of two in [256, 65536]; "
+          "unset = 4096");
+ABSL_FLAG(std::optional<double>, percentile, std::nullopt,
+          "create (percentile): the percentile of |x| to clip at, 0 < P <= 100; unset = 99.99");
+ABSL_FLAG(std::optional<int>, start_bin, std::nullopt,
+          "create (entropy, mse): the first candidate bin count; unset = 128");
+ABSL_FLAG(std::optional<int>, stride, std::nullopt,
+          "create (entropy, mse): the step between candidates; unset = 1");
+ABSL_FLAG(bool, skip_zeros, false,
+          "create (percentile, entropy, mse): leave exact zeros out of the search");
+ABSL_FLAG(std::string, nonfinite, "",
+          "create (percentile, entropy, mse): reject (default) or ignore NaN and +-Inf");
 
 int main(int argc, char** argv) {
   namespace cli = qparams::cli;
@@ -166,6 +182,12 @@ int main(int argc, char** argv) {
   options.spec.float_range_min = absl::GetFlag(FLAGS_float_range_min);
   options.spec.float_range_max = absl::GetFlag(FLAGS_float_range_max);
   options.spec.scale_dtype = absl::GetFlag(FLAGS_scale_dtype);
+  options.histogram.num_bins = absl::GetFlag(FLAGS_num_bins);
+  options.histogram.percentile = absl::GetFlag(FLAGS_percentile);
+  options.histogram.start_bin = absl::GetFlag(FLAGS_start_bin);
+  options.histogram.stride = absl::GetFlag(FLAGS_stride);
+  options.histogram.skip_zeros = absl::GetFlag(FLAGS_skip_zeros);
+  options.histogram.nonfinite = absl::GetFlag(FLAGS_nonfinite);
   options.tls = absl::GetFlag(FLAGS_tls);
   options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);

@@ -126,6 +126,13 @@ v1::ObserveRequest RangeObservation(const std::string& name, const Shape& input_
   return request;
 }
 
+v1::ObserveRequest HistogramObservation(const std::string& name, const Histogram& histogram) {
+  v1::ObserveRequest request;
+  request.set_name(name);
+  *request.mutable_histogram() = wire::HistogramToProto(histogram);
+  return request;
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentials(
     const std::string& ca_file, const std::string& cert_file, const std::string& key_file) {
   if (cert_file.empty() != key_file.empty()) {
@@ -450,6 +457,12 @@ absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name
                replica_);
 }
 
+absl::StatusOr<v1::ObserveResponse> Client::ObserveHistogram(const std::string& name,
+                                                             const Histogram& histogram) {
+  return Unary(*stub_, &v1::QParamsService::Stub::Observe, HistogramObservation(name, histogram),
+               timeout_, authorization_, name, replica_);
+}
+
 namespace {
 
 // The requests, by the replica that owns each one's session (replicas in name order),
@@ -590,6 +603,13 @@ absl::StatusOr<v1::GetQParamsResponse> Client::GetQParams(const std::string& nam
   v1::GetQParamsRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_, authorization_,
+               name, replica_);
+}
+
+absl::StatusOr<v1::HistogramObservation> Client::GetHistogram(const std::string& name) {
+  v1::GetHistogramRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetHistogram, request, timeout_, authorization_,
                name, replica_);
 }
 

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/histogram.h"
 #include "core/tensor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/channel.h"
@@ -90,6 +91,10 @@ v1::ObserveRequest TensorObservation(const std::string& name, const TensorView& 
 // of the session's granularity and the input's dtype.
 v1::ObserveRequest RangeObservation(const std::string& name, const Shape& input_shape,
                                     const TensorView& min, const TensorView& max);
+
+// An ObserveRequest carrying a histogram of |x| binned by the caller (core BinTensor,
+// or merged across ranks) for a percentile, entropy or mse session.
+v1::ObserveRequest HistogramObservation(const std::string& name, const Histogram& histogram);
 
 class Client {
  public:
@@ -159,6 +164,12 @@ class Client {
                                                    const Shape& input_shape, const TensorView& min,
                                                    const TensorView& max);
 
+  // One observation of the histogram session `name` from a histogram the caller
+  // binned (see HistogramObservation). The result is bit-identical to Observe's on
+  // the tensors it was binned from.
+  absl::StatusOr<v1::ObserveResponse> ObserveHistogram(const std::string& name,
+                                                       const Histogram& histogram);
+
   // Sends every request over one ObserveStream and returns the responses, one per
   // request and in order. A request the server refuses fails only its own response
   // (its `status` field); the returned status is the stream's own, and is an error
@@ -180,6 +191,10 @@ class Client {
 
   // The cached qparams of the session `name`, as get_qparams.
   absl::StatusOr<v1::GetQParamsResponse> GetQParams(const std::string& name);
+
+  // The histogram of the percentile, entropy or mse session `name` (GetHistogram):
+  // INVALID_ARGUMENT for a session of another calculator.
+  absl::StatusOr<v1::HistogramObservation> GetHistogram(const std::string& name);
 
   // Freezes (`enabled`) or unfreezes the qparams of the session `name`.
   absl::StatusOr<v1::Session> SetExportMode(const std::string& name, bool enabled);

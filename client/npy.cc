@@ -271,25 +271,14 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path, std::optional<DType> as)
   return tensor;
 }
 
-absl::Status WriteNpy(const std::string& path, const TensorView& tensor) {
-  absl::string_view descr;
-  switch (tensor.dtype()) {
-    case DType::kFloat32:
-      descr = "<f4";
-      break;
-    case DType::kFloat16:
-      descr = "<f2";
-      break;
-    case DType::kBFloat16:
-      descr = "<u2";
-      break;
-    case DType::kFloat64:
-      descr = "<f8";
-      break;
-  }
-  std::string header = absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",
-                                    absl::StrJoin(tensor.shape(), ", "),
-                                    tensor.shape().size() == 1 ? "," : "", "), }");
+namespace {
+
+// Writes `data`, the C-order values of `shape` in numpy's `descr`, as a .npy file.
+absl::Status WriteNpyArray(const std::string& path, absl::string_view descr, const Shape& shape,
+                           absl::string_view data) {
+  std::string header =
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': (",
+                   absl::StrJoin(shape, ", "), shape.size() == 1 ? "," : "", "), }");
   // As np.save: pad with spaces and a final newline so that the data starts at a
   // multiple of 64 bytes.
   const bool v1 = header.size() + 64 <= 0xffff;
@@ -306,7 +295,6 @@ absl::Status WriteNpy(const std::string& path, const TensorView& tensor) {
 
   File file(std::fopen(path.c_str(), "wb"));
   if (file == nullptr) return absl::ErrnoToStatus(errno, path);
-  const absl::string_view data = tensor.bytes();
   for (absl::string_view part : {absl::string_view(prefix), absl::string_view(header), data}) {
     if (std::fwrite(part.data(), 1, part.size(), file.get()) != part.size()) {
       return absl::ErrnoToStatus(errno, path);
@@ -314,6 +302,33 @@ absl::Status WriteNpy(const std::string& path, const TensorView& tensor) {
   }
   if (std::fclose(file.release()) != 0) return absl::ErrnoToStatus(errno, path);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteNpy(const std::string& path, const TensorView& tensor) {
+  absl::string_view descr;
+  switch (tensor.dtype()) {
+    case DType::kFloat32:
+      descr = "<f4";
+      break;
+    case DType::kFloat16:
+      descr = "<f2";
+      break;
+    case DType::kBFloat16:
+      descr = "<u2";
+      break;
+    case DType::kFloat64:
+      descr = "<f8";
+      break;
+  }
+  return WriteNpyArray(path, descr, tensor.shape(), tensor.bytes());
+}
+
+absl::Status WriteNpyUint64(const std::string& path, const std::vector<uint64_t>& values) {
+  return WriteNpyArray(
+      path, "<u8", {static_cast<int64_t>(values.size())},
+      absl::string_view(reinterpret_cast<const char*>(values.data()), values.size() * 8));
 }
 
 }  // namespace qparams

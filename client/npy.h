@@ -4,8 +4,10 @@
 #ifndef QPARAMS_CLIENT_NPY_H_
 #define QPARAMS_CLIENT_NPY_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,6 +32,10 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path, std::optional<DType> as 
 // header would not fit). bfloat16 is written as '<u2' bits, which ReadNpy reads back
 // with `as` = kBFloat16. A failed write gives its errno's code, naming the file.
 absl::Status WriteNpy(const std::string& path, const TensorView& tensor);
+
+// Writes `values` to `path` as a one-dimensional '<u8' (uint64) .npy file, e.g. a
+// histogram's counts. Errors as WriteNpy.
+absl::Status WriteNpyUint64(const std::string& path, const std::vector<uint64_t>& values);
 
 }  // namespace qparams
 

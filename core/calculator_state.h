@@ -9,6 +9,8 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/histogram.h"
+#include "core/histogram_params.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 
@@ -22,8 +24,11 @@ struct CalculatorState {
   bool export_mode = false;  // stateful kinds
   DType compute_dtype_for_export = DType::kFloat32;
   int64_t observation_count = 0;        // stateful kinds: computing forwards applied
-  QParams qparams;                      // stateful kinds: the buffers
+  QParams qparams;                      // stateful kinds: the buffers (empty for the
+                                        // histogram kinds, which derive them)
   std::optional<WorkingRange> running;  // running kinds, once initialized
+  std::optional<HistogramParams> histogram_params;  // histogram kinds: resolved
+  std::optional<Histogram> histogram;               // histogram kinds: canonical
 };
 
 }  // namespace qparams

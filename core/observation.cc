@@ -23,8 +23,25 @@ Observation Observation::FromRange(Shape input_shape, TensorView min, TensorView
   return o;
 }
 
+Observation Observation::FromHistogram(const Histogram& histogram) {
+  Observation o;
+  o.histogram_ = &histogram;
+  return o;
+}
+
+Observation Observation::FromHistogram(std::shared_ptr<const Histogram> histogram) {
+  Observation o;
+  o.histogram_ = histogram.get();
+  o.owned_histogram_ = std::move(histogram);
+  return o;
+}
+
 absl::StatusOr<BlockRange> Observation::Range(const Shape& block) const {
   if (tensor_.has_value()) return ObserveRange(*tensor_, block);
+  if (histogram_ != nullptr) {
+    return absl::InvalidArgumentError(
+        "a HistogramObservation is for the percentile, entropy and mse calculators only");
+  }
 
   absl::StatusOr<int64_t> elements = NumElements(input_shape_, "range.input_shape");
   if (!elements.ok()) return elements.status();

@@ -75,6 +75,13 @@ absl::Status QParamsCalculatorBase::SetGranularity(const Granularity& granularit
   return absl::OkStatus();
 }
 
+absl::Status QParamsCalculatorBase::RejectHistogram(const Observation& x) const {
+  if (!x.is_histogram()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "a HistogramObservation is for the percentile, entropy and mse calculators; ", key(),
+      " takes a tensor or a range observation"));
+}
+
 absl::StatusOr<Shape> QParamsCalculatorBase::BlockShapeFor(const Observation& x) const {
   absl::StatusOr<Shape> block = spec_.granularity.BlockShape(x.input_shape(), spec_.target);
   if (!block.ok()) return block.status();
@@ -119,6 +126,7 @@ absl::Status QParamsCalculatorBase::RestoreState(const CalculatorState& state) {
 // ---- Stateful ----
 
 absl::StatusOr<QParams> StatefulQParamsCalculatorBase::Forward(const Observation& x) {
+  QPARAMS_RETURN_IF_ERROR(RejectHistogram(x));
   if (initialized_ && spec_.float_range.frozen()) return buffers_;  // frozen range
   if (export_mode_) return buffers_;
   const bool initializing = !initialized_;
@@ -168,6 +176,10 @@ absl::StatusOr<QParams> StatefulQParamsCalculatorBase::ComputingForward(const Ob
   return q;
 }
 
+QParams StatefulQParamsCalculatorBase::ComputeQParams(const WorkingRange& range) {
+  return QParamsFromRange(recipe_, range);
+}
+
 absl::Status StatefulQParamsCalculatorBase::SetExportMode(bool enabled) {
   export_mode_ = enabled;
   return absl::OkStatus();
@@ -199,6 +211,22 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
   if (state.running.has_value() && !has_running_range()) {
     return absl::InvalidArgumentError(
         absl::StrCat("state.running: ", key(), " keeps no running range"));
+  }
+  if (!keeps_buffers()) {
+    if (q.shape != Shape{0} || q.precision.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "state.qparams: ", key(), " computes its qparams on demand; its buffers are empty"));
+    }
+    if (state.observation_count < 0 || state.observation_count == INT64_MAX ||
+        (state.initialized && state.observation_count == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("state.observation_count is ", state.observation_count,
+                       "; it must be >= 0, and > 0 once initialized"));
+    }
+    QPARAMS_RETURN_IF_ERROR(QParamsCalculatorBase::RestoreState(state));
+    export_mode_ = state.export_mode;
+    observation_count_ = state.observation_count;
+    return absl::OkStatus();
   }
   absl::StatusOr<int64_t> n = NumElements(q.shape, "state.qparams.shape");
   if (!n.ok()) return n.status();
@@ -246,10 +274,6 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
   export_mode_ = state.export_mode;
   observation_count_ = state.observation_count;
   return absl::OkStatus();
-}
-
-QParams StaticQParamsCalculator::ComputeQParams(const WorkingRange& range) {
-  return QParamsFromRange(recipe_, range);
 }
 
 // ---- Running range ----
@@ -329,6 +353,7 @@ WorkingRange GlobalMinMaxQParamsCalculator::UpdateRunningRange(const WorkingRang
 // ---- Stateless ----
 
 absl::StatusOr<QParams> StatelessQParamsCalculatorBase::Forward(const Observation& x) {
+  QPARAMS_RETURN_IF_ERROR(RejectHistogram(x));
   absl::StatusOr<Shape> block = BlockShapeFor(x);
   if (!block.ok()) return block.status();
   absl::StatusOr<WorkingRange> range = WorkingRangeFor(x, *block);

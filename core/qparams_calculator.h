@@ -1,6 +1,8 @@
 // The qparams calculators of coreai_opt (semantics.md §1): an abstract base, a
 // stateful base whose buffers persist across forwards, a stateless base, and the
-// four registered kinds static, moving_average, global_minmax and dynamic.
+// four registered kinds static, moving_average, global_minmax and dynamic. The
+// histogram kinds percentile, entropy and mse are stateful too
+// (histogram_calculator.h).
 //
 // A forward is *cached* when a stateful calculator is in export mode, or is
 // initialized with both float_range bounds set: it returns the buffers and reads
@@ -32,15 +34,17 @@ class QParamsCalculatorBase {
   virtual ~QParamsCalculatorBase() = default;
   QParamsCalculatorBase& operator=(const QParamsCalculatorBase&) = delete;
 
-  // The registry key: "static", "moving_average", "global_minmax" or "dynamic".
+  // The registry key: "static", "moving_average", "global_minmax", "dynamic",
+  // "percentile", "entropy" or "mse".
   virtual absl::string_view key() const = 0;
   virtual bool stateful() const = 0;
 
   // forward(x): the qparams of this observation (see the file comment). Errors:
   // INVALID_ARGUMENT for a granularity that does not fit the input shape, an input
-  // with no elements or with non-finite values, or a malformed range observation;
-  // FAILED_PRECONDITION (stateful only) for an input dtype or block count N other
-  // than those of the first computing forward.
+  // with no elements or with non-finite values, or a malformed range observation,
+  // and (even when cached) for a histogram observation, which only the histogram
+  // kinds take; FAILED_PRECONDITION (stateful only) for an input dtype or block count
+  // N other than those of the first computing forward.
   virtual absl::StatusOr<QParams> Forward(const Observation& x) = 0;
 
   // set_export_mode. Stateful: freezes (true) or unfreezes the buffers. Stateless:
@@ -48,8 +52,8 @@ class QParamsCalculatorBase {
   virtual absl::Status SetExportMode(bool enabled) = 0;
 
   // The granularity setter: FAILED_PRECONDITION once initialized, INVALID_ARGUMENT
-  // for a granularity that cannot be built.
-  absl::Status SetGranularity(const Granularity& granularity);
+  // for a granularity that cannot be built (or that the kind does not support).
+  virtual absl::Status SetGranularity(const Granularity& granularity);
 
   // A one- or two-line summary in the style of the module's extra_repr.
   virtual std::string Description() const = 0;
@@ -71,6 +75,9 @@ class QParamsCalculatorBase {
   // For the concrete classes' copies (StatefulQParamsCalculatorBase::Clone); a base
   // is never copied on its own, which would slice it.
   QParamsCalculatorBase(const QParamsCalculatorBase&) = default;
+
+  // INVALID_ARGUMENT for a histogram observation, naming this kind.
+  absl::Status RejectHistogram(const Observation& x) const;
 
   // The block-size vector of x's input shape for the spec's granularity and target.
   // INVALID_ARGUMENT if the granularity does not fit or the input has no elements.
@@ -96,13 +103,16 @@ class QParamsCalculatorBase {
 class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
  public:
   bool stateful() const final { return true; }
-  absl::StatusOr<QParams> Forward(const Observation& x) final;
+  // The range kinds' forward; the histogram kinds override it.
+  absl::StatusOr<QParams> Forward(const Observation& x) override;
   absl::Status SetExportMode(bool enabled) final;
   std::string Description() const override;
   CalculatorState ExportState() const override;
 
   // get_qparams: the buffers, empty (shape [0]) before the first computing forward.
-  const QParams& GetQParams() const { return buffers_; }
+  // The histogram kinds compute theirs on demand (histogram_calculator.h). The
+  // reference stays valid until the next mutation.
+  virtual const QParams& GetQParams() const { return buffers_; }
   bool export_mode() const { return export_mode_; }
   // Computing forwards applied so far.
   int64_t observation_count() const { return observation_count_; }
@@ -121,11 +131,17 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   using QParamsCalculatorBase::QParamsCalculatorBase;
 
   // compute_qparams for this kind, from the forward's working range. Called only
-  // once the forward can no longer fail; may update the kind's own state.
-  virtual QParams ComputeQParams(const WorkingRange& range) = 0;
+  // once the forward can no longer fail; may update the kind's own state. By default
+  // the qparams of that range alone.
+  virtual QParams ComputeQParams(const WorkingRange& range);
   // Whether the kind keeps running_min/running_max (and so may restore them).
   virtual bool has_running_range() const { return false; }
+  // Whether the kind keeps its qparams in the buffers; a kind that derives them on
+  // demand exports and restores empty buffers.
+  virtual bool keeps_buffers() const { return true; }
   absl::Status RestoreState(const CalculatorState& state) override;
+  // For a kind that overrides Forward: one more computing observation succeeded.
+  void CountObservation() { ++observation_count_; }
 
  private:
   absl::StatusOr<QParams> ComputingForward(const Observation& x);
@@ -135,6 +151,7 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   int64_t observation_count_ = 0;
 };
 
+// The qparams of each computing forward's range alone (the base's ComputeQParams).
 class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
  public:
   explicit StaticQParamsCalculator(QuantSpec resolved_spec)
@@ -143,9 +160,6 @@ class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
   std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const override {
     return std::make_unique<StaticQParamsCalculator>(*this);
   }
-
- protected:
-  QParams ComputeQParams(const WorkingRange& range) override;
 };
 
 // The running-range mixin: qparams come from a running range that the first

@@ -187,10 +187,7 @@ bool ReduceBlocks(const TensorView& x, const Layout& layout, int64_t blocks, uin
                   uint8_t* hi_out) {
   using Key = typename F::Key;
   const int64_t elements = x.num_elements();
-  const int configured = range_threads.load(std::memory_order_relaxed);
-  const int threads = elements < kParallelMinElements ? 1
-                      : configured > 0                 ? configured
-                                                       : omp_get_max_threads();
+  const int threads = RangeThreadsFor(elements);
   const RangeKernel<F> kernel(layout, x.data());
 
   // How many chunks to cut `count` units of work into.
@@ -284,6 +281,12 @@ auto DispatchFormat(DType dtype, Fn&& fn) {
 
 void SetRangeThreads(int threads) {
   range_threads.store(std::max(threads, 0), std::memory_order_relaxed);
+}
+
+int RangeThreadsFor(int64_t elements) {
+  if (elements < kParallelMinElements) return 1;
+  const int configured = range_threads.load(std::memory_order_relaxed);
+  return configured > 0 ? configured : omp_get_max_threads();
 }
 
 int64_t FindNonFinite(const TensorView& x) {

@@ -27,6 +27,11 @@ absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block)
 // create, which would not see an omp_set_num_threads of the main thread.
 void SetRangeThreads(int threads);
 
+// The OpenMP threads a pass over `elements` values uses: 1 below the size where a
+// team pays off, else SetRangeThreads' setting. The histogram calculators' binning
+// and searches share it.
+int RangeThreadsFor(int64_t elements);
+
 // The position of the first NaN or infinite value of `x`, or -1 if all are finite.
 int64_t FindNonFinite(const TensorView& x);
 

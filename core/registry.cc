@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/histogram_calculator.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -17,17 +18,32 @@ absl::Status RejectAveragingConstant(const CalculatorOptions& options, absl::str
       absl::StrCat("averaging_constant is for moving_average only; leave it unset for ", key));
 }
 
+absl::Status RejectHistogramParams(const CalculatorOptions& options, absl::string_view key) {
+  if (!options.histogram.has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "histogram parameters are for percentile, entropy and mse only; leave them unset for ",
+      key));
+}
+
+// The options of a kind that takes neither an averaging constant nor histogram
+// parameters.
+absl::Status RejectOptions(const CalculatorOptions& options, absl::string_view key) {
+  QPARAMS_RETURN_IF_ERROR(RejectAveragingConstant(options, key));
+  return RejectHistogramParams(options, key);
+}
+
 template <typename Calculator>
 CalculatorClass::StatefulFactory PlainFactory(absl::string_view key) {
   return [key = std::string(key)](const QuantSpec& spec, const CalculatorOptions& options)
              -> absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> {
-    QPARAMS_RETURN_IF_ERROR(RejectAveragingConstant(options, key));
+    QPARAMS_RETURN_IF_ERROR(RejectOptions(options, key));
     return std::make_unique<Calculator>(spec);
   };
 }
 
 absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateMovingAverage(
     const QuantSpec& spec, const CalculatorOptions& options) {
+  QPARAMS_RETURN_IF_ERROR(RejectHistogramParams(options, "moving_average"));
   const double c = options.averaging_constant.value_or(
       MovingAverageQParamsCalculator::kDefaultAveragingConstant);
   if (!std::isfinite(c) || c <= 0 || c > 1) {
@@ -39,7 +55,7 @@ absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateMovingAvera
 
 absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateDynamic(
     const QuantSpec& spec, const CalculatorOptions& options) {
-  QPARAMS_RETURN_IF_ERROR(RejectAveragingConstant(options, "dynamic"));
+  QPARAMS_RETURN_IF_ERROR(RejectOptions(options, "dynamic"));
   if (!spec.float_range.empty()) {
     return absl::InvalidArgumentError(
         "spec.float_range: the stateless dynamic calculator requires float_range=[None, None]");
@@ -49,6 +65,17 @@ absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateDynamic(
         "spec.qscheme: the dynamic calculator does not support SYMMETRIC_WITH_CLIPPING");
   }
   return std::make_unique<DynamicQParamsCalculator>(spec);
+}
+
+CalculatorClass::StatefulFactory HistogramFactory(absl::string_view key) {
+  return [key = std::string(key)](const QuantSpec& spec, const CalculatorOptions& options)
+             -> absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> {
+    QPARAMS_RETURN_IF_ERROR(RejectAveragingConstant(options, key));
+    absl::StatusOr<std::unique_ptr<HistogramQParamsCalculator>> c =
+        HistogramQParamsCalculator::Create(key, spec, options.histogram.value_or(HistogramParams()));
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<StatefulQParamsCalculatorBase>(*std::move(c));
+  };
 }
 
 QParamsCalculatorRegistry MakeBuiltins() {
@@ -62,6 +89,21 @@ QParamsCalculatorRegistry MakeBuiltins() {
   registry.Register(StatefulClass("global_minmax",
                                   "qparams from the running min of minima and max of maxima",
                                   PlainFactory<GlobalMinMaxQParamsCalculator>("global_minmax")));
+  registry.Register(StatefulClass(
+      "percentile",
+      "per-tensor: the left edge of the histogram bin where |x| reaches the percentile "
+      "(num_bins, percentile, skip_zeros, nonfinite)",
+      HistogramFactory("percentile")));
+  registry.Register(StatefulClass(
+      "entropy",
+      "per-tensor, integer dtypes: the histogram clipping of least KL divergence "
+      "(num_bins, start_bin, stride, skip_zeros, nonfinite)",
+      HistogramFactory("entropy")));
+  registry.Register(StatefulClass(
+      "mse",
+      "per-tensor, integer dtypes: the histogram bin center whose qparams fake-quantize "
+      "with least squared error (num_bins, start_bin, stride, skip_zeros, nonfinite)",
+      HistogramFactory("mse")));
   registry.Register({"dynamic", false,
                      "stateless: recomputes qparams from each input; any shape and dtype",
                      CreateDynamic, nullptr});
@@ -69,6 +111,14 @@ QParamsCalculatorRegistry MakeBuiltins() {
                      "resolved by target: static for weights, moving_average for activations",
                      nullptr, nullptr});
   return registry;
+}
+
+// The constructor options a state was built with.
+CalculatorOptions OptionsOf(const CalculatorState& state) {
+  CalculatorOptions options;
+  options.averaging_constant = state.averaging_constant;
+  options.histogram = state.histogram_params;
+  return options;
 }
 
 absl::Status CheckResolvedKey(const CalculatorState& state) {
@@ -182,8 +232,7 @@ absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> CreateFromState(
     const CalculatorState& state) {
   QPARAMS_RETURN_IF_ERROR(CheckResolvedKey(state));
   absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> calculator =
-      QParamsCalculatorRegistry::Global().Create(state.calculator, state.spec,
-                                                 CalculatorOptions{state.averaging_constant});
+      QParamsCalculatorRegistry::Global().Create(state.calculator, state.spec, OptionsOf(state));
   if (!calculator.ok()) return calculator.status();
   QPARAMS_RETURN_IF_ERROR((*calculator)->RestoreState(state));
   return calculator;
@@ -193,8 +242,8 @@ absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> CreateStatefulFro
     const CalculatorState& state) {
   QPARAMS_RETURN_IF_ERROR(CheckResolvedKey(state));
   absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
-      QParamsCalculatorRegistry::Global().CreateStateful(
-          state.calculator, state.spec, CalculatorOptions{state.averaging_constant});
+      QParamsCalculatorRegistry::Global().CreateStateful(state.calculator, state.spec,
+                                                         OptionsOf(state));
   if (!calculator.ok()) return calculator.status();
   // RestoreState is the base's, open to this friend of the base.
   QParamsCalculatorBase& base = **calculator;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/calculator_state.h"
+#include "core/histogram_params.h"
 #include "core/qparams_calculator.h"
 #include "core/quant_spec.h"
 
@@ -24,6 +25,9 @@ namespace qparams {
 struct CalculatorOptions {
   // moving_average only: finite, 0 < c <= 1; unset means 0.01.
   std::optional<double> averaging_constant;
+  // percentile, entropy and mse only (histogram_params.h); unset means every default.
+  // (Initialized, so that CalculatorOptions{c} needs no second member.)
+  std::optional<HistogramParams> histogram = std::nullopt;
 };
 
 // One registered calculator class.
@@ -50,7 +54,8 @@ CalculatorClass StatefulClass(std::string key, std::string description,
 class QParamsCalculatorRegistry {
  public:
   // The registry of QParamsCalculatorBase, holding the built-in classes static,
-  // moving_average, global_minmax, dynamic and the "default" marker.
+  // moving_average, global_minmax, dynamic, percentile, entropy, mse and the
+  // "default" marker.
   static QParamsCalculatorRegistry& Global();
 
   QParamsCalculatorRegistry() = default;

@@ -3,7 +3,7 @@
 // transport (fuzz/service_harness.h).
 //
 // Input formats:
-//   * byte 0 < 0xF0: one request. Byte 0 % 11 picks the method (Method in
+//   * byte 0 < 0xF0: one request. Byte 0 % 12 picks the method (Method in
 //     service_harness.h), the rest is that request message serialized. The service
 //     persists across inputs, so sessions created by one input are observed by later
 //     ones; it is bounded (max_sessions 32, tensors of at most 2^16 elements) and

@@ -4,11 +4,12 @@
 // does not).
 //
 // fuzz_requests seeds are valid requests of every method (byte 0 picks the method,
-// see service_harness.h) on the session names "s" and "m", and two sequences that
-// walk a session through its life on a fresh service. fuzz_restore seeds are the
-// records of engines holding sessions of every stateful calculator, initialized or
-// not, in export mode, deleted and evicted. fuzz_core seeds are deterministic
-// pseudo-random bytes: a FuzzedDataProvider makes something of any.
+// see service_harness.h) on the session names "s", "m" and "h" (percentile), and
+// three sequences that walk a session through its life on a fresh service.
+// fuzz_restore seeds are the records of engines holding sessions of every stateful
+// calculator, initialized or not, in export mode, deleted and evicted. fuzz_core
+// seeds are deterministic pseudo-random bytes: a FuzzedDataProvider makes something
+// of any.
 
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +37,7 @@ namespace fs = std::filesystem;
 using fuzz::kCompute;
 using fuzz::kCreateSession;
 using fuzz::kDeleteSession;
+using fuzz::kGetHistogram;
 using fuzz::kGetQParams;
 using fuzz::kGetSession;
 using fuzz::kListCalculators;
@@ -161,6 +163,44 @@ void RequestSeeds(const fs::path& dir) {
 
   Write(dir / "list_calculators", Single(kListCalculators, v1::ListCalculatorsRequest()));
 
+  // A histogram session "h" (percentile, 256 bins, NaN ignored) and the histogram of
+  // [-3, 0.5, 1, 2, 2.5, 7.3] at exponent -5 (histogram.md §12).
+  v1::CreateSessionRequest create_h;
+  create_h.set_name("h");
+  create_h.set_calculator("percentile");
+  create_h.mutable_histogram()->set_num_bins(256);
+  create_h.mutable_histogram()->set_percentile(50);
+  create_h.mutable_histogram()->set_nonfinite(v1::NONFINITE_IGNORE);
+  Write(dir / "create_percentile", Single(kCreateSession, create_h));
+  v1::ObserveRequest observe_h;
+  observe_h.set_name("h");
+  v1::HistogramObservation* h = observe_h.mutable_histogram();
+  h->set_num_bins(256);
+  h->set_exponent(-5);
+  h->mutable_counts()->Resize(234, 0);
+  for (int k : {16, 32, 64, 80, 96, 233}) h->set_counts(k, 1);
+  h->set_negative_count(1);
+  h->set_nan_count(1);
+  h->set_min(-3.0);
+  h->set_max(static_cast<double>(7.3f));
+  Write(dir / "observe_histogram", Single(kObserve, observe_h));
+  v1::GetHistogramRequest get_h;
+  get_h.set_name("h");
+  Write(dir / "get_histogram", Single(kGetHistogram, get_h));
+  v1::ObserveRequest observe_h_tensor;
+  observe_h_tensor.set_name("h");
+  *observe_h_tensor.mutable_tensor() = F32({2, 3}, {-1.5f, 0.25f, 3.0f, 0.5f, -2.0f, 1.0f});
+  observe_h_tensor.set_omit_qparams(true);
+  Write(dir / "sequence_percentile", Sequence({{kCreateSession, create_h.SerializeAsString()},
+                                               {kObserve, observe_h.SerializeAsString()},
+                                               {kObserve, observe_h_tensor.SerializeAsString()},
+                                               {kGetHistogram, get_h.SerializeAsString()},
+                                               {kGetQParams, [] {
+                                                  v1::GetQParamsRequest q;
+                                                  q.set_name("h");
+                                                  return q.SerializeAsString();
+                                                }()}}));
+
   // A session's life on a fresh service.
   v1::ListSessionsRequest list_s;
   list_s.set_filter("s");
@@ -221,17 +261,22 @@ void RestoreSeeds(const fs::path& dir) {
   QuantSpec block;
   block.dtype = "int4";
   block.granularity = Granularity::PerBlock(1, 3);
-  (void)engine.CreateSession("", "s", "global_minmax", per_channel, std::nullopt);
-  (void)engine.CreateSession("", "m", "moving_average", fp8, 0.5);
-  (void)engine.CreateSession("", "b", "static", block, std::nullopt);
-  (void)engine.CreateSession("", "empty", "", QuantSpec{}, std::nullopt);
-  (void)engine.CreateSession("tenant-a", "s", "static", QuantSpec{}, std::nullopt);
+  (void)engine.CreateSession("", "s", "global_minmax", per_channel, {});
+  (void)engine.CreateSession("", "m", "moving_average", fp8, CalculatorOptions{0.5});
+  (void)engine.CreateSession("", "b", "static", block, {});
+  (void)engine.CreateSession("", "empty", "", QuantSpec{}, {});
+  (void)engine.CreateSession("tenant-a", "s", "static", QuantSpec{}, {});
+  HistogramParams entropy;
+  entropy.num_bins = 256;
+  entropy.stride = 4;
+  (void)engine.CreateSession("", "h", "entropy", QuantSpec{}, CalculatorOptions{{}, entropy});
   Write(dir / "records_fresh", RecordFrames(engine));
 
   (void)engine.Observe("", "s", Observation::FromTensor(x));
   (void)engine.Observe("", "s", Observation::FromTensor(x));
   (void)engine.Observe("", "m", Observation::FromTensor(x));
   (void)engine.Observe("", "b", Observation::FromTensor(x));
+  (void)engine.Observe("", "h", Observation::FromTensor(x));
   (void)engine.SetExportMode("", "b", true);
   (void)engine.DeleteSession("", "empty");
   Write(dir / "records_observed", RecordFrames(engine));
@@ -241,8 +286,8 @@ void RestoreSeeds(const fs::path& dir) {
   EngineOptions ttl;
   ttl.session_ttl = absl::Hours(1);
   Engine evicting(ttl);
-  (void)evicting.CreateSession("", "gone", "static", QuantSpec{}, std::nullopt);
-  (void)evicting.CreateSession("", "kept", "global_minmax", per_channel, std::nullopt);
+  (void)evicting.CreateSession("", "gone", "static", QuantSpec{}, {});
+  (void)evicting.CreateSession("", "kept", "global_minmax", per_channel, {});
   (void)evicting.Observe("", "kept", Observation::FromTensor(x));
   std::string history = RecordFrames(evicting);
   evicting.EvictIdle(absl::Now() + absl::Hours(2));

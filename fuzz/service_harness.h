@@ -42,6 +42,7 @@ enum Method : uint8_t {
   kGetQParams,
   kListCalculators,
   kObserveBatch,
+  kGetHistogram,
   kMethods,
 };
 
@@ -183,27 +184,39 @@ inline void CheckQParams(const v1::QParams& q, const google::protobuf::Message& 
   for (float s : q.scale()) Check(!(s <= 0), "a scale <= 0", &context);
 }
 
+inline bool IsHistogramKind(const std::string& calculator) {
+  return calculator == "percentile" || calculator == "entropy" || calculator == "mse";
+}
+
 inline void CheckSession(const v1::Session& s) {
   Check(!s.name().empty(), "a session without a name", &s);
+  const bool histogram = IsHistogramKind(s.calculator());
   Check(s.calculator() == "static" || s.calculator() == "moving_average" ||
-            s.calculator() == "global_minmax",
+            s.calculator() == "global_minmax" || histogram,
         "a session of a calculator that is not a stateful built-in", &s);
+  Check(histogram == s.has_histogram(), "histogram parameters on a kind without them", &s);
+  Check(s.has_calibration() == (histogram && s.initialized()),
+        "a calibration other than that of an initialized histogram session", &s);
   Check(s.spec().range_calculator() == "minmax", "an unresolved spec.range_calculator", &s);
   Check(s.spec().has_quant_min() && s.spec().has_quant_max(), "an unresolved quant range", &s);
   Check(s.spec().granularity().kind_case() != v1::Granularity::KIND_NOT_SET,
         "an unresolved granularity", &s);
   Check(s.observation_count() >= 0, "a negative observation_count", &s);
-  Check(s.initialized() == (s.observation_count() > 0),
+  // A histogram session that saw only NaN and infinities (nonfinite=ignore) counted
+  // observations but holds no finite value.
+  Check(histogram ? !s.initialized() || s.observation_count() > 0
+                  : s.initialized() == (s.observation_count() > 0),
         "initialized differs from observation_count > 0", &s);
   CheckQParams(s.qparams(), s);
   Check(s.initialized() == (s.qparams().precision() != v1::DTYPE_UNSPECIFIED),
         "initialized differs from filled buffers", &s);
   Check(s.running_min_size() == s.running_max_size(), "running_min/max sizes differ", &s);
-  if (s.calculator() != "static" && s.initialized()) {
+  if (s.calculator() != "static" && !histogram && s.initialized()) {
     Check(s.running_min_size() == s.qparams().scale_size(), "running range size", &s);
   }
-  Check(s.initialized() == (s.input_dtype() != v1::DTYPE_UNSPECIFIED),
-        "input_dtype is set exactly when initialized", &s);
+  // The histogram kinds take any input dtype at every observation.
+  Check((s.initialized() && !histogram) == (s.input_dtype() != v1::DTYPE_UNSPECIFIED),
+        "input_dtype is set exactly when initialized (never for histogram kinds)", &s);
 }
 
 // The session as GetSession shows it, or nullopt-like empty name when absent.
@@ -269,12 +282,14 @@ inline bool Handle(Service& s, uint8_t method, const uint8_t* data, size_t size)
       if (response.calculator() == "moving_average") {
         again.set_averaging_constant(response.averaging_constant());
       }
+      if (response.has_histogram()) *again.mutable_histogram() = response.histogram();
       v1::Session copy;
       const grpc::Status copied = Call(svc, &QParamsServiceImpl::CreateSession, again, &copy);
       if (copied.ok()) {
         Check(MessageDifferencer::Equals(copy.spec(), response.spec()) &&
                   copy.calculator() == response.calculator() &&
                   copy.averaging_constant() == response.averaging_constant() &&
+                  MessageDifferencer::Equals(copy.histogram(), response.histogram()) &&
                   copy.description() == response.description(),
               "the resolved spec sent back gives another session", &copy);
         v1::DeleteSessionRequest del;
@@ -306,10 +321,12 @@ inline bool Handle(Service& s, uint8_t method, const uint8_t* data, size_t size)
       Check(response.observation_count() == after.observation_count(),
             "Observe's observation_count differs from the session's", &response);
       if (request.omit_qparams()) {
-        Check(!response.has_qparams(), "Observe sent the qparams it was asked to omit", &response);
+        Check(!response.has_qparams() && !response.has_calibration(),
+              "Observe sent the qparams it was asked to omit", &response);
       } else {
         CheckQParams(response.qparams(), response);
-        Check(MessageDifferencer::Equals(response.qparams(), after.qparams()),
+        Check(MessageDifferencer::Equals(response.qparams(), after.qparams()) &&
+                  MessageDifferencer::Equals(response.calibration(), after.calibration()),
               "Observe's qparams differ from the session's buffers", &response);
       }
       const bool cached = before.export_mode() ||
@@ -453,8 +470,29 @@ inline bool Handle(Service& s, uint8_t method, const uint8_t* data, size_t size)
         CheckQParams(response.qparams(), response);
         const v1::Session session = Snapshot(s, request.name());
         Check(MessageDifferencer::Equals(response.qparams(), session.qparams()) &&
+                  MessageDifferencer::Equals(response.calibration(), session.calibration()) &&
                   response.initialized() == session.initialized(),
               "GetQParams differs from GetSession", &response);
+      }
+      return true;
+    }
+    case kGetHistogram: {
+      v1::GetHistogramRequest request;
+      if (!Parse(data, size, &request)) return false;
+      v1::HistogramObservation response;
+      if (Call(svc, &QParamsServiceImpl::GetHistogram, request, &response).ok()) {
+        const v1::Session session = Snapshot(s, request.name());
+        Check(IsHistogramKind(session.calculator()), "GetHistogram of a kind without one",
+              &response);
+        Check(response.num_bins() == session.histogram().num_bins(),
+              "GetHistogram's num_bins differs from the session's", &response);
+        Check(
+            response.has_min() == session.initialized() && response.has_max() == response.has_min(),
+            "GetHistogram's extrema are set exactly when the session is initialized", &response);
+        if (session.initialized()) {
+          Check(response.exponent() == session.calibration().exponent(),
+                "GetHistogram's exponent differs from the calibration's", &response);
+        }
       }
       return true;
     }

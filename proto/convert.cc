@@ -1,5 +1,6 @@
 #include "proto/convert.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -197,6 +198,91 @@ QParams QParamsFromProto(const v1::QParams& qparams) {
   return out;
 }
 
+absl::StatusOr<HistogramParams> HistogramParamsFromProto(const v1::HistogramParams& params) {
+  HistogramParams out;
+  if (params.has_num_bins()) out.num_bins = params.num_bins();
+  if (params.has_percentile()) out.percentile = params.percentile();
+  if (params.has_start_bin()) out.start_bin = params.start_bin();
+  if (params.has_stride()) out.stride = params.stride();
+  out.skip_zeros = params.skip_zeros();
+  switch (params.nonfinite()) {
+    case v1::NONFINITE_POLICY_UNSPECIFIED:
+    case v1::NONFINITE_REJECT:
+      out.nonfinite = NonFinitePolicy::kReject;
+      break;
+    case v1::NONFINITE_IGNORE:
+      out.nonfinite = NonFinitePolicy::kIgnore;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("histogram.nonfinite is unknown (", params.nonfinite(),
+                       "); use NONFINITE_REJECT or NONFINITE_IGNORE"));
+  }
+  return out;
+}
+
+v1::HistogramParams HistogramParamsToProto(const HistogramParams& params) {
+  v1::HistogramParams out;
+  if (params.num_bins) out.set_num_bins(*params.num_bins);
+  if (params.percentile) out.set_percentile(*params.percentile);
+  if (params.start_bin) out.set_start_bin(*params.start_bin);
+  if (params.stride) out.set_stride(*params.stride);
+  out.set_skip_zeros(params.skip_zeros);
+  out.set_nonfinite(params.nonfinite == NonFinitePolicy::kIgnore ? v1::NONFINITE_IGNORE
+                                                                 : v1::NONFINITE_REJECT);
+  return out;
+}
+
+Histogram HistogramFromProto(const v1::HistogramObservation& histogram) {
+  Histogram out;
+  out.num_bins = histogram.num_bins();
+  out.exponent = histogram.exponent();
+  out.counts.assign(histogram.counts().begin(), histogram.counts().end());
+  out.zero_count = histogram.zero_count();
+  out.negative_count = histogram.negative_count();
+  out.nan_count = histogram.nan_count();
+  out.posinf_count = histogram.posinf_count();
+  out.neginf_count = histogram.neginf_count();
+  if (histogram.has_min()) out.min = histogram.min();
+  if (histogram.has_max()) out.max = histogram.max();
+  return out;
+}
+
+v1::HistogramObservation HistogramToProto(const Histogram& histogram) {
+  v1::HistogramObservation out;
+  out.set_num_bins(histogram.num_bins);
+  out.set_exponent(histogram.exponent);
+  out.mutable_counts()->Assign(histogram.counts.begin(), histogram.counts.end());
+  out.set_zero_count(histogram.zero_count);
+  out.set_negative_count(histogram.negative_count);
+  out.set_nan_count(histogram.nan_count);
+  out.set_posinf_count(histogram.posinf_count);
+  out.set_neginf_count(histogram.neginf_count);
+  if (histogram.min) out.set_min(*histogram.min);
+  if (histogram.max) out.set_max(*histogram.max);
+  return out;
+}
+
+v1::CalibrationResult CalibrationToProto(const CalibrationResult& calibration) {
+  v1::CalibrationResult out;
+  out.set_amax(calibration.amax);
+  out.set_bin_index(calibration.bin_index);
+  out.set_exponent(calibration.exponent);
+  out.set_total_count(calibration.total_count);
+  if (calibration.kl_margin) out.set_kl_margin(*calibration.kl_margin);
+  return out;
+}
+
+CalibrationResult CalibrationFromProto(const v1::CalibrationResult& calibration) {
+  CalibrationResult out;
+  out.amax = calibration.amax();
+  out.bin_index = calibration.bin_index();
+  out.exponent = calibration.exponent();
+  out.total_count = calibration.total_count();
+  if (calibration.has_kl_margin()) out.kl_margin = calibration.kl_margin();
+  return out;
+}
+
 namespace {
 
 absl::StatusOr<Observation> RangeFromProto(const v1::RangeObservation& range,
@@ -233,11 +319,15 @@ absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& reque
     }
     case v1::ObserveRequest::kRange:
       return RangeFromProto(request.range(), max_elements);
+    case v1::ObserveRequest::kHistogram:
+      return Observation::FromHistogram(
+          std::make_shared<const Histogram>(HistogramFromProto(request.histogram())));
     case v1::ObserveRequest::OBSERVATION_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "observation is unset; send a tensor or a range (block minima and maxima)");
+      "observation is unset; send a tensor, a range (block minima and maxima) or, to a "
+      "histogram session, a histogram");
 }
 
 absl::StatusOr<Observation> ComputeObservationFromProto(const v1::ComputeRequest& request,

@@ -10,8 +10,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/calibration.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
+#include "core/histogram.h"
+#include "core/histogram_params.h"
 #include "core/observation.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
@@ -60,9 +63,24 @@ v1::QuantSpec SpecToProto(const QuantSpec& spec);
 v1::QParams QParamsToProto(const QParams& qparams);
 QParams QParamsFromProto(const v1::QParams& qparams);
 
-// The observation of a request: its tensor, or its range (min/max views and the
-// input shape). Views point into `request`, which must outlive the result. Neither
-// set is INVALID_ARGUMENT.
+// A histogram session's parameters as sent: an unknown nonfinite enum value is
+// INVALID_ARGUMENT naming histogram.nonfinite; the core checks the rest
+// (HistogramParams::Resolve), defaults included.
+absl::StatusOr<HistogramParams> HistogramParamsFromProto(const v1::HistogramParams& params);
+v1::HistogramParams HistogramParamsToProto(const HistogramParams& params);
+
+// A histogram as sent (a copy; the calculator checks it, ValidateHistogram) and a
+// session's on the wire (GetHistogram).
+Histogram HistogramFromProto(const v1::HistogramObservation& histogram);
+v1::HistogramObservation HistogramToProto(const Histogram& histogram);
+
+// The search's result beside a histogram session's qparams, and back.
+v1::CalibrationResult CalibrationToProto(const CalibrationResult& calibration);
+CalibrationResult CalibrationFromProto(const v1::CalibrationResult& calibration);
+
+// The observation of a request: its tensor, its range (min/max views and the input
+// shape), or its histogram (copied, and held by the observation). Views point into
+// `request`, which must outlive the result. None set is INVALID_ARGUMENT.
 absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
                                                  int64_t max_elements);
 

@@ -20,7 +20,7 @@ struct CallMetricsInterceptorFactory::Method {
     int code = static_cast<int>(status);
     if (code < 0 || code >= kCodes) code = grpc::StatusCode::UNKNOWN;
     Counter* counter = calls[code].load(std::memory_order_acquire);
-    Histogram* histogram = durations[code].load(std::memory_order_acquire);
+    BucketHistogram* histogram = durations[code].load(std::memory_order_acquire);
     if (counter == nullptr || histogram == nullptr) {
       // Racing threads get the same series from the family.
       const std::vector<std::string> labels = {
@@ -37,7 +37,7 @@ struct CallMetricsInterceptorFactory::Method {
   const ServerMetrics* metrics = nullptr;
   std::string name;  // "Observe"
   std::array<std::atomic<Counter*>, kCodes> calls{};
-  std::array<std::atomic<Histogram*>, kCodes> durations{};
+  std::array<std::atomic<BucketHistogram*>, kCodes> durations{};
 };
 
 namespace {

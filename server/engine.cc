@@ -60,11 +60,10 @@ absl::StatusOr<QParams> Engine::Compute(absl::string_view calculator, const Quan
   return (*c)->Forward(x);
 }
 
-absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
-                                                  absl::string_view name,
+absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant, absl::string_view name,
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
-                                                  std::optional<double> averaging_constant) {
+                                                  const CalculatorOptions& options) {
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
   if (!key.ok()) return key.status();
@@ -72,11 +71,13 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant,
   if (!cls.ok()) return cls.status();
   if (!(*cls)->stateful) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "calculator \"", *key, "\" is stateless, so a session of it would hold nothing; use "
-        "Compute for it, or a stateful calculator (static, moving_average, global_minmax)"));
+        "calculator \"", *key,
+        "\" is stateless, so a session of it would hold nothing; use "
+        "Compute for it, or a stateful calculator (static, moving_average, global_minmax, "
+        "percentile, entropy, mse)"));
   }
   absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> c =
-      Registry().CreateStateful(*key, spec, CalculatorOptions{averaging_constant});
+      Registry().CreateStateful(*key, spec, options);
   if (!c.ok()) return c.status();
   absl::StatusOr<std::shared_ptr<Session>> session =
       store_.Create({std::string(tenant), std::string(name)}, *std::move(c));
@@ -159,10 +160,10 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
 }
 
 absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view tenant, absl::string_view name,
-                                              const Observation& x) {
+                                              const Observation& x, bool omit_qparams) {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
-  absl::StatusOr<ObserveResult> result = (*session)->Observe(x);
+  absl::StatusOr<ObserveResult> result = (*session)->Observe(x, omit_qparams);
   if (result.ok() && options_.observations != nullptr) options_.observations->Increment();
   return result;
 }
@@ -179,6 +180,13 @@ absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetQParams();
+}
+
+absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
+                                               absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  return (*session)->GetHistogram();
 }
 
 absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,

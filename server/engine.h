@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/slot_map.h"
 #include "core/granularity.h"
+#include "core/histogram.h"
 #include "core/observation.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
@@ -74,13 +75,14 @@ class Engine {
   absl::StatusOr<QParams> Compute(absl::string_view calculator, const QuantSpec& spec,
                                   const Observation& x) const;
 
-  // A new session of `calculator` ("" = default, resolved by spec.target). "dynamic"
-  // is INVALID_ARGUMENT naming Compute; so are a bad name, spec or averaging
-  // constant. ALREADY_EXISTS / RESOURCE_EXHAUSTED from the store.
+  // A new session of `calculator` ("" = default, resolved by spec.target) with its
+  // constructor options (averaging_constant for moving_average, histogram for
+  // percentile, entropy and mse). "dynamic" is INVALID_ARGUMENT naming Compute; so
+  // are a bad name, spec or option, and an option set for a calculator that does not
+  // take it. ALREADY_EXISTS / RESOURCE_EXHAUSTED from the store.
   absl::StatusOr<SessionInfo> CreateSession(absl::string_view tenant, absl::string_view name,
-                                            absl::string_view calculator,
-                                            const QuantSpec& spec,
-                                            std::optional<double> averaging_constant);
+                                            absl::string_view calculator, const QuantSpec& spec,
+                                            const CalculatorOptions& options);
 
   // Every session method names a session of `tenant` ("" when authentication is
   // off): INVALID_ARGUMENT for a malformed name, FAILED_PRECONDITION naming the
@@ -99,16 +101,22 @@ class Engine {
                                            absl::string_view page_token,
                                            absl::string_view filter) const;
 
-  // One forward on the session.
+  // One forward on the session; `omit_qparams` as Session::Observe says (a
+  // histogram session then runs no search).
   absl::StatusOr<ObserveResult> Observe(absl::string_view tenant, absl::string_view name,
-                                        const Observation& x);
+                                        const Observation& x, bool omit_qparams = false);
 
   // The session's observation count (for responses that report it on failure).
   absl::StatusOr<int64_t> ObservationCount(absl::string_view tenant,
                                            absl::string_view name) const;
 
-  // get_qparams: the buffers and the initialized flag.
+  // get_qparams: the buffers and the initialized flag (and a histogram session's
+  // calibration, running its search if the histogram changed since it last ran).
   absl::StatusOr<CachedQParams> GetQParams(absl::string_view tenant, absl::string_view name) const;
+
+  // The histogram of a percentile, entropy or mse session; INVALID_ARGUMENT for a
+  // session of another calculator.
+  absl::StatusOr<Histogram> GetHistogram(absl::string_view tenant, absl::string_view name) const;
 
   absl::StatusOr<SessionInfo> SetExportMode(absl::string_view tenant, absl::string_view name,
                                             bool enabled);

@@ -28,7 +28,7 @@ constexpr uint32_t kMaxRecordBytes = 1u << 30;
 constexpr size_t kWriteChunk = size_t{1} << 20;
 
 // Seconds since `start`, into `histogram` (if any).
-void ObserveSince(Histogram* histogram, absl::Time start) {
+void ObserveSince(BucketHistogram* histogram, absl::Time start) {
   if (histogram != nullptr) histogram->Observe(absl::ToDoubleSeconds(absl::Now() - start));
 }
 

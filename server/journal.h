@@ -61,8 +61,8 @@ absl::string_view DurabilityName(Durability durability);
 struct JournalMetrics {
   Counter* appends = nullptr;             // records appended
   Counter* appended_bytes = nullptr;      // their frames' bytes
-  Histogram* fsync_seconds = nullptr;     // each fsync of a journal file
-  Histogram* snapshot_seconds = nullptr;  // each snapshot written (temporary file to rename)
+  BucketHistogram* fsync_seconds = nullptr;     // each fsync of a journal file
+  BucketHistogram* snapshot_seconds = nullptr;  // each snapshot written (temporary file to rename)
   Counter* snapshot_failures = nullptr;   // snapshots not written
 };
 

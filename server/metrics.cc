@@ -114,21 +114,21 @@ std::string FormatMetricValue(double value) {
 
 void Gauge::Add(double delta) { AtomicAdd(value_, delta); }
 
-Histogram::Histogram(std::vector<double> bounds)
+BucketHistogram::BucketHistogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {
   assert(std::is_sorted(bounds_.begin(), bounds_.end()) &&
          std::adjacent_find(bounds_.begin(), bounds_.end()) == bounds_.end());
   for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
 }
 
-void Histogram::Observe(double value) {
+void BucketHistogram::Observe(double value) {
   // The first bound >= value; past the end is the +Inf bucket (NaN lands there too).
   const size_t bucket = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   AtomicAdd(sum_, value);
 }
 
-std::vector<uint64_t> Histogram::BucketCounts() const {
+std::vector<uint64_t> BucketHistogram::BucketCounts() const {
   std::vector<uint64_t> counts(bounds_.size() + 1);
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = counts_[i].load(std::memory_order_relaxed);
   return counts;
@@ -166,13 +166,13 @@ std::unique_ptr<Gauge> Family<Gauge>::Make() const {
   return std::make_unique<Gauge>();
 }
 template <>
-std::unique_ptr<Histogram> Family<Histogram>::Make() const {
-  return std::make_unique<Histogram>(bounds_);
+std::unique_ptr<BucketHistogram> Family<BucketHistogram>::Make() const {
+  return std::make_unique<BucketHistogram>(bounds_);
 }
 
 template class Family<Counter>;
 template class Family<Gauge>;
-template class Family<Histogram>;
+template class Family<BucketHistogram>;
 
 struct MetricsRegistry::Entry {
   std::string name;
@@ -182,7 +182,7 @@ struct MetricsRegistry::Entry {
   // Exactly one of these is set.
   std::unique_ptr<Family<Counter>> counters;
   std::unique_ptr<Family<Gauge>> gauges;
-  std::unique_ptr<Family<Histogram>> histograms;
+  std::unique_ptr<Family<BucketHistogram>> histograms;
   GaugeCallback callback;
 
   void Render(std::string& out) const {
@@ -269,14 +269,14 @@ Family<Gauge>* MetricsRegistry::AddGauge(std::string name, std::string help,
   return family;
 }
 
-Family<Histogram>* MetricsRegistry::AddHistogram(std::string name, std::string help,
-                                                 std::vector<std::string> label_names,
-                                                 std::vector<double> bounds) {
+Family<BucketHistogram>* MetricsRegistry::AddHistogram(std::string name, std::string help,
+                                                       std::vector<std::string> label_names,
+                                                       std::vector<double> bounds) {
   const size_t labels = label_names.size();
   std::unique_ptr<Entry> entry =
       NewEntry(std::move(name), std::move(help), "histogram", std::move(label_names));
-  entry->histograms.reset(new Family<Histogram>(labels, std::move(bounds)));
-  Family<Histogram>* family = entry->histograms.get();
+  entry->histograms.reset(new Family<BucketHistogram>(labels, std::move(bounds)));
+  Family<BucketHistogram>* family = entry->histograms.get();
   Add(std::move(entry));
   return family;
 }

@@ -3,8 +3,8 @@
 // knows nothing of gRPC nor of HTTP: the domain records through it, the gRPC layer
 // counts calls through it, and server/metrics_http serves Render().
 //
-// Thread safety: recording (Counter::Increment, Gauge::Set, Histogram::Observe) is
-// lock-free, on relaxed atomics, from any thread. Looking a series up by its label
+// Thread safety: recording (Counter::Increment, Gauge::Set, BucketHistogram::Observe)
+// is lock-free, on relaxed atomics, from any thread. Looking a series up by its label
 // values (Family::WithLabels) takes the family's mutex: callers on a hot path look a
 // series up once and keep the pointer, which lives as long as the registry. Adding
 // families and Render may run concurrently with each other and with recording.
@@ -53,10 +53,11 @@ class Gauge {
 
 // Observations counted into buckets by upper bound (Prometheus' "le": a value lands
 // in the first bucket whose bound is >= it), plus their sum. Thread-safe, lock-free.
-class Histogram {
+// (Not "Histogram": that is the core's histogram of |x|, core/histogram.h.)
+class BucketHistogram {
  public:
   // `bounds` strictly increasing and finite; the +Inf bucket is implicit.
-  explicit Histogram(std::vector<double> bounds);
+  explicit BucketHistogram(std::vector<double> bounds);
 
   void Observe(double value);
 
@@ -126,8 +127,9 @@ class MetricsRegistry {
                               std::vector<std::string> label_names = {});
   Family<Gauge>* AddGauge(std::string name, std::string help,
                           std::vector<std::string> label_names = {});
-  Family<Histogram>* AddHistogram(std::string name, std::string help,
-                                  std::vector<std::string> label_names, std::vector<double> bounds);
+  Family<BucketHistogram>* AddHistogram(std::string name, std::string help,
+                                        std::vector<std::string> label_names,
+                                        std::vector<double> bounds);
   // A gauge family whose samples `callback` computes at each Render (`callback`
   // must outlive the registry's last Render).
   void AddGaugeCallback(std::string name, std::string help, std::vector<std::string> label_names,

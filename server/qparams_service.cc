@@ -37,6 +37,22 @@ void SessionToProto(const SessionInfo& info, v1::Session* out) {
   *out->mutable_create_time() = TimestampFromTime(info.create_time);
   *out->mutable_update_time() = TimestampFromTime(info.update_time);
   out->set_description(info.description);
+  if (info.histogram_params) {
+    *out->mutable_histogram() = wire::HistogramParamsToProto(*info.histogram_params);
+  }
+  if (info.calibration) *out->mutable_calibration() = wire::CalibrationToProto(*info.calibration);
+}
+
+// The bytes of observation data a request carries, for ServerMetrics::received_bytes.
+size_t ObservationBytes(const v1::ObserveRequest& request) {
+  switch (request.observation_case()) {
+    case v1::ObserveRequest::kRange:
+      return request.range().min().data().size() + request.range().max().data().size();
+    case v1::ObserveRequest::kHistogram:
+      return request.histogram().counts_size() * sizeof(uint64_t);
+    default:
+      return request.tensor().data().size();
+  }
 }
 
 }  // namespace
@@ -132,10 +148,16 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::CreateSession(
     if (!tenant.ok()) return tenant.status();
     absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
     if (!spec.ok()) return spec.status();
-    std::optional<double> averaging_constant;
-    if (request->has_averaging_constant()) averaging_constant = request->averaging_constant();
-    absl::StatusOr<SessionInfo> session = engine_->CreateSession(
-        *tenant, request->name(), request->calculator(), *spec, averaging_constant);
+    CalculatorOptions options;
+    if (request->has_averaging_constant()) {
+      options.averaging_constant = request->averaging_constant();
+    }
+    if (request->has_histogram()) {
+      QPARAMS_ASSIGN_OR_RETURN(options.histogram,
+                               wire::HistogramParamsFromProto(request->histogram()));
+    }
+    absl::StatusOr<SessionInfo> session =
+        engine_->CreateSession(*tenant, request->name(), request->calculator(), *spec, options);
     if (!session.ok()) return session.status();
     SessionToProto(*session, response);
     return absl::OkStatus();
@@ -182,17 +204,18 @@ absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
                                             const v1::ObserveRequest& request,
                                             v1::ObserveResponse* response) {
   if (options_.received_bytes != nullptr) {
-    options_.received_bytes->Increment(request.has_range() ? request.range().min().data().size() +
-                                                                 request.range().max().data().size()
-                                                           : request.tensor().data().size());
+    options_.received_bytes->Increment(ObservationBytes(request));
   }
   absl::StatusOr<Observation> x =
       wire::ObservationFromProto(request, options_.max_tensor_elements);
   absl::StatusOr<ObserveResult> result =
-      x.ok() ? engine_->Observe(tenant, request.name(), *x) : x.status();
+      x.ok() ? engine_->Observe(tenant, request.name(), *x, request.omit_qparams()) : x.status();
   if (result.ok()) {
     if (!request.omit_qparams()) {
       *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
+      if (result->calibration) {
+        *response->mutable_calibration() = wire::CalibrationToProto(*result->calibration);
+      }
     }
     response->set_observation_count(result->observation_count);
     return absl::OkStatus();
@@ -416,8 +439,21 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerCon
   if (qparams.ok()) {
     *response->mutable_qparams() = wire::QParamsToProto(qparams->qparams);
     response->set_initialized(qparams->initialized);
+    if (qparams->calibration) {
+      *response->mutable_calibration() = wire::CalibrationToProto(*qparams->calibration);
+    }
   }
   return Finish(context, "GetQParams", qparams.status());
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetHistogram(grpc::CallbackServerContext* context,
+                                                           const v1::GetHistogramRequest* request,
+                                                           v1::HistogramObservation* response) {
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  absl::StatusOr<Histogram> histogram =
+      tenant.ok() ? engine_->GetHistogram(*tenant, request->name()) : tenant.status();
+  if (histogram.ok()) *response = wire::HistogramToProto(*histogram);
+  return Finish(context, "GetHistogram", histogram.status());
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetExportMode(

@@ -73,6 +73,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* GetQParams(grpc::CallbackServerContext* context,
                                        const v1::GetQParamsRequest* request,
                                        v1::GetQParamsResponse* response) override;
+  grpc::ServerUnaryReactor* GetHistogram(grpc::CallbackServerContext* context,
+                                         const v1::GetHistogramRequest* request,
+                                         v1::HistogramObservation* response) override;
   grpc::ServerUnaryReactor* SetExportMode(grpc::CallbackServerContext* context,
                                           const v1::SetExportModeRequest* request,
                                           v1::Session* response) override;

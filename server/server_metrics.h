@@ -24,7 +24,7 @@ class ServerMetrics {
   // Calls of the qparams.v1 service by method and gRPC code name ("OK",
   // "NOT_FOUND", ...): how many, and how long each took, arrival to status.
   Family<Counter>* calls() const { return calls_; }
-  Family<Histogram>* call_seconds() const { return call_seconds_; }
+  Family<BucketHistogram>* call_seconds() const { return call_seconds_; }
   // Observations applied (EngineOptions::observations).
   Counter* observations() const { return observations_; }
   // Bytes of observation data received (Observe, ObserveStream, ObserveBatch): a
@@ -40,7 +40,7 @@ class ServerMetrics {
  private:
   MetricsRegistry* const registry_;
   Family<Counter>* const calls_;
-  Family<Histogram>* const call_seconds_;
+  Family<BucketHistogram>* const call_seconds_;
   Counter* const observations_;
   Counter* const received_bytes_;
   JournalMetrics journal_;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "core/histogram_calculator.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -11,6 +13,12 @@ namespace {
 // rounded to float32, as the upstream float32 buffers hold them.
 std::vector<float> ToFloats(const std::vector<double>& values) {
   return std::vector<float>(values.begin(), values.end());
+}
+
+// The histogram kinds have an observation without a search, a calibration and a
+// histogram beside what every kind has; null for the other kinds.
+HistogramQParamsCalculator* AsHistogram(StatefulQParamsCalculatorBase& calculator) {
+  return dynamic_cast<HistogramQParamsCalculator*>(&calculator);
 }
 
 }  // namespace
@@ -62,12 +70,18 @@ absl::Status Session::Mutate(
   return absl::OkStatus();
 }
 
-absl::StatusOr<ObserveResult> Session::Observe(const Observation& x) {
+absl::StatusOr<ObserveResult> Session::Observe(const Observation& x, bool omit_qparams) {
   ObserveResult result;
   absl::Status status = Mutate([&](StatefulQParamsCalculatorBase& calculator) -> absl::Status {
-    absl::StatusOr<QParams> qparams = calculator.Forward(x);
-    if (!qparams.ok()) return qparams.status();
-    result.qparams = *std::move(qparams);
+    if (HistogramQParamsCalculator* histogram = AsHistogram(calculator)) {
+      QPARAMS_RETURN_IF_ERROR(histogram->Observe(x));
+      if (!omit_qparams) {  // the search runs here, and only here on this path
+        result.qparams = histogram->GetQParams();
+        result.calibration = histogram->calibration();
+      }
+    } else {
+      QPARAMS_ASSIGN_OR_RETURN(result.qparams, calculator.Forward(x));
+    }
     result.observation_count = calculator.observation_count();
     return absl::OkStatus();
   });
@@ -89,7 +103,24 @@ absl::Status Session::SetGranularity(const Granularity& granularity) {
 CachedQParams Session::GetQParams() const {
   Touch();
   absl::ReaderMutexLock lock(&mu_);
-  return {calculator_->GetQParams(), calculator_->initialized()};
+  CachedQParams out{calculator_->GetQParams(), calculator_->initialized(), std::nullopt};
+  if (const HistogramQParamsCalculator* histogram = AsHistogram(*calculator_)) {
+    out.calibration = histogram->calibration();
+  }
+  return out;
+}
+
+absl::StatusOr<Histogram> Session::GetHistogram() const {
+  Touch();
+  absl::ReaderMutexLock lock(&mu_);
+  if (absl::Status live = CheckLive(); !live.ok()) return live;
+  const HistogramQParamsCalculator* histogram = AsHistogram(*calculator_);
+  if (histogram == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session ", key_.name, " is a ", calculator_->key(),
+                     " session; only percentile, entropy and mse sessions keep a histogram"));
+  }
+  return histogram->histogram();
 }
 
 int64_t Session::observation_count() const {
@@ -111,12 +142,19 @@ SessionInfo Session::Info() const {
   info.initialized = state.initialized;
   info.export_mode = state.export_mode;
   info.observation_count = state.observation_count;
-  info.qparams = std::move(state.qparams);
+  // Not the exported buffers: the histogram kinds export none and derive their
+  // qparams (running the search if the histogram changed since it last ran).
+  info.qparams = calculator_->GetQParams();
   if (state.running) {
     info.running_min = ToFloats(state.running->lo);
     info.running_max = ToFloats(state.running->hi);
   }
-  if (state.initialized) info.input_dtype = state.compute_dtype_for_export;
+  // The histogram kinds take any input dtype at every observation.
+  if (state.initialized && !state.histogram) info.input_dtype = state.compute_dtype_for_export;
+  info.histogram_params = std::move(state.histogram_params);
+  if (const HistogramQParamsCalculator* histogram = AsHistogram(*calculator_)) {
+    info.calibration = histogram->calibration();
+  }
   info.create_time = create_time_;
   info.update_time = update_time_;
   info.description = calculator_->Description();

@@ -3,7 +3,9 @@
 //
 // Thread safety: every method may be called concurrently. Mutations of one session
 // apply one at a time, and a read sees the state before or after a mutation, never
-// half of one.
+// half of one. Lock order: the session's lock, then a histogram calculator's own
+// lock on its cached search result (reads under the session's reader lock may run
+// the search; the first runs it, the others wait for its result).
 
 #ifndef QPARAMS_SERVER_SESSION_H_
 #define QPARAMS_SERVER_SESSION_H_
@@ -21,7 +23,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/calibration.h"
 #include "core/granularity.h"
+#include "core/histogram.h"
+#include "core/histogram_params.h"
 #include "core/observation.h"
 #include "core/qparams.h"
 #include "core/qparams_calculator.h"
@@ -36,6 +41,7 @@ namespace qparams {
 struct CachedQParams {
   QParams qparams;
   bool initialized = false;
+  std::optional<CalibrationResult> calibration;  // histogram kinds, once initialized
 };
 
 // Everything a client may read of a session, copied out under its lock.
@@ -54,12 +60,15 @@ struct SessionInfo {
   absl::Time create_time;
   absl::Time update_time;
   std::string description;
+  std::optional<HistogramParams> histogram_params;  // histogram kinds: resolved
+  std::optional<CalibrationResult> calibration;     // histogram kinds, once initialized
 };
 
 // A forward's outcome on a session.
 struct ObserveResult {
-  QParams qparams;
+  QParams qparams;                // empty when the observation omitted them
   int64_t observation_count = 0;  // after the forward
+  std::optional<CalibrationResult> calibration;  // histogram kinds, unless omitted
 };
 
 // With a journal, every successful mutation appends the session's new state under
@@ -77,10 +86,19 @@ class Session {
   const SessionKey& key() const { return key_; }
   const std::string& name() const { return key_.name; }
 
-  // forward(x). The calculator's errors (INVALID_ARGUMENT, FAILED_PRECONDITION),
-  // NOT_FOUND once the session is deleted, or the journal's error; a failure
-  // changes nothing.
-  absl::StatusOr<ObserveResult> Observe(const Observation& x);
+  // forward(x). The calculator's errors (INVALID_ARGUMENT, FAILED_PRECONDITION,
+  // RESOURCE_EXHAUSTED at a histogram's 2^62 values), NOT_FOUND once the session is
+  // deleted, or the journal's error; a failure changes nothing.
+  //
+  // The lazy-search rule of the histogram kinds (percentile, entropy, mse): with
+  // `omit_qparams` the observation is only merged into the histogram and no search
+  // runs (the result carries no qparams and no calibration); without it the search
+  // runs, unless the histogram is unchanged since the last one, and its result is
+  // returned. The search's result is kept until the histogram changes, so reads
+  // (GetQParams, Info) run it at most once per state. The other kinds compute their
+  // qparams on every computing forward whatever `omit_qparams` says (it is cheap);
+  // the caller drops them.
+  absl::StatusOr<ObserveResult> Observe(const Observation& x, bool omit_qparams = false);
 
   // set_export_mode(enabled).
   absl::Status SetExportMode(bool enabled);
@@ -89,11 +107,21 @@ class Session {
   // granularity), INVALID_ARGUMENT for a granularity that cannot be built.
   absl::Status SetGranularity(const Granularity& granularity);
 
+  // get_qparams; a histogram kind runs its search here if its histogram changed
+  // since the search last ran (under the session's reader lock: reads of one
+  // session wait for it, other sessions do not).
   CachedQParams GetQParams() const;
+
+  // The histogram of a percentile, entropy or mse session (canonical: exactly M
+  // counts). INVALID_ARGUMENT naming the calculator for another kind; NOT_FOUND once
+  // the session is deleted. Runs no search.
+  absl::StatusOr<Histogram> GetHistogram() const;
 
   // Computing forwards applied so far.
   int64_t observation_count() const;
 
+  // Everything a client may read; the qparams and calibration of a histogram kind
+  // as GetQParams computes them.
   SessionInfo Info() const;
 
   // The whole state as a journal/snapshot record.

@@ -193,6 +193,71 @@ absl::StatusOr<QParams> DecodeQParams(const sv1::QParams& q) {
   return out;
 }
 
+sv1::HistogramParams EncodeHistogramParams(const HistogramParams& params) {
+  sv1::HistogramParams out;
+  if (params.num_bins) out.set_num_bins(*params.num_bins);
+  if (params.percentile) out.set_percentile(*params.percentile);
+  if (params.start_bin) out.set_start_bin(*params.start_bin);
+  if (params.stride) out.set_stride(*params.stride);
+  out.set_skip_zeros(params.skip_zeros);
+  out.set_nonfinite(params.nonfinite == NonFinitePolicy::kIgnore ? sv1::NONFINITE_IGNORE
+                                                                 : sv1::NONFINITE_REJECT);
+  return out;
+}
+
+absl::StatusOr<HistogramParams> DecodeHistogramParams(const sv1::HistogramParams& params) {
+  HistogramParams out;
+  if (params.has_num_bins()) out.num_bins = params.num_bins();
+  if (params.has_percentile()) out.percentile = params.percentile();
+  if (params.has_start_bin()) out.start_bin = params.start_bin();
+  if (params.has_stride()) out.stride = params.stride();
+  out.skip_zeros = params.skip_zeros();
+  switch (params.nonfinite()) {
+    case sv1::NONFINITE_POLICY_UNSPECIFIED:
+    case sv1::NONFINITE_REJECT:
+      out.nonfinite = NonFinitePolicy::kReject;
+      break;
+    case sv1::NONFINITE_IGNORE:
+      out.nonfinite = NonFinitePolicy::kIgnore;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("histogram_params.nonfinite is ", params.nonfinite()));
+  }
+  return out;
+}
+
+sv1::Histogram EncodeHistogram(const Histogram& h) {
+  sv1::Histogram out;
+  out.set_num_bins(h.num_bins);
+  out.set_exponent(h.exponent);
+  out.set_counts_u64(ToBytes(h.counts));
+  out.set_zero_count(h.zero_count);
+  out.set_negative_count(h.negative_count);
+  out.set_nan_count(h.nan_count);
+  out.set_posinf_count(h.posinf_count);
+  out.set_neginf_count(h.neginf_count);
+  if (h.min) out.set_min(*h.min);
+  if (h.max) out.set_max(*h.max);
+  return out;
+}
+
+// The calculator checks the histogram (ValidateHistogramState) when it restores it.
+absl::StatusOr<Histogram> DecodeHistogram(const sv1::Histogram& h) {
+  Histogram out;
+  out.num_bins = h.num_bins();
+  out.exponent = h.exponent();
+  QPARAMS_ASSIGN_OR_RETURN(out.counts, FromBytes<uint64_t>(h.counts_u64(), "histogram.counts_u64"));
+  out.zero_count = h.zero_count();
+  out.negative_count = h.negative_count();
+  out.nan_count = h.nan_count();
+  out.posinf_count = h.posinf_count();
+  out.neginf_count = h.neginf_count();
+  if (h.has_min()) out.min = h.min();
+  if (h.has_max()) out.max = h.max();
+  return out;
+}
+
 }  // namespace
 
 sv1::SessionKey EncodeKey(const SessionKey& key) {
@@ -230,6 +295,10 @@ sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& st
     running->mutable_lo()->Assign(state.running->lo.begin(), state.running->lo.end());
     running->mutable_hi()->Assign(state.running->hi.begin(), state.running->hi.end());
   }
+  if (state.histogram_params) {
+    *out.mutable_histogram_params() = EncodeHistogramParams(*state.histogram_params);
+  }
+  if (state.histogram) *out.mutable_histogram() = EncodeHistogram(*state.histogram);
   *out.mutable_create_time() = TimestampFromTime(create_time);
   *out.mutable_update_time() = TimestampFromTime(update_time);
   return out;
@@ -265,6 +334,16 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
                                  {r.shape().begin(), r.shape().end()},
                                  {r.lo().begin(), r.lo().end()},
                                  {r.hi().begin(), r.hi().end()}};
+  }
+  if (record.has_histogram_params()) {
+    absl::StatusOr<HistogramParams> params = DecodeHistogramParams(record.histogram_params());
+    if (!params.ok()) return invalid(params.status());
+    state.histogram_params = *std::move(params);
+  }
+  if (record.has_histogram()) {
+    absl::StatusOr<Histogram> histogram = DecodeHistogram(record.histogram());
+    if (!histogram.ok()) return invalid(histogram.status());
+    state.histogram = *std::move(histogram);
   }
   absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
       CreateStatefulFromState(std::move(state));

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -350,6 +351,96 @@ TEST_F(CliTest, ErrorsAndExitCodes) {
     EXPECT_TRUE(absl::StartsWith(r.err, "error: INVALID_ARGUMENT: ")) << r.err;
   }
   EXPECT_TRUE(absl::StrContains(Cli({"--qscheme=sideways", "create", "x"}).err, "--qscheme"));
+}
+
+TEST_F(CliTest, HistogramSessions) {
+  const std::string a = Npy("h_a.npy", F32({4, 8}, RandN(32, 5)));
+  std::vector<double> with_nan = RandN(16, 6, 2.0);
+  with_nan[3] = std::nan("");
+  const std::string b = Npy("h_b.npy", F32({16}, with_nan));
+
+  const auto created =
+      Ok<v1::Session>({"create", "cli/pct", "--calculator=percentile", "--num_bins=512",
+                       "--percentile=99.9", "--skip_zeros", "--nonfinite=ignore"});
+  EXPECT_EQ(created.calculator(), "percentile");
+  EXPECT_EQ(created.histogram().num_bins(), 512);
+  EXPECT_EQ(created.histogram().percentile(), 99.9);
+  EXPECT_TRUE(created.histogram().skip_zeros());
+  EXPECT_EQ(created.histogram().nonfinite(), v1::NONFINITE_IGNORE);
+  // Unset flags take the defaults; one the calculator does not take is refused.
+  const auto entropy = Ok<v1::Session>({"create", "cli/ent", "--calculator=entropy", "--stride=8"});
+  EXPECT_EQ(entropy.histogram().num_bins(), 4096);
+  EXPECT_EQ(entropy.histogram().start_bin(), 128);
+  EXPECT_EQ(entropy.histogram().stride(), 8);
+  const ProcessResult refused = Cli({"create", "cli/bad", "--calculator=mse", "--percentile=50"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "histogram.percentile")) << refused.err;
+  const ProcessResult static_refused = Cli({"create", "cli/bad", "--num_bins=256"});
+  EXPECT_EQ(static_refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(static_refused.err, "histogram")) << static_refused.err;
+  const ProcessResult usage = Cli({"create", "cli/bad", "--calculator=mse", "--nonfinite=drop"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(usage.err, "--nonfinite")) << usage.err;
+
+  // Tensors observed as today; the responses carry the calibration.
+  const ProcessResult observed = Cli({"observe", "cli/pct", a, b});
+  ASSERT_EQ(observed.exit_code, 0) << observed.err;
+  const std::vector<std::string> docs = Documents(observed.out);
+  ASSERT_EQ(docs.size(), 2u) << observed.out;
+  const auto second = Parse<v1::ObserveResponse>(docs[1]);
+  EXPECT_EQ(second.observation_count(), 2);
+  EXPECT_EQ(second.calibration().total_count(), 32u + 15u);  // the NaN is not counted
+  EXPECT_EQ(second.qparams().shape_size(), 1);
+
+  // Binned here (--reduce-locally): the same histogram and results.
+  Ok<v1::Session>({"create", "cli/pct-local", "--calculator=percentile", "--num_bins=512",
+                   "--percentile=99.9", "--skip_zeros", "--nonfinite=ignore"});
+  const ProcessResult local = Cli({"observe", "--reduce-locally", "cli/pct-local", a, b});
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::vector<std::string> local_docs = Documents(local.out);
+  ASSERT_EQ(local_docs.size(), 2u) << local.out;
+  EXPECT_TRUE(MessageDifferencer::Equals(Parse<v1::ObserveResponse>(local_docs[1]), second));
+
+  const auto histogram = Ok<v1::HistogramObservation>({"histogram", "cli/pct"});
+  EXPECT_EQ(histogram.num_bins(), 512);
+  EXPECT_EQ(histogram.nan_count(), 1u);
+  uint64_t total = 0;
+  for (uint64_t c : histogram.counts()) total += c;
+  EXPECT_EQ(total, 47u);
+  EXPECT_TRUE(MessageDifferencer::Equals(
+      Ok<v1::HistogramObservation>({"histogram", "cli/pct-local"}), histogram));
+
+  // --output: the counts as a uint64 .npy array, left out of what is printed.
+  const std::string npy = Path("counts.npy");
+  const auto summary = Ok<v1::HistogramObservation>({"histogram", "cli/pct", "-o", npy});
+  EXPECT_EQ(summary.counts_size(), 0);
+  EXPECT_EQ(summary.exponent(), histogram.exponent());
+  ASSERT_OK_AND_ASSIGN(const std::string bytes, ReadFile(npy));
+  ASSERT_GT(bytes.size(), 128u);
+  const size_t header = bytes.size() - histogram.counts_size() * 8;
+  EXPECT_TRUE(absl::StrContains(bytes.substr(0, header), "'descr': '<u8'")) << bytes.substr(0, 80);
+  EXPECT_TRUE(absl::StrContains(bytes.substr(0, header),
+                                absl::StrCat("'shape': (", histogram.counts_size(), ",)")));
+  EXPECT_EQ(header % 64, 0u);
+  for (int k = 0; k < histogram.counts_size(); ++k) {
+    uint64_t count;
+    std::memcpy(&count, bytes.data() + header + 8 * k, 8);
+    ASSERT_EQ(count, histogram.counts(k)) << "bin " << k;
+  }
+
+  // The qparams command shows the calibration too; a table lists the non-empty bins.
+  const auto qparams = Ok<v1::GetQParamsResponse>({"qparams", "cli/pct"});
+  EXPECT_EQ(qparams.calibration().total_count(), 47u);
+  const ProcessResult table = Cli({"--format=table", "histogram", "cli/pct"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(absl::StartsWith(table.out, "num_bins 512  exponent ")) << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "\nBIN  ")) << table.out;
+
+  // A session of another calculator has no histogram.
+  Ok<v1::Session>({"create", "cli/not-hist"});
+  const ProcessResult none = Cli({"histogram", "cli/not-hist"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(none.err, "error: INVALID_ARGUMENT: ")) << none.err;
 }
 
 TEST_F(CliTest, TablesAreShort) {

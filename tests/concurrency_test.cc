@@ -119,8 +119,8 @@ TEST(Concurrency, ASessionMidObservationBlocksNoOtherSession) {
   std::unique_ptr<TestServer> server = TestServer::Start();
   ASSERT_NE(server, nullptr);
   Engine& engine = server->server().engine();
-  ASSERT_OK(engine.CreateSession("", "held", "test_blocking", QuantSpec{}, std::nullopt));
-  ASSERT_OK(engine.CreateSession("", "free", "static", QuantSpec{}, std::nullopt));
+  ASSERT_OK(engine.CreateSession("", "held", "test_blocking", QuantSpec{}, {}));
+  ASSERT_OK(engine.CreateSession("", "free", "static", QuantSpec{}, {}));
 
   std::thread held([&] {
     auto stub = server->NewStub();

@@ -83,12 +83,10 @@ std::string RunCase(const VectorCase& c, Mode mode) {
     }
 
     if (step.expect_error.has_value()) {
-      if (status.code() != *step.expect_error) {
-        return absl::StrCat(where, "status: expected ", CodeName(*step.expect_error), ", got ",
-                            status.ok() ? "ok" : status.ToString());
-      }
-      if (!SameState(before, calc.ExportState())) {
-        return absl::StrCat(where, "state: a failed step changed the calculator");
+      if (std::string d = ErrorStepDifference(*step.expect_error, status,
+                                              SameState(before, calc.ExportState()));
+          !d.empty()) {
+        return absl::StrCat(where, d);
       }
       continue;
     }

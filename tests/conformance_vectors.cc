@@ -1,19 +1,81 @@
 #include "tests/conformance_vectors.h"
 
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace qparams::testing {
-namespace {
 
 using google::protobuf::Struct;
 using google::protobuf::Value;
+
+namespace {
+
+// A Struct holds JSON numbers as doubles; integers of 16 digits or more (counts and
+// bit patterns up to 2^64) are quoted first, so that Uint64Of reads them exactly.
+// Integers of 15 digits or fewer are below 2^53 and survive as doubles.
+std::string QuoteLongIntegers(const std::string& json) {
+  std::string out;
+  out.reserve(json.size() + 64);
+  bool in_string = false;
+  for (size_t i = 0; i < json.size();) {
+    const char c = json[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < json.size()) out += json[++i];
+      if (c == '"') in_string = false;
+      ++i;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c != '-' && !std::isdigit(static_cast<unsigned char>(c))) {
+      out += c;
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < json.size() && (std::isdigit(static_cast<unsigned char>(json[j])) ||
+                               std::strchr("+-.eE", json[j]) != nullptr)) {
+      ++j;
+    }
+    const std::string token = json.substr(i, j - i);
+    const bool integer = token.find_first_of(".eE") == std::string::npos;
+    const size_t digits = token.size() - (token[0] == '-' ? 1 : 0);
+    out += integer && digits >= 16 ? absl::StrCat("\"", token, "\"") : token;
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Struct> ParseJsonObject(const std::string& line) {
+  Struct root;
+  if (auto s = google::protobuf::util::JsonStringToMessage(QuoteLongIntegers(line), &root);
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("not JSON: ", s.ToString()));
+  }
+  return root;
+}
+
+absl::StatusOr<uint64_t> Uint64Of(const Value& v) {
+  uint64_t out;
+  if (v.kind_case() == Value::kStringValue) {
+    if (absl::SimpleAtoi(v.string_value(), &out)) return out;
+  } else if (v.kind_case() == Value::kNumberValue && v.number_value() >= 0 &&
+             v.number_value() < 0x1.0p64) {
+    return static_cast<uint64_t>(v.number_value());
+  }
+  return absl::InvalidArgumentError("expected an unsigned 64-bit integer");
+}
 
 const Value* Field(const Struct& s, const std::string& key) {
   auto it = s.fields().find(key);
@@ -31,6 +93,7 @@ std::vector<int64_t> IntList(const Value& v) {
 absl::StatusOr<absl::StatusCode> ParseCode(const std::string& name) {
   if (name == "invalid_argument") return absl::StatusCode::kInvalidArgument;
   if (name == "failed_precondition") return absl::StatusCode::kFailedPrecondition;
+  if (name == "resource_exhausted") return absl::StatusCode::kResourceExhausted;
   return absl::InvalidArgumentError(absl::StrCat("unknown error code ", name));
 }
 
@@ -106,6 +169,8 @@ ExpectedQParams ParseExpect(const Struct& e) {
   return x;
 }
 
+namespace {
+
 absl::StatusOr<VectorStep> ParseStep(const Struct& s) {
   VectorStep step;
   const std::string op = Field(s, "op")->string_value();
@@ -137,10 +202,9 @@ absl::StatusOr<VectorStep> ParseStep(const Struct& s) {
 }
 
 absl::StatusOr<VectorCase> ParseCase(const std::string& line) {
-  Struct root;
-  if (auto s = google::protobuf::util::JsonStringToMessage(line, &root); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("not JSON: ", s.ToString()));
-  }
+  absl::StatusOr<Struct> parsed = ParseJsonObject(line);
+  if (!parsed.ok()) return parsed.status();
+  const Struct& root = *parsed;
   VectorCase c;
   c.id = Field(root, "id")->string_value();
   c.calculator = Field(root, "calculator")->string_value();
@@ -236,6 +300,16 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
   return "";
 }
 
+std::string ErrorStepDifference(absl::StatusCode expected, const absl::Status& status,
+                                bool unchanged) {
+  if (status.code() != expected) {
+    return absl::StrCat("status: expected ", CodeName(expected), ", got ",
+                        status.ok() ? "ok" : status.ToString());
+  }
+  if (!unchanged) return "state: a failed step changed the calculator";
+  return "";
+}
+
 std::string CodeName(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kOk:
@@ -244,6 +318,8 @@ std::string CodeName(absl::StatusCode code) {
       return "invalid_argument";
     case absl::StatusCode::kFailedPrecondition:
       return "failed_precondition";
+    case absl::StatusCode::kResourceExhausted:
+      return "resource_exhausted";
     default:
       return absl::StatusCodeToString(code);
   }

@@ -16,6 +16,7 @@
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 #include "core/tensor.h"
+#include "google/protobuf/struct.pb.h"
 
 namespace qparams::testing {
 
@@ -60,6 +61,30 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
 
 // "invalid_argument" / "failed_precondition" / ...: the FORMAT name of a status code.
 std::string CodeName(absl::StatusCode code);
+
+// "" if a step that must fail with `expected` did, and left the calculator as it was
+// (`unchanged`); else what differed.
+std::string ErrorStepDifference(absl::StatusCode expected, const absl::Status& status,
+                                bool unchanged);
+
+// ---- The JSON reading every vectors file shares ----
+
+// One line of a vectors file as a Struct. Integers of 16 digits or more become
+// strings, kept exact for Uint64Of (a Struct holds numbers as doubles).
+absl::StatusOr<google::protobuf::Struct> ParseJsonObject(const std::string& line);
+// The value of `key`, or null when it is absent or JSON null.
+const google::protobuf::Value* Field(const google::protobuf::Struct& s, const std::string& key);
+// An unsigned 64-bit integer, from a number or a string of digits.
+absl::StatusOr<uint64_t> Uint64Of(const google::protobuf::Value& v);
+// A list of integers (each below 2^53).
+std::vector<int64_t> IntList(const google::protobuf::Value& v);
+// A FORMAT error code name ("invalid_argument", ...).
+absl::StatusOr<absl::StatusCode> ParseCode(const std::string& name);
+absl::StatusOr<Granularity> ParseGranularity(const google::protobuf::Struct& g);
+absl::StatusOr<QuantSpec> ParseSpec(const google::protobuf::Struct& s);
+absl::StatusOr<Tensor> ParseTensor(const google::protobuf::Struct& t);
+// The qparams keys of an expect (shape, scale, zero_point, minval, initialized).
+ExpectedQParams ParseExpect(const google::protobuf::Struct& e);
 
 }  // namespace qparams::testing
 

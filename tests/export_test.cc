@@ -3,6 +3,7 @@
 // message. The Python tests (tests/python/test_export.py) drive independent
 // consumers (torch, onnx.checker, AIMET's published convention) with the output.
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -403,6 +404,57 @@ TEST_F(ExportTest, CompressedTensorsGroupsModulesWithEqualArgs) {
   };
   EXPECT_EQ(targets("group_0"), (std::vector<std::string>{"fc1", "fc2"}));
   EXPECT_EQ(targets("group_1"), (std::vector<std::string>{"fc3"}));
+}
+
+// Histogram sessions export their qparams like any other per-tensor session: those
+// GetQParams reads, computed by the export when no observation asked for them.
+TEST_F(ExportTest, HistogramSessionsExportTheirQParams) {
+  struct Made {
+    std::string name, calculator, dtype;
+    v1::QScheme qscheme;
+    v1::Target target;
+  };
+  const std::vector<Made> sessions = {
+      {"run/fc1.weight", "percentile", "int8", v1::SYMMETRIC, v1::WEIGHT},
+      {"run/fc1.input", "entropy", "uint8", v1::ASYMMETRIC, v1::ACTIVATION},
+      {"run/fc2.weight", "mse", "int4", v1::SYMMETRIC, v1::WEIGHT}};
+  for (const Made& m : sessions) {
+    v1::CreateSessionRequest request;
+    request.set_name(m.name);
+    request.set_calculator(m.calculator);
+    request.mutable_spec()->set_dtype(m.dtype);
+    request.mutable_spec()->set_qscheme(m.qscheme);
+    request.mutable_spec()->set_target(m.target);
+    request.mutable_histogram()->set_num_bins(256);
+    ASSERT_OK(client_->CreateSession(request));
+    std::vector<double> values = RandN(500, 7);
+    if (m.qscheme == v1::ASYMMETRIC) {
+      for (double& v : values) v = std::abs(v);
+    }
+    v1::ObserveRequest observe = TensorObservation(m.name, Vec(values).view());
+    observe.set_omit_qparams(true);
+    ASSERT_OK_AND_ASSIGN(std::vector<v1::ObserveResponse> responses,
+                         client_->ObserveBatch({observe}));
+    ASSERT_EQ(responses[0].status().code(), 0) << responses[0].status().message();
+  }
+  ASSERT_OK_AND_ASSIGN(const std::string document, Export("run", "onnx"));
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(document, &parsed).ok()) << document;
+  const auto& encodings = parsed.fields().at("encodings").list_value().values();
+  ASSERT_EQ(encodings.size(), sessions.size()) << document;
+  for (const auto& encoding : encodings) {
+    const auto& fields = encoding.struct_value().fields();
+    const std::string name = absl::StrCat("run/", fields.at("name").string_value());
+    ASSERT_OK_AND_ASSIGN(v1::GetQParamsResponse q, client_->GetQParams(name));
+    ASSERT_TRUE(q.has_calibration()) << name;
+    EXPECT_EQ(static_cast<float>(fields.at("y_scale").number_value()), q.qparams().scale(0))
+        << name;
+    EXPECT_EQ(fields.at("y_zero_point").number_value(), q.qparams().zero_point(0)) << name;
+  }
+  for (const std::string format : {"aimet", "compressed-tensors"}) {
+    ASSERT_OK_AND_ASSIGN(const std::string other, Export("run", format));
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(other, &parsed).ok()) << other;
+  }
 }
 
 }  // namespace

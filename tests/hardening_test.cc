@@ -46,6 +46,9 @@ constexpr char kStatic[] = "hard/static";      // static, uninitialized, per_cha
 constexpr char kMovingAvg[] = "hard/ma-bf16";  // moving_average per_channel(0), bf16 [2, 3]
 constexpr char kExport[] = "hard/gmm-export";  // global_minmax, f32 [4], export mode on
 constexpr char kBlock[] = "hard/block";        // static per_block (-1, 2), f16 [2, 4]
+constexpr char kHist[] = "hard/hist";          // percentile, 256 bins, [1.0] observed
+constexpr char kHistFull[] = "hard/hfull";     // mse, 256 bins, 2^62 - 5 values of 1.0
+constexpr char kHistEmpty[] = "hard/hnew";     // entropy, uninitialized
 constexpr char kPrefix[] = "hard/";
 
 // ---- Request building ----
@@ -181,6 +184,59 @@ v1::ObserveRequest ObserveRangeReq(const std::string& name, const std::vector<in
   if (max) *range->mutable_max() = *max;
   return r;
 }
+// A histogram observation of 256 bins; by default the valid histogram of [1.0]
+// (exponent -7, amax in bin 128), for rows that break one rule.
+struct HistogramFields {
+  int32_t num_bins = 256;
+  int32_t exponent = -7;
+  std::vector<uint64_t> counts = Counts128(1);
+  uint64_t zero_count = 0;
+  uint64_t negative_count = 0;
+  uint64_t nan_count = 0;
+  std::optional<double> min = 1.0;
+  std::optional<double> max = 1.0;
+
+  // 129 counts, `last` in bin 128 (the bin of 1.0 at exponent -7).
+  static std::vector<uint64_t> Counts128(uint64_t last) {
+    std::vector<uint64_t> counts(129, 0);
+    counts[128] = last;
+    return counts;
+  }
+};
+v1::ObserveRequest ObserveHistReq(const std::string& name, const HistogramFields& f) {
+  v1::ObserveRequest r;
+  r.set_name(name);
+  v1::HistogramObservation* h = r.mutable_histogram();
+  h->set_num_bins(f.num_bins);
+  h->set_exponent(f.exponent);
+  for (uint64_t c : f.counts) h->add_counts(c);
+  h->set_zero_count(f.zero_count);
+  h->set_negative_count(f.negative_count);
+  h->set_nan_count(f.nan_count);
+  if (f.min) h->set_min(*f.min);
+  if (f.max) h->set_max(*f.max);
+  return r;
+}
+template <typename Edit>
+v1::ObserveRequest HistReq(const std::string& name, Edit edit) {
+  HistogramFields fields;
+  edit(fields);
+  return ObserveHistReq(name, fields);
+}
+v1::CreateSessionRequest CreateHistReq(const std::string& calculator, const v1::QuantSpec& spec,
+                                       const v1::HistogramParams& params,
+                                       const std::string& name = "hard/new") {
+  v1::CreateSessionRequest r = CreateReq(name, calculator, spec);
+  *r.mutable_histogram() = params;
+  return r;
+}
+template <typename Edit>
+v1::HistogramParams Params(Edit edit) {
+  v1::HistogramParams params;
+  edit(params);
+  return params;
+}
+
 v1::SetExportModeRequest ExportReq(const std::string& name, bool enabled) {
   v1::SetExportModeRequest r;
   r.set_name(name);
@@ -209,6 +265,7 @@ enum class Method {
   kObserveStream,
   kObserveBatch,
   kGetQParams,
+  kGetHistogram,
   kSetExportMode,
   kSetGranularity,
 };
@@ -237,6 +294,8 @@ const char* MethodName(Method m) {
       return "ObserveBatch";
     case Method::kGetQParams:
       return "GetQParams";
+    case Method::kGetHistogram:
+      return "GetHistogram";
     case Method::kSetExportMode:
       return "SetExportMode";
     case Method::kSetGranularity:
@@ -249,7 +308,8 @@ using Request =
     std::variant<v1::ComputeRequest, v1::CreateSessionRequest, v1::GetSessionRequest,
                  v1::ListSessionsRequest, v1::ReadSessionsRequest, v1::ExportSessionsRequest,
                  v1::DeleteSessionRequest, v1::ObserveRequest, v1::ObserveBatchRequest,
-                 v1::GetQParamsRequest, v1::SetExportModeRequest, v1::SetGranularityRequest>;
+                 v1::GetQParamsRequest, v1::GetHistogramRequest, v1::SetExportModeRequest,
+                 v1::SetGranularityRequest>;
 
 struct Row {
   std::string what;
@@ -720,6 +780,145 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
         std::move(batch), kExhausted, "observations");
   }
 
+  // ---- Histogram sessions (histogram.md §3.2, §4, §9) ----
+  auto hist_create = [&](std::string what, const std::string& calc, v1::HistogramParams params,
+                         std::string field, const v1::QuantSpec& spec = Spec()) {
+    add(std::move(what), Method::kCreateSession, CreateHistReq(calc, spec, params), kInvalid,
+        std::move(field));
+  };
+  hist_create("num_bins 3000 (not a power of two)", "percentile",
+              Params([](auto& p) { p.set_num_bins(3000); }), "histogram.num_bins");
+  hist_create("num_bins 128", "mse", Params([](auto& p) { p.set_num_bins(128); }),
+              "histogram.num_bins");
+  hist_create("num_bins 131072", "entropy", Params([](auto& p) { p.set_num_bins(131072); }),
+              "histogram.num_bins");
+  hist_create("percentile 0", "percentile", Params([](auto& p) { p.set_percentile(0); }),
+              "histogram.percentile");
+  hist_create("percentile above 100", "percentile",
+              Params([](auto& p) { p.set_percentile(100.00000000000001); }),
+              "histogram.percentile");
+  hist_create("percentile NaN", "percentile", Params([](auto& p) { p.set_percentile(kNaN); }),
+              "histogram.percentile");
+  hist_create("start_bin 0", "entropy", Params([](auto& p) { p.set_start_bin(0); }),
+              "histogram.start_bin");
+  hist_create("start_bin above num_bins", "mse", Params([](auto& p) {
+                p.set_num_bins(256);
+                p.set_start_bin(257);
+              }),
+              "histogram.start_bin");
+  hist_create("stride 0", "mse", Params([](auto& p) { p.set_stride(0); }), "histogram.stride");
+  hist_create("percentile on entropy", "entropy", Params([](auto& p) { p.set_percentile(99); }),
+              "histogram.percentile");
+  hist_create("stride on percentile", "percentile", Params([](auto& p) { p.set_stride(2); }),
+              "histogram.stride");
+  hist_create("nonfinite unknown enum 7", "percentile",
+              Params([](auto& p) { p.set_nonfinite(static_cast<v1::NonFinitePolicy>(7)); }),
+              "histogram.nonfinite");
+  hist_create("histogram (empty) on static", "static", v1::HistogramParams(), "histogram");
+  hist_create("histogram on moving_average", "moving_average",
+              Params([](auto& p) { p.set_num_bins(256); }), "histogram");
+  hist_create("entropy with float8_e4m3fn", "entropy", v1::HistogramParams(), "spec.dtype",
+              Spec("float8_e4m3fn"));
+  hist_create("mse with float4_e2m1fn_x2", "mse", v1::HistogramParams(), "spec.dtype",
+              Spec("float4_e2m1fn_x2"));
+  hist_create("percentile per_channel", "percentile", v1::HistogramParams(), "spec.granularity",
+              Spec("int8", v1::SYMMETRIC, PerChannel(0)));
+  hist_create("mse with a float_range bound", "mse", v1::HistogramParams(), "spec.float_range",
+              WithFloatRange(Spec(), -1.0, std::nullopt));
+  compute("percentile on Compute", Good(), kInvalid, "CreateSession", Spec(), "percentile");
+  compute("entropy on Compute", Good(), kInvalid, "CreateSession", Spec(), "entropy");
+  // Histogram observations breaking a rule of §3.2, on the initialized percentile session.
+  observe("hist: num_bins 512 (the session's is 256)",
+          HistReq(kHist, [](auto& f) { f.num_bins = 512; }), kInvalid, "histogram.num_bins");
+  observe("hist: num_bins 0", HistReq(kHist, [](auto& f) { f.num_bins = 0; }), kInvalid,
+          "histogram.num_bins");
+  observe("hist: 257 counts", HistReq(kHist, [](auto& f) { f.counts.resize(257); }), kInvalid,
+          "histogram.counts");
+  observe("hist: counts summing past 2^64 (two of 2^63)",
+          HistReq(kHist,
+                  [](auto& f) {
+                    f.counts[0] = uint64_t{1} << 63;
+                    f.counts[128] = uint64_t{1} << 63;
+                  }),
+          kInvalid, "2^62");
+  observe("hist: nan_count under nonfinite=reject",
+          HistReq(kHist, [](auto& f) { f.nan_count = 1; }), kInvalid, "histogram.nan_count");
+  observe("hist: no value at all",
+          HistReq(kHist,
+                  [](auto& f) {
+                    f.counts.clear();
+                    f.min.reset();
+                    f.max.reset();
+                    f.exponent = -126;
+                  }),
+          kInvalid, "rule 5");
+  observe("hist: min without max", HistReq(kHist, [](auto& f) { f.max.reset(); }), kInvalid,
+          "histogram.min");
+  observe("hist: no extrema but counts",
+          HistReq(kHist,
+                  [](auto& f) {
+                    f.min.reset();
+                    f.max.reset();
+                  }),
+          kInvalid, "rule 7");
+  observe("hist: min > max", HistReq(kHist, [](auto& f) { f.min = 1.5; }), kInvalid, "exceeds max");
+  observe("hist: max +Inf", HistReq(kHist, [](auto& f) { f.max = kInf; }), kInvalid,
+          "histogram.min");
+  observe("hist: exponent -8 for amax 1.0", HistReq(kHist, [](auto& f) { f.exponent = -8; }),
+          kInvalid, "histogram.exponent");
+  observe("hist: the bin of amax empty",
+          HistReq(kHist,
+                  [](auto& f) {
+                    f.counts[128] = 0;
+                    f.counts[3] = 1;
+                  }),
+          kInvalid, "histogram.counts[128]");
+  observe("hist: a count after the bin of amax",
+          HistReq(kHist, [](auto& f) { f.counts.push_back(1); }), kInvalid,
+          "histogram.counts[129]");
+  observe("hist: zero_count above counts[0]", HistReq(kHist, [](auto& f) { f.zero_count = 1; }),
+          kInvalid, "histogram.zero_count");
+  observe("hist: negative_count with min >= 0",
+          HistReq(kHist, [](auto& f) { f.negative_count = 1; }), kInvalid,
+          "histogram.negative_count");
+  observe("hist: min < 0 without negative_count", HistReq(kHist, [](auto& f) { f.min = -0.5; }),
+          kInvalid, "histogram.negative_count");
+  // Tensors and ranges on a histogram session, histograms on the others.
+  observe("hist: NaN in a tensor under nonfinite=reject",
+          ObserveTensorReq(kHist, F32({3}, {1, kNaN, 2})), kInvalid, "nonfinite=reject");
+  observe("hist: zero-size tensor [0]", ObserveTensorReq(kHist, RawTensor(v1::FLOAT32, {0}, "")),
+          kInvalid, "tensor.shape");
+  observe("hist: data one byte short",
+          ObserveTensorReq(kHist, RawTensor(v1::FLOAT32, {2}, std::string(7, '\0'))), kInvalid,
+          "tensor.data");
+  observe("hist: float64 value of 2^128",
+          ObserveTensorReq(kHist, T(v1::FLOAT64, {2}, {1, 0x1p128})), kInvalid, "2^128");
+  observe("hist: a range observation", ObserveRangeReq(kHist, {2}, F32({1}, {-1}), F32({1}, {1})),
+          kInvalid, "RangeObservation");
+  observe("static: a histogram observation", ObserveHistReq(kStatic, {}), kInvalid,
+          "HistogramObservation");
+  observe("ma: a histogram observation", ObserveHistReq(kMovingAvg, {}), kInvalid,
+          "HistogramObservation");
+  // The 2^62 limit (§5.4): valid observations that the session cannot take.
+  observe("full: a histogram of 5 more values",
+          HistReq(kHistFull, [](auto& f) { f.counts[128] = 5; }), kExhausted, "2^62");
+  observe("full: a tensor of 6 more values",
+          ObserveTensorReq(kHistFull, F32({6}, {1, 1, 1, 1, 1, 1})), kExhausted, "2^62");
+  stream("stream: histogram of 512 bins on the hist session",
+         HistReq(kHist, [](auto& f) { f.num_bins = 512; }), kInvalid, "histogram.num_bins");
+  stream("stream: histogram on the static session", ObserveHistReq(kStatic, {}), kInvalid,
+         "HistogramObservation");
+  stream("stream: 5 more values at the limit",
+         HistReq(kHistFull, [](auto& f) { f.counts[128] = 5; }), kExhausted, "2^62");
+  add("GetHistogram of a static session", Method::kGetHistogram,
+      Named<v1::GetHistogramRequest>(kStatic), kInvalid, "percentile, entropy and mse");
+  add("GetHistogram of a moving_average session", Method::kGetHistogram,
+      Named<v1::GetHistogramRequest>(kMovingAvg), kInvalid, "moving_average");
+  add("GetHistogram name with a space", Method::kGetHistogram,
+      Named<v1::GetHistogramRequest>("hard/a b"), kInvalid, "name");
+  add("GetHistogram unknown", Method::kGetHistogram, Named<v1::GetHistogramRequest>("hard/missing"),
+      kNotFound, "hard/missing");
+
   // ---- SetGranularity ----
   granularity("unset", GranularityReq(kStatic, std::nullopt), kInvalid, "granularity");
   granularity("set but no kind", GranularityReq(kStatic, v1::Granularity()), kInvalid,
@@ -738,6 +937,10 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
               GranularityReq(kBlock, PerBlockMulti({0})), kPrecondition, "granularity");
   granularity("after init (export-mode session)", GranularityReq(kExport, PerChannel(0)),
               kPrecondition, "granularity");
+  granularity("after init (histogram session, per_tensor)", GranularityReq(kHist, PerTensor()),
+              kPrecondition, "granularity");
+  granularity("histogram session before init, per_channel",
+              GranularityReq(kHistEmpty, PerChannel(0)), kInvalid, "per_tensor");
   granularity("name with a star", GranularityReq("hard/*", PerTensor()), kInvalid, "name");
   granularity("unknown session", GranularityReq("hard/missing", PerTensor()), kNotFound,
               "hard/missing");
@@ -771,6 +974,12 @@ class Hardening : public ::testing::TestWithParam<int> {
     }
     Create(CreateReq(kBlock, "static", Spec("int8", v1::SYMMETRIC, PerBlockMulti({-1, 2}))));
     Observe(ObserveTensorReq(kBlock, F16({2, 4}, {1, -2, 3, 4, -5, 6, 7, 0.5})));
+    const v1::HistogramParams bins256 = Params([](auto& p) { p.set_num_bins(256); });
+    Create(CreateHistReq("percentile", Spec(), bins256, kHist));
+    Observe(ObserveHistReq(kHist, {}));
+    Create(CreateHistReq("mse", Spec(), bins256, kHistFull));
+    Observe(HistReq(kHistFull, [](auto& f) { f.counts[128] = kHistogramValueLimit - 5; }));
+    Create(CreateHistReq("entropy", Spec(), v1::HistogramParams(), kHistEmpty));
     tokens_.for_all = FirstPageToken("");
     tokens_.for_prefix = FirstPageToken(kPrefix);
   }
@@ -866,6 +1075,11 @@ class Hardening : public ::testing::TestWithParam<int> {
         v1::GetQParamsResponse response;
         return stub_->GetQParams(&context, std::get<v1::GetQParamsRequest>(row.request), &response);
       }
+      case Method::kGetHistogram: {
+        v1::HistogramObservation response;
+        return stub_->GetHistogram(&context, std::get<v1::GetHistogramRequest>(row.request),
+                                   &response);
+      }
       case Method::kSetExportMode: {
         v1::Session response;
         return stub_->SetExportMode(&context, std::get<v1::SetExportModeRequest>(row.request),
@@ -923,7 +1137,7 @@ class Hardening : public ::testing::TestWithParam<int> {
 
 TEST_P(Hardening, FailsWithTheRightCodeNamesTheFieldAndChangesNothing) {
   const v1::ListSessionsResponse before = Store();
-  ASSERT_EQ(before.sessions_size(), 4);
+  ASSERT_EQ(before.sessions_size(), 7);
   ASSERT_TRUE(before.next_page_token().empty());
   const std::vector<Row> rows = BadRequests(tokens_);
   ASSERT_LT(GetParam(), static_cast<int>(rows.size()));
@@ -1000,7 +1214,7 @@ TEST(HardeningTable, HasARowForEveryMethodAndEnoughOfThem) {
   EXPECT_GE(rows.size(), 180u);
   std::set<Method> methods;
   for (const Row& row : rows) methods.insert(row.method);
-  EXPECT_EQ(methods.size(), 13u);  // every Method
+  EXPECT_EQ(methods.size(), 14u);  // every Method
 }
 
 }  // namespace

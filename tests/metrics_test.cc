@@ -39,8 +39,8 @@ TEST(Metrics, CounterFamilyRendersHelpTypeAndEscapedLabels) {
 
 TEST(Metrics, HistogramBucketsAreCumulativeWithInfSumAndCount) {
   MetricsRegistry registry;
-  Histogram* h = registry.AddHistogram("demo_seconds", "Latency.", {"method"}, {0.1, 1, 10})
-                     ->WithLabels({"x"});
+  BucketHistogram* h = registry.AddHistogram("demo_seconds", "Latency.", {"method"}, {0.1, 1, 10})
+                           ->WithLabels({"x"});
   for (double v : {0.05, 0.1, 0.5, 20.0}) h->Observe(v);
   EXPECT_EQ(registry.Render(),
             "# HELP demo_seconds Latency.\n"
@@ -86,7 +86,7 @@ TEST(Metrics, ValuesAreShortestRoundTripDecimals) {
 TEST(Metrics, RecordingFromManyThreadsLosesNothing) {
   MetricsRegistry registry;
   Family<Counter>* counters = registry.AddCounter("demo_total", "Things.", {"t"});
-  Histogram* h = registry.AddHistogram("demo_seconds", "Latency.", {}, {1})->WithLabels({});
+  BucketHistogram* h = registry.AddHistogram("demo_seconds", "Latency.", {}, {1})->WithLabels({});
   constexpr int kThreads = 4, kEach = 20000;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {

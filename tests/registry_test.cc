@@ -30,17 +30,18 @@ CalculatorClass Fake(const std::string& key, const std::string& description = "f
 // §8: list_registry_keys is a set upstream; the C++ returns it sorted.
 TEST(Registry, GlobalHoldsTheBuiltinsSorted) {
   EXPECT_EQ(Global().ListRegistryKeys(),
-            (std::vector<std::string>{"default", "dynamic", "global_minmax", "moving_average",
-                                      "static"}));
+            (std::vector<std::string>{"default", "dynamic", "entropy", "global_minmax",
+                                      "moving_average", "mse", "percentile", "static"}));
   const std::vector<const CalculatorClass*> values = Global().ListRegistryValues();
-  ASSERT_EQ(values.size(), 5u);
+  ASSERT_EQ(values.size(), 8u);
   for (size_t i = 0; i < values.size(); ++i) {
     EXPECT_EQ(values[i]->key, Global().ListRegistryKeys()[i]);
   }
 }
 
 TEST(Registry, StatefulFlags) {  // §1.1: only dynamic is stateless
-  for (const char* key : {"static", "moving_average", "global_minmax"}) {
+  for (const char* key :
+       {"static", "moving_average", "global_minmax", "percentile", "entropy", "mse"}) {
     ASSERT_OK_AND_ASSIGN(const CalculatorClass* cls, Global().GetClass(key));
     EXPECT_TRUE(cls->stateful) << key;
     EXPECT_TRUE(cls->create) << key;
@@ -51,9 +52,9 @@ TEST(Registry, StatefulFlags) {  // §1.1: only dynamic is stateless
 
 // §8 get_class: KeyError upstream, NOT_FOUND here, naming the key.
 TEST(Registry, GetClassOfAnUnknownKeyIsNotFound) {
-  const auto cls = Global().GetClass("percentile");
+  const auto cls = Global().GetClass("minmax");
   EXPECT_CODE(cls, absl::StatusCode::kNotFound);
-  EXPECT_NE(cls.status().message().find("percentile"), std::string::npos) << cls.status();
+  EXPECT_NE(cls.status().message().find("minmax"), std::string::npos) << cls.status();
   EXPECT_CODE(Global().GetClass(""), absl::StatusCode::kNotFound);
   EXPECT_CODE(Global().GetClass("Static"), absl::StatusCode::kNotFound);  // case-sensitive
 }
@@ -68,7 +69,8 @@ TEST(Registry, ResolveOfAnUnknownKeyListsTheKeys) {
   EXPECT_CODE(bad, kInvalid);
   const std::string message(bad.status().message());
   EXPECT_NE(message.find("histogram"), std::string::npos) << message;
-  EXPECT_NE(message.find("default, dynamic, global_minmax, moving_average, static"),
+  EXPECT_NE(message.find("default, dynamic, entropy, global_minmax, moving_average, mse, "
+                         "percentile, static"),
             std::string::npos)
       << message;
 }

@@ -148,26 +148,12 @@ std::string ServiceConformance::RunSession(
             *r->mutable_max() = wire::TensorToProto(range->max.view());
           }
         }
-        v1::ObserveResponse response;
-        if (mode == Mode::kStream) {
-          if (!stream->Write(request) || !stream->Read(&response)) return where + "stream broke";
-          status = wire::ToGrpcStatus(wire::FromRpcStatus(response.status()));
-        } else if (mode == Mode::kBatch) {
-          grpc::ClientContext context;
-          v1::ObserveBatchRequest batch;
-          *batch.add_observations() = request;
-          v1::ObserveBatchResponse answers;
-          if (!stub_->ObserveBatch(&context, batch, &answers).ok() ||
-              answers.responses_size() != 1) {
-            return where + "ObserveBatch failed as a whole";
-          }
-          response = answers.responses(0);
-          status = wire::ToGrpcStatus(wire::FromRpcStatus(response.status()));
-        } else {
-          grpc::ClientContext context;
-          status = stub_->Observe(&context, request, &response);
-        }
-        if (status.ok()) qparams = wire::QParamsFromProto(response.qparams());
+        const ObserveWay way = mode == Mode::kStream  ? ObserveWay::kStream
+                               : mode == Mode::kBatch ? ObserveWay::kBatch
+                                                      : ObserveWay::kObserve;
+        const Observed observed = ObserveOnce(*stub_, way, stream, request);
+        status = observed.status;
+        if (status.ok()) qparams = wire::QParamsFromProto(observed.response.qparams());
         break;
       }
       case VectorStep::Op::kGetQParams: {
@@ -180,24 +166,12 @@ std::string ServiceConformance::RunSession(
         initialized = response.initialized();
         break;
       }
-      case VectorStep::Op::kSetExportMode: {
-        grpc::ClientContext context;
-        v1::SetExportModeRequest request;
-        request.set_name(name);
-        request.set_enabled(step.enabled);
-        v1::Session response;
-        status = stub_->SetExportMode(&context, request, &response);
+      case VectorStep::Op::kSetExportMode:
+        status = SetExportMode(*stub_, name, step.enabled);
         break;
-      }
-      case VectorStep::Op::kSetGranularity: {
-        grpc::ClientContext context;
-        v1::SetGranularityRequest request;
-        request.set_name(name);
-        *request.mutable_granularity() = wire::GranularityToProto(step.granularity);
-        v1::Session response;
-        status = stub_->SetGranularity(&context, request, &response);
+      case VectorStep::Op::kSetGranularity:
+        status = SetGranularity(*stub_, name, step.granularity);
         break;
-      }
     }
     if (std::string d = Judge(step, status, qparams, initialized); !d.empty()) return where + d;
     if (!status.ok()) {
@@ -209,11 +183,7 @@ std::string ServiceConformance::RunSession(
       }
     }
   }
-  grpc::ClientContext delete_context;
-  v1::DeleteSessionRequest del;
-  del.set_name(name);
-  v1::DeleteSessionResponse none;
-  if (!stub_->DeleteSession(&delete_context, del, &none).ok()) return "DeleteSession failed";
+  if (!DeleteSession(*stub_, name).ok()) return "DeleteSession failed";
   return "";
 }
 

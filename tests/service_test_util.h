@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/granularity.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/convert.h"
 #include "proto/status.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 #include "server/server.h"
@@ -56,6 +58,76 @@ class TestServer {
 
 // absl::Status of a gRPC status, for the EXPECT_CODE family of test_util.h.
 inline absl::Status FromGrpc(const grpc::Status& status) { return wire::FromGrpcStatus(status); }
+
+// ---- One call per step, for the tests that run vectors through the service ----
+
+// How an observation travels: Observe, an ObserveBatch of one, or an item of an open
+// ObserveStream.
+enum class ObserveWay { kObserve, kBatch, kStream };
+using ObserveStreamRW = grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>;
+
+struct Observed {
+  grpc::Status status;  // the observation's own (a batch's or stream's item status)
+  v1::ObserveResponse response;
+};
+
+// Sends `request` `way` (`stream` is the open stream of kStream). A batch or stream
+// that fails as a whole is UNKNOWN, saying so.
+inline Observed ObserveOnce(v1::QParamsService::Stub& stub, ObserveWay way, ObserveStreamRW* stream,
+                            const v1::ObserveRequest& request) {
+  Observed out;
+  if (way == ObserveWay::kObserve) {
+    grpc::ClientContext context;
+    out.status = stub.Observe(&context, request, &out.response);
+    return out;
+  }
+  if (way == ObserveWay::kStream) {
+    if (!stream->Write(request) || !stream->Read(&out.response)) {
+      out.status = grpc::Status(grpc::StatusCode::UNKNOWN, "the stream broke");
+      return out;
+    }
+  } else {
+    grpc::ClientContext context;
+    v1::ObserveBatchRequest batch;
+    *batch.add_observations() = request;
+    v1::ObserveBatchResponse answers;
+    if (!stub.ObserveBatch(&context, batch, &answers).ok() || answers.responses_size() != 1) {
+      out.status = grpc::Status(grpc::StatusCode::UNKNOWN, "ObserveBatch failed as a whole");
+      return out;
+    }
+    out.response = answers.responses(0);
+  }
+  out.status = wire::ToGrpcStatus(wire::FromRpcStatus(out.response.status()));
+  return out;
+}
+
+inline grpc::Status SetExportMode(v1::QParamsService::Stub& stub, const std::string& name,
+                                  bool enabled) {
+  grpc::ClientContext context;
+  v1::SetExportModeRequest request;
+  request.set_name(name);
+  request.set_enabled(enabled);
+  v1::Session response;
+  return stub.SetExportMode(&context, request, &response);
+}
+
+inline grpc::Status SetGranularity(v1::QParamsService::Stub& stub, const std::string& name,
+                                   const Granularity& granularity) {
+  grpc::ClientContext context;
+  v1::SetGranularityRequest request;
+  request.set_name(name);
+  *request.mutable_granularity() = wire::GranularityToProto(granularity);
+  v1::Session response;
+  return stub.SetGranularity(&context, request, &response);
+}
+
+inline grpc::Status DeleteSession(v1::QParamsService::Stub& stub, const std::string& name) {
+  grpc::ClientContext context;
+  v1::DeleteSessionRequest request;
+  request.set_name(name);
+  v1::DeleteSessionResponse response;
+  return stub.DeleteSession(&context, request, &response);
+}
 
 }  // namespace qparams::testing
 

@@ -278,7 +278,9 @@ TEST(State, RejectsInconsistentStates) {
   };
   const Breakage breakages[] = {
       {"calculator default", [](CalculatorState& s) { s.calculator = "default"; }},
-      {"unknown calculator", [](CalculatorState& s) { s.calculator = "percentile"; }},
+      {"unknown calculator", [](CalculatorState& s) { s.calculator = "minmax"; }},
+      {"histogram parameters on a range kind",
+       [](CalculatorState& s) { s.histogram_params = HistogramParams(); }},
       {"invalid spec", [](CalculatorState& s) { s.spec.dtype = "float8_e4m3fn"; }},  // + asymmetric
       {"unbuildable granularity",
        [](CalculatorState& s) { s.spec.granularity = Granularity::PerBlock(0, 0); }},

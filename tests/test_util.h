@@ -272,7 +272,8 @@ inline bool SameState(const CalculatorState& a, const CalculatorState& b) {
          a.export_mode == b.export_mode &&
          a.compute_dtype_for_export == b.compute_dtype_for_export &&
          a.observation_count == b.observation_count && a.qparams == b.qparams &&
-         SameRange(a.running, b.running);
+         SameRange(a.running, b.running) && a.histogram_params == b.histogram_params &&
+         a.histogram == b.histogram;
 }
 
 // Whether `line` is one of the lines of `text`, whole (e.g. a metrics sample).

@@ -49,8 +49,8 @@ def test_health_and_calculators(client) -> None:
     assert client.health() == "SERVING"
     assert client.health("qparams.v1.QParamsService") == "SERVING"
     calculators = client.list_calculators()
-    assert [c.key for c in calculators] == ["default", "dynamic", "global_minmax",
-                                            "moving_average", "static"]
+    assert [c.key for c in calculators] == ["default", "dynamic", "entropy", "global_minmax",
+                                            "moving_average", "mse", "percentile", "static"]
     assert {c.key: c.stateful for c in calculators}["dynamic"] is False
 
 
