@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from qparams._errors import QParamsError, error_from_status
+from qparams._histogram import Calibration
 from qparams.v1 import qparams_pb2 as pb
 
 __all__ = ["QParams", "ObserveResult", "stream_outcome"]
@@ -31,22 +32,30 @@ class QParams:
         precision: the dtype the values were computed in ("float32", "float16",
             "bfloat16", "float64"), or None while empty.
         initialized: whether a computing forward has filled the buffers (always True
-            for results of compute and observe).
+            for results of compute and observe, but for a histogram session's that has
+            seen no finite value).
+        calibration: a histogram session's Calibration (the amax its search chose,
+            ...), None for the other calculators and before the first value.
     The arrays are numpy arrays, or torch tensors after to_torch().
     """
 
-    __slots__ = ("_q", "initialized", "_torch", "_arrays")
+    __slots__ = ("_q", "initialized", "_torch", "_arrays", "calibration")
 
-    def __init__(self, q: pb.QParams, initialized: bool = True, *, torch: bool = False) -> None:
+    def __init__(self, q: pb.QParams, initialized: bool = True, *, torch: bool = False,
+                 calibration: Calibration | None = None) -> None:
         self._q = q
         self.initialized = initialized
         self._torch = torch
         self._arrays: dict[str, Any] = {}
+        self.calibration = calibration
 
     @classmethod
-    def from_proto(cls, q: pb.QParams, initialized: bool = True) -> "QParams":
-        """The QParams of a qparams.v1.QParams message (e.g. a Session's qparams)."""
-        return cls(q, initialized)
+    def from_proto(cls, q: pb.QParams, initialized: bool = True,
+                   calibration: pb.CalibrationResult | None = None) -> "QParams":
+        """The QParams of a qparams.v1.QParams message (e.g. a Session's qparams), with
+        a histogram session's CalibrationResult if given."""
+        return cls(q, initialized,
+                   calibration=None if calibration is None else Calibration.from_proto(calibration))
 
     def to_proto(self) -> pb.QParams:
         """The wire message these parameters came from."""
@@ -55,7 +64,7 @@ class QParams:
     def to_torch(self) -> "QParams":
         """The same parameters with torch tensors in place of the numpy arrays: scale
         and minval float32, zero_point int32."""
-        return QParams(self._q, self.initialized, torch=True)
+        return QParams(self._q, self.initialized, torch=True, calibration=self.calibration)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -91,21 +100,23 @@ class QParams:
         if not isinstance(other, QParams):
             return NotImplemented
         return (self._q == other._q and self.initialized == other.initialized
-                and self._torch == other._torch)
+                and self._torch == other._torch and self.calibration == other.calibration)
 
     __hash__ = None  # mutable arrays inside
 
     def __repr__(self) -> str:
         return (f"QParams(shape={self.shape}, scale={self.scale!r}, "
                 f"zero_point={self.zero_point!r}, minval={self.minval!r}, "
-                f"precision={self.precision!r}, initialized={self.initialized})")
+                f"precision={self.precision!r}, initialized={self.initialized}"
+                + (f", calibration={self.calibration!r})" if self.calibration else ")"))
 
     def __getstate__(self) -> tuple:
-        return (self._q.SerializeToString(), self.initialized, self._torch)
+        return (self._q.SerializeToString(), self.initialized, self._torch, self.calibration)
 
     def __setstate__(self, state: tuple) -> None:
         self._q = pb.QParams.FromString(state[0])
         self.initialized, self._torch = state[1], state[2]
+        self.calibration = state[3] if len(state) > 3 else None
         self._arrays = {}
 
 
@@ -117,16 +128,25 @@ class ObserveResult:
         qparams: the qparams the forward returned, or None for an observation sent
             with omit_qparams.
         observation_count: the session's computing forwards after this one.
+        calibration: a histogram session's Calibration beside the qparams (None with
+            omit_qparams, for other calculators, and before the first finite value).
     """
 
     qparams: QParams | None
     observation_count: int
+    calibration: Calibration | None = None
 
     @classmethod
     def from_response(cls, response: pb.ObserveResponse) -> "ObserveResult":
         """The result an (accepted) ObserveResponse carries."""
-        qparams = QParams.from_proto(response.qparams) if response.HasField("qparams") else None
-        return cls(qparams, response.observation_count)
+        calibration = (response.calibration if response.HasField("calibration") else None)
+        # Empty qparams: a histogram session that has seen no finite value yet (only
+        # non-finite ones, under its "ignore" policy).
+        qparams = (QParams.from_proto(response.qparams, list(response.qparams.shape) != [0],
+                                      calibration)
+                   if response.HasField("qparams") else None)
+        return cls(qparams, response.observation_count,
+                   None if calibration is None else Calibration.from_proto(calibration))
 
 
 def stream_outcome(response: pb.ObserveResponse, session: str) -> ObserveResult | QParamsError:

@@ -17,7 +17,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 
@@ -27,6 +27,8 @@ from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QPar
                              Unimplemented, error_from_rpc)
 from qparams._fork import check_fork_support
 from qparams._health.v1 import health_pb2, health_pb2_grpc
+from qparams._histogram import (Histogram, HistogramParamsLike, histogram_params,
+                                histogram_request)
 from qparams._results import ObserveResult, QParams, stream_outcome
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
 from qparams._tensors import TensorLike, fill_tensor, range_request, tensor_request
@@ -91,6 +93,18 @@ def _read(path: str, what: str) -> bytes:
             return f.read()
     except OSError as e:
         raise ValueError(f"{what} {path!r} cannot be read: {e.strerror}") from None
+
+
+class _Layout(NamedTuple):
+    """What reducing a tensor for a session needs to know of it."""
+
+    spec: pb.QuantSpec
+    histogram: pb.HistogramParams | None  # histogram sessions only
+
+    @classmethod
+    def of(cls, session: pb.Session) -> "_Layout":
+        return cls(session.spec,
+                   session.histogram if session.HasField("histogram") else None)
 
 
 class _Routing:
@@ -198,8 +212,9 @@ class Client:
         elif tls_server_name:
             raise ValueError("tls_server_name needs TLS (tls, tls_ca or tls_cert)")
         self._connect()
-        # Resolved specs of the sessions this client reduced tensors for, by name.
-        self._specs: dict[str, pb.QuantSpec] = {}
+        # How to reduce tensors for each session this client reduced tensors for, by
+        # name: its resolved spec and, for a histogram session, its histogram params.
+        self._specs: dict[str, _Layout] = {}
         self._specs_lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: ObserveQueue | None = None
@@ -353,24 +368,38 @@ class Client:
 
     def create_session(self, name: str, spec: SpecLike | None = None, *, calculator: str = "",
                        averaging_constant: float | None = None,
+                       histogram: HistogramParamsLike = None,
                        timeout: float | None = None, metadata: Metadata = None,
                        **spec_fields: Any) -> pb.Session:
         """Creates the session `name` and returns it (its spec resolved).
 
-        calculator: "static", "moving_average", "global_minmax", or "" for the default
-        (static for weights, moving_average for activations). Choosing an observer as
-        a torch.ao user: global_minmax matches MinMaxObserver/PerChannelMinMaxObserver
-        bit for bit; moving_average averages the zero-clamped range (coreai_opt), not
-        torch.ao's raw one, and can differ from MovingAverage*MinMaxObserver by up to
-        0.5% per channel.
+        calculator: "static", "moving_average", "global_minmax", the histogram
+        calculators "percentile", "entropy", "mse", or "" for the default (static for
+        weights, moving_average for activations). Choosing an observer as a torch.ao
+        user: global_minmax matches MinMaxObserver/PerChannelMinMaxObserver bit for bit;
+        moving_average averages the zero-clamped range (coreai_opt), not torch.ao's raw
+        one, and can differ from MovingAverage*MinMaxObserver by up to 0.5% per channel;
+        percentile, entropy and mse clip outliers (per-tensor only), from a histogram of
+        |x| that gives the same result whatever the batch order or the split of the data
+        across ranks (torch.ao's HistogramObserver depends on both).
+        histogram: the histogram calculators' parameters, a dict (or a
+            qparams.pb.HistogramParams) with any of num_bins (a power of two in
+            [256, 65536], default 4096), percentile ((0, 100], default 99.99; percentile
+            only), start_bin and stride (entropy and mse only; defaults 128 and 1),
+            skip_zeros (False) and nonfinite ("reject", the default, or "ignore").
 
         Raises:
-            ValueError: no target, or a malformed spec value, before any call.
-            AlreadyExists: the name is taken. InvalidArgument: a bad name or spec.
+            ValueError: no target, or a malformed spec value or histogram key, before any
+                call.
+            AlreadyExists: the name is taken. InvalidArgument: a bad name, spec or
+                histogram parameter.
             ResourceExhausted: the server's session limit.
         """
         request = pb.CreateSessionRequest(name=name, calculator=calculator,
                                           spec=quant_spec(spec, **spec_fields))
+        if histogram is not None:  # present even when empty: every default
+            request.histogram.SetInParent()
+            request.histogram.MergeFrom(histogram_params(histogram))
         if request.spec.target == pb.TARGET_UNSPECIFIED:
             raise ValueError(
                 "create_session needs target=\"weight\" or target=\"activation\" (in the spec "
@@ -575,12 +604,13 @@ class Client:
             response = self._call("Observe", request, timeout, metadata)
         except (InvalidArgument, FailedPrecondition) as e:
             # A spec cached before another client replaced the session (or changed its
-            # granularity) reduces to the wrong blocks: fetch it again once and resend.
-            if not (cached and request.HasField("range")):
+            # granularity) reduces to the wrong blocks (or bins): fetch it again once and
+            # resend.
+            if not (cached and request.WhichOneof("observation") in ("range", "histogram")):
                 raise
             old = self._specs.get(name)
             try:
-                changed = self.get_session(name).spec != old
+                changed = _Layout.of(self.get_session(name)) != old
             except QParamsError:
                 changed = False
             if not changed:
@@ -824,9 +854,42 @@ class Client:
     def get_qparams(self, name: str, *,
                     timeout: float | None = None, metadata: Metadata = None) -> QParams:
         """The cached qparams of the session `name`, as get_qparams: before the first
-        forward, empty with `initialized` False."""
+        forward, empty with `initialized` False. A histogram session's carry its
+        calibration (qparams.calibration: amax, bin_index, ...), computed now if its
+        histogram changed since the last search."""
         response = self._call("GetQParams", pb.GetQParamsRequest(name=name), timeout, metadata)
-        return QParams.from_proto(response.qparams, response.initialized)
+        return QParams.from_proto(
+            response.qparams, response.initialized,
+            response.calibration if response.HasField("calibration") else None)
+
+    def get_histogram(self, name: str, *,
+                      timeout: float | None = None, metadata: Metadata = None) -> Histogram:
+        """The histogram of |x| the histogram session `name` holds (percentile, entropy
+        or mse): its occupied bins, exponent, side counts and exact extrema.
+
+        Raises:
+            NotFound: no such session. InvalidArgument: not a histogram session.
+        """
+        return Histogram.from_proto(
+            self._call("GetHistogram", pb.GetHistogramRequest(name=name), timeout, metadata))
+
+    def observe_histogram(self, name: str, histogram: Histogram | pb.HistogramObservation, *,
+                          omit_qparams: bool = False, timeout: float | None = None,
+                          metadata: Metadata = None) -> ObserveResult:
+        """Merges `histogram` (local_histogram's, a merge of several, e.g. across
+        data-parallel ranks, or a HistogramObservation message built elsewhere) into the
+        histogram session `name`: the same state as observing the values it counts, bit
+        for bit.
+
+        Raises:
+            InvalidArgument: a histogram breaking a rule of histogram.md 3.2 (num_bins not
+                the session's, a wrong exponent, ...), or a session of another kind.
+            ResourceExhausted: the session would hold 2^62 values or more.
+        """
+        request = pb.ObserveRequest(name=name, omit_qparams=omit_qparams)
+        request.histogram.CopyFrom(histogram if isinstance(histogram, pb.HistogramObservation)
+                                   else histogram.to_proto())
+        return ObserveResult.from_response(self._call("Observe", request, timeout, metadata))
 
     def set_export_mode(self, name: str, enabled: bool = True, *,
                         timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
@@ -860,23 +923,29 @@ class Client:
 
     def _remember(self, session: pb.Session) -> None:
         with self._specs_lock:
-            self._specs[session.name] = session.spec
+            self._specs[session.name] = _Layout.of(session)
 
-    def _spec(self, name: str) -> pb.QuantSpec | None:
+    def _layout(self, name: str) -> "_Layout | None":
         with self._specs_lock:
-            spec = self._specs.get(name)
-        if spec is None:
+            layout = self._specs.get(name)
+        if layout is None:
             try:
-                spec = self.get_session(name).spec
+                self.get_session(name)
             except NotFound:
                 return None  # the observation itself reports it
-        return spec
+            with self._specs_lock:
+                layout = self._specs.get(name)
+        return layout
 
     def _request(self, name: str, x: TensorLike, reduce: str,
                  omit_qparams: bool) -> pb.ObserveRequest:
-        spec = None if reduce == "never" else self._spec(name)
-        request = (tensor_request(name, x) if spec is None
-                   else range_request(name, x, spec, reduce))
+        layout = None if reduce == "never" else self._layout(name)
+        if layout is None:
+            request = tensor_request(name, x)
+        elif layout.histogram is not None:
+            request = histogram_request(name, x, layout.histogram, reduce)
+        else:
+            request = range_request(name, x, layout.spec, reduce)
         if request.HasField("tensor"):
             self._check_size(request.tensor.data, reduce)
         request.omit_qparams = omit_qparams
