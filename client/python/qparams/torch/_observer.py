@@ -11,6 +11,7 @@ import torch
 from torch.ao.quantization.observer import UniformQuantizationObserverBase
 
 from qparams._errors import AlreadyExists, NotFound
+from qparams._histogram import histogram_params
 from qparams._results import QParams
 from qparams._spec import GranularityLike
 from qparams._spec import granularity as _granularity
@@ -81,6 +82,8 @@ def _describe_spec(spec: pb.QuantSpec) -> str:
 
 
 _RULES = ("torch", "coreai_opt")
+#: The calculators that keep a histogram of |x| and clip outliers (per-tensor only).
+HISTOGRAM_CALCULATORS = ("percentile", "entropy", "mse")
 _IF_EXISTS = ("error", "resume", "replace")
 _TARGETS = ("weight", "activation")
 _DEFAULT_EPS = torch.finfo(torch.float32).eps
@@ -153,10 +156,18 @@ class RemoteObserver(UniformQuantizationObserverBase):
             "moving_average" differs from torch.ao's moving-average observers by
             design: coreai_opt averages the zero-clamped range, torch.ao the raw one
             (up to 0.5% per channel). "static" keeps the latest observation's qparams
-            (rule "coreai_opt" only).
+            (rule "coreai_opt" only). "percentile", "entropy" and "mse" (per-tensor
+            only) keep a histogram of |x| and clip outliers: the range is [-amax, amax]
+            ([0, amax] for an affine qscheme while no negative value was seen) with amax
+            chosen by the method; the histogram merges exactly, so the result does not
+            depend on batch order or on how data-parallel ranks split the data (torch.ao's
+            HistogramObserver, a different method, depends on both). forward bins each
+            tensor where it lives (torch.bincount) and sends the counts.
+        histogram: the histogram calculators' parameters (see Client.create_session):
+            num_bins, percentile, start_bin, stride, skip_zeros, nonfinite.
         rule: how calculate_qparams turns the session's statistics into qparams.
             "torch" (default): torch.ao's own _calculate_qparams on the session's
-            running min and max, in float32, so that a model converted with this
+            running min and max (a histogram session's clipping range), in float32, so that a model converted with this
             observer equals one converted with MinMaxObserver, custom ranges
             (torch.ao's zero point (quant_min + quant_max) // 2 for a symmetric
             quint8 range) and float16/bfloat16 inputs included. "coreai_opt": the
@@ -209,6 +220,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
                  averaging_constant: float | None = None, calculator: str = "global_minmax",
                  rule: str = "torch", granularity: GranularityLike | None = None,
                  target: str | None = None, spec: Mapping[str, Any] | None = None,
+                 histogram: Mapping[str, Any] | None = None,
                  run: str | None = None, name: str | None = None, if_exists: str = "error",
                  reduce: str = "auto", server: str | None = None,
                  client_options: Mapping[str, Any] | None = None) -> None:
@@ -237,6 +249,10 @@ class RemoteObserver(UniformQuantizationObserverBase):
         if (quant_min is None) != (quant_max is None):
             raise ValueError("quant_min and quant_max go together (both or neither)")
         check_reduce(reduce)
+        if histogram is not None and calculator not in HISTOGRAM_CALCULATORS:
+            raise ValueError(f"histogram= belongs to the calculators "
+                             f"{', '.join(HISTOGRAM_CALCULATORS)}, not {calculator!r}")
+        histogram_message = histogram_params(histogram or {})  # checks the keys now
         if spec is not None and not isinstance(spec, Mapping):
             raise TypeError(f"spec must be a mapping of qparams spec fields, "
                             f"not {type(spec).__name__}")
@@ -250,6 +266,9 @@ class RemoteObserver(UniformQuantizationObserverBase):
             g = pb.Granularity(per_channel=pb.PerChannel(axis=ch_axis))
         else:
             g = pb.Granularity(per_tensor=pb.PerTensor())
+        if calculator in HISTOGRAM_CALCULATORS and g.WhichOneof("kind") != "per_tensor":
+            raise ValueError(f"calculator {calculator!r} is per-tensor only, not "
+                             f"{granularity_text(g)}; use a per_tensor qscheme")
         canonical = _canonical_dtype(quant_spec(dtype=qdtype).dtype)
         torch_range = canonical in ("int8", "uint8")
         symmetric = qqscheme != "asymmetric"
@@ -286,6 +305,9 @@ class RemoteObserver(UniformQuantizationObserverBase):
 
         self.calculator = calculator
         self.averaging_constant = averaging_constant
+        self.histogram = (dict(histogram or {}) if calculator in HISTOGRAM_CALCULATORS
+                          else None)
+        self._histogram_bytes = histogram_message.SerializeToString(deterministic=True)
         self.rule = rule
         self.reduce = reduce
         self.if_exists = if_exists
@@ -368,7 +390,8 @@ class RemoteObserver(UniformQuantizationObserverBase):
         """Observes x and returns it unchanged (the same object).
 
         x (float32, float16, bfloat16 or float64, any device and strides) is detached,
-        reduced to its block minima and maxima where it lives (see `reduce`), and queued
+        reduced where it lives (see `reduce`) to its block minima and maxima, or for a
+        histogram calculator binned into a histogram of |x| (torch.bincount), and queued
         for the client's background sender; this returns without waiting for the
         server. An empty x is skipped, as torch.ao's observers skip it. The session is
         created (or checked) on the first call; an unnamed weight observer first takes
@@ -479,6 +502,8 @@ class RemoteObserver(UniformQuantizationObserverBase):
         text = f"session={self._name!r}, calculator={self.calculator or 'default'!r}"
         if self.averaging_constant is not None:
             text += f", averaging_constant={self.averaging_constant}"
+        if self.histogram:
+            text += f", histogram={self.histogram}"
         return f"{text}, rule={self.rule!r}, spec={_describe_spec(self._spec)}"
 
     # ------------------------------------------------------------------ state
@@ -541,7 +566,9 @@ class RemoteObserver(UniformQuantizationObserverBase):
         self.flush()
         self._open(None)
         session = self.client.get_session(self._name)
-        if session.initialized and len(session.running_min):
+        if self.histogram is not None:
+            self._sync_clipping_range(session)
+        elif session.initialized and len(session.running_min):
             count = self._channels(tuple(session.qparams.shape))
             values = [torch.tensor(list(v), dtype=torch.float32)
                       for v in (session.running_min, session.running_max)]
@@ -553,6 +580,21 @@ class RemoteObserver(UniformQuantizationObserverBase):
                 buffer.resize_(value.shape)
                 buffer.copy_(value)
         self._synced = True
+
+    def _sync_clipping_range(self, session: pb.Session) -> None:
+        """min_val and max_val of a histogram session: its clipping range, [-amax,
+        amax], or [0, amax] for an asymmetric spec while no negative value was seen
+        (histogram.md 7), the range its own qparams cover."""
+        if not session.HasField("calibration"):
+            return  # no finite value yet: the buffers stay as they are
+        amax = session.calibration.amax
+        lo = -amax
+        if session.spec.qscheme == pb.ASYMMETRIC:
+            low = self.client.get_histogram(self._name).min
+            if low is not None and low >= 0:
+                lo = 0.0
+        for buffer, value in ((self.min_val, lo), (self.max_val, amax)):
+            buffer.fill_(value)
 
     def _torch_refusal(self) -> str:
         reasons = []
@@ -580,14 +622,16 @@ class RemoteObserver(UniformQuantizationObserverBase):
         """Creates the session, or checks the one that exists, once per process."""
         spec = self._spec
         key = (self._client_key, self._name,
-               (self._built[2], self.calculator, self.averaging_constant))
+               (self._built[2], self.calculator, self.averaging_constant,
+                self._histogram_bytes))
         if key in _registry.opened:
             self._used_name = self._name
             return
         client = self.client
         try:
             session = client.create_session(self._name, spec, calculator=self.calculator,
-                                            averaging_constant=self.averaging_constant)
+                                            averaging_constant=self.averaging_constant,
+                                            histogram=self.histogram)
         except AlreadyExists:
             session = client.get_session(self._name)
             session = self._earlier_run(session)
@@ -621,7 +665,8 @@ class RemoteObserver(UniformQuantizationObserverBase):
             pass
         try:
             return client.create_session(self._name, self._spec, calculator=self.calculator,
-                                         averaging_constant=self.averaging_constant)
+                                         averaging_constant=self.averaging_constant,
+                                         histogram=self.histogram)
         except AlreadyExists:  # another process of this run replaced it first
             return client.get_session(self._name)
 
@@ -659,6 +704,11 @@ class RemoteObserver(UniformQuantizationObserverBase):
                 and session.averaging_constant != float(self.averaging_constant):
             diffs.append(("averaging_constant", session.averaging_constant,
                           self.averaging_constant))
+        if self.histogram is not None:
+            for key, value in histogram_params(self.histogram).ListFields():
+                if getattr(session.histogram, key.name) != value:
+                    diffs.append((f"histogram {key.name}", getattr(session.histogram, key.name),
+                                  value))
         if diffs:
             text = "; ".join(f"{field} is {h!r}, not the requested {w!r}" for field, h, w in diffs)
             error = AlreadyExists(
