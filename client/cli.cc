@@ -311,7 +311,8 @@ absl::Status ForHtml(const Options& options, const absl::Status& status) {
 // opened before any session is read, so that a path that cannot be written fails at
 // once. The plots wait in FILE.partial.plots, unlinked as soon as it is open (the
 // stream keeps its data), so that no exit leaves it behind and the client holds one
-// plot at a time, not the page.
+// plot at a time, not the page. With a page, a histogram session's histogram is read
+// (GetHistogram) for its plot.
 int Report(Invocation& in) {
   const Options& options = in.options();
   std::optional<PartialFile> page;
@@ -338,8 +339,27 @@ int Report(Invocation& in) {
                                   in.table() ? report::Format::kTable : report::Format::kJson,
                                   plots.is_open() ? &plots : nullptr, in.out());
   absl::Status status = in.client().ReadSessions(options.prefix, [&](const v1::Session& session) {
-    coverage.Add(session);
-    return absl::OkStatus();
+    // The page plots a histogram session's histogram: one GetHistogram per such session,
+    // read here as its session streams in, so that one histogram is held at a time.
+    if (!page.has_value() || !session.initialized() || !session.has_histogram()) {
+      coverage.Add(session);
+      return absl::OkStatus();
+    }
+    const absl::StatusOr<v1::HistogramObservation> histogram =
+        in.client().GetHistogram(session.name());
+    if (histogram.ok()) {
+      coverage.Add(session, &*histogram);
+      return absl::OkStatus();
+    }
+    // Deleted, or replaced by a session of another calculator, since the stream read it:
+    // plotted without its histogram, as the stream makes no snapshot either.
+    if (absl::IsNotFound(histogram.status()) || absl::IsInvalidArgument(histogram.status())) {
+      coverage.Add(session);
+      return absl::OkStatus();
+    }
+    return absl::Status(
+        histogram.status().code(),
+        absl::StrCat("histogram of ", session.name(), ": ", histogram.status().message()));
   });
   if (status.ok()) coverage.Finish();
   if (page.has_value() && status.ok()) {
@@ -557,7 +577,8 @@ constexpr Command kCommands[] = {
    "(min, median, max, max/min); JSON, or --format=table with the uninitialized\n"
    "sessions first. --html=FILE also writes one self-contained page: the\n"
    "uninitialized sessions, then a plot of each other's per-channel or per-block\n"
-   "ranges and scales."},
+   "ranges and scales, or of a percentile, entropy or mse session's histogram of\n"
+   "|x| (log scale) with its amax and max |x| marked."},
   {"delete", "NAME", 1, 1, Delete, "Delete a session."},
   {"observe", "NAME FILE.npy [FILE.npy ...]", 2, kAny, Observe,
    "One forward of the session per file, in order, all over one stream.\n"

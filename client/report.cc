@@ -157,6 +157,15 @@ std::pair<double, double> Domain(const std::vector<double>& lo, const std::vecto
 
 std::string Label(double value) { return absl::StrFormat("%.4g", value); }
 
+// Draws a panel's title at `top` and its frame, `height` high, under it.
+void Frame(std::string& svg, absl::string_view title, double top, double height) {
+  absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%g\" class=\"title\">%s</text>\n", kLeft,
+                        top + 13, title);
+  absl::StrAppendFormat(&svg,
+                        "<rect class=\"frame\" x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\"/>\n",
+                        kLeft, top + kPanelTitle, kPlotWidth - kLeft - kRight, height);
+}
+
 // One panel of a plot: where its y axis maps values, drawn into `svg` as it is built.
 class Panel {
  public:
@@ -164,11 +173,7 @@ class Panel {
   Panel(std::string& svg, absl::string_view title, double top, int64_t points, double min,
         double max)
       : svg_(svg), top_(top + kPanelTitle), points_(points), min_(min), max_(max) {
-    absl::StrAppendFormat(&svg_, "<text x=\"%g\" y=\"%g\" class=\"title\">%s</text>\n", kLeft,
-                          top + 13, title);
-    absl::StrAppendFormat(&svg_,
-                          "<rect class=\"frame\" x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\"/>\n",
-                          kLeft, top_, kPlotWidth - kLeft - kRight, kPanelHeight);
+    Frame(svg_, title, top, kPanelHeight);
     absl::StrAppendFormat(&svg_, "<text x=\"%g\" y=\"%.1f\" class=\"y\">%s</text>\n", kLeft - 4,
                           top_ + 4, Label(max));
     absl::StrAppendFormat(&svg_, "<text x=\"%g\" y=\"%.1f\" class=\"y\">%s</text>\n", kLeft - 4,
@@ -299,6 +304,141 @@ std::string PlotSvg(const v1::Session& session) {
   return svg;
 }
 
+// ---------------------------------------------------------------- histograms
+
+constexpr double kHistogramHeight = 160;
+constexpr int kMaxDecadeLabels = 6;  // on a histogram's y axis
+
+// A histogram's bins summed into at most kMaxHistogramColumns columns of
+// `bins_per_column` adjacent bins each (the last one possibly shorter).
+struct Columns {
+  int64_t bins_per_column = 1;
+  std::vector<uint64_t> counts;
+};
+
+Columns ColumnsOf(const RepeatedField<uint64_t>& counts) {
+  const int64_t bins = counts.size();
+  Columns columns;
+  columns.bins_per_column =
+      std::max<int64_t>(1, (bins + kMaxHistogramColumns - 1) / kMaxHistogramColumns);
+  columns.counts.assign((bins + columns.bins_per_column - 1) / columns.bins_per_column, 0);
+  // No overflow: a session holds fewer than 2^62 values (histogram.md 2.1).
+  for (int64_t k = 0; k < bins; ++k) columns.counts[k / columns.bins_per_column] += counts[k];
+  return columns;
+}
+
+// max(|min|, |max|) of `histogram`; unset before its first finite value.
+std::optional<double> MaxAbs(const v1::HistogramObservation& histogram) {
+  if (!histogram.has_min() || !histogram.has_max()) return std::nullopt;
+  return std::max(std::abs(histogram.min()), std::abs(histogram.max()));
+}
+
+uint64_t Total(const v1::HistogramObservation& histogram) {
+  uint64_t total = 0;
+  for (const uint64_t c : histogram.counts()) total += c;
+  return total;
+}
+
+// The inline SVG of a histogram session: its histogram of |x|, y = log10(count + 1) so
+// that an empty bin sits at zero and a single value shows, x = |x| on a linear scale
+// from 0 to the upper edge of the last occupied bin; the calibration's amax and max |x|
+// marked with their values.
+std::string HistogramSvg(const v1::Session& session, const v1::HistogramObservation& histogram) {
+  const double bin_width = std::ldexp(1.0, histogram.exponent());
+  const int64_t bins = histogram.counts_size();
+  const Columns columns = ColumnsOf(histogram.counts());
+  const bool has_amax = session.has_calibration();
+  const double amax = session.calibration().amax();
+  const std::optional<double> max_abs = MaxAbs(histogram);
+  // Widened to both markers, should a marker lie beyond the bins it was read with.
+  double x_max = static_cast<double>(bins) * bin_width;
+  if (has_amax) x_max = std::fmax(x_max, amax);
+  if (max_abs.has_value()) x_max = std::fmax(x_max, *max_abs);
+  if (!(x_max > 0)) x_max = 1;  // no finite value: an axis all the same
+  uint64_t peak = 0;
+  for (const uint64_t c : columns.counts) peak = std::max(peak, c);
+  // At least 1 (a count of 9), so that a near-empty histogram is not drawn full height.
+  const double y_max = std::fmax(1, std::log10(static_cast<double>(peak) + 1));
+
+  const double top = kPanelTitle;
+  const double width = kPlotWidth - kLeft - kRight;
+  const auto x = [&](double v) { return kLeft + width * v / x_max; };
+  const auto y = [&](double count) {
+    return top + kHistogramHeight * (1 - std::log10(count + 1) / y_max);
+  };
+  const double height = kPanelTitle + kHistogramHeight + kPanelGap + kCaption;
+  std::string svg = absl::StrFormat(
+      "<svg class=\"plot\" viewBox=\"0 0 %g %g\" width=\"%g\" height=\"%g\" role=\"img\" "
+      "aria-label=\"%s\">\n",
+      kPlotWidth, height, kPlotWidth, height,
+      Html(absl::StrCat(session.name(), ": histogram of |x|")));
+  Frame(svg, "histogram of |x|: count, log scale", 0, kHistogramHeight);
+
+  // The y axis: 0, then counts 1, 10, 100, ... (every few decades when there are many).
+  absl::StrAppendFormat(&svg, "<text x=\"%g\" y=\"%.1f\" class=\"y\">0</text>\n", kLeft - 4, y(0));
+  const int decades = peak == 0 ? 0 : static_cast<int>(std::floor(std::log10(peak))) + 1;
+  const int step = (decades + kMaxDecadeLabels - 1) / kMaxDecadeLabels;
+  for (int d = 0; step > 0 && d < decades; d += step) {
+    const double at = y(std::pow(10.0, d));
+    absl::StrAppendFormat(&svg,
+                          "<line class=\"grid\" x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\"/>\n"
+                          "<text x=\"%g\" y=\"%.1f\" class=\"y\">%g</text>\n",
+                          kLeft, at, kPlotWidth - kRight, at, kLeft - 4, at + 4, std::pow(10.0, d));
+  }
+
+  // One outline of steps, a column at a time; an empty column runs along zero.
+  if (!columns.counts.empty()) {
+    std::string d = absl::StrFormat("M%.1f,%.1f", x(0), y(0));
+    for (size_t c = 0; c < columns.counts.size(); ++c) {
+      const int64_t end =
+          std::min<int64_t>(static_cast<int64_t>(c + 1) * columns.bins_per_column, bins);
+      absl::StrAppendFormat(&d, " V%.1f H%.1f", y(static_cast<double>(columns.counts[c])),
+                            x(static_cast<double>(end) * bin_width));
+    }
+    absl::StrAppendFormat(&d, " V%.1f Z", y(0));
+    absl::StrAppendFormat(&svg, "<path class=\"hist\" d=\"%s\"/>\n", d);
+  }
+
+  // The markers, each labelled on a row of its own, on the side with more room.
+  int row = 0;
+  const auto marker = [&](double value, absl::string_view css_class, const std::string& text) {
+    const double at = x(value);
+    const bool left = at > kLeft + width / 2;
+    absl::StrAppendFormat(&svg,
+                          "<line class=\"%s\" x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\"/>\n"
+                          "<text x=\"%.1f\" y=\"%g\" class=\"%s%s\">%s</text>\n",
+                          css_class, at, top, at, top + kHistogramHeight, left ? at - 4 : at + 4,
+                          top + 14 + 14 * row, css_class, left ? " end" : "", Html(text));
+    ++row;
+  };
+  if (has_amax) {
+    marker(amax, "amax", absl::StrCat("amax (", session.calculator(), ") = ", Label(amax)));
+  }
+  if (max_abs.has_value()) {
+    marker(*max_abs, "max-abs", absl::StrCat("max |x| = ", Label(*max_abs)));
+  }
+
+  const double bottom = top + kHistogramHeight + kPanelGap;
+  std::string caption;
+  if (bins == 0) {
+    caption = "no finite value observed";
+  } else {
+    caption = absl::StrCat("|x|: ", bins, " occupied bins of 2^", histogram.exponent(), " (",
+                           Float(bin_width), ")");
+    if (columns.bins_per_column > 1) {
+      absl::StrAppend(&caption, "; each column: ", columns.bins_per_column,
+                      " adjacent bins summed");
+    }
+  }
+  absl::StrAppendFormat(&svg,
+                        "<text x=\"%g\" y=\"%g\" class=\"x\">0</text>\n"
+                        "<text x=\"%g\" y=\"%g\" class=\"x end\">%s</text>\n"
+                        "<text x=\"%g\" y=\"%g\" class=\"caption\">%s</text>\n</svg>\n",
+                        kLeft, bottom + 4, kPlotWidth - kRight, bottom + 4, Label(x_max), kLeft,
+                        bottom + 22, Html(caption));
+  return svg;
+}
+
 // WriteHtml() copies the plots into the page this many bytes at a time.
 constexpr int64_t kCopyChunk = 64 << 10;
 
@@ -326,6 +466,11 @@ polyline.scale { fill: none; stroke: #1b7837; stroke-width: 1.5; }
 polygon.scale-band { fill: #c7e9c0; stroke: #1b7837; stroke-width: 1; }
 circle.range { fill: #2166ac; }
 circle.scale, circle.scale-band { fill: #1b7837; }
+.grid { stroke: #e4e4e4; }
+path.hist { fill: #c6dbef; stroke: #2166ac; stroke-width: 1; }
+line.amax { stroke: #b2182b; stroke-width: 1.5; }
+line.max-abs { stroke: #555; stroke-width: 1.5; stroke-dasharray: 4 3; }
+svg text.amax { fill: #b2182b; }
 )";
 
 }  // namespace
@@ -389,7 +534,7 @@ CoverageReport::CoverageReport(std::string prefix, Format format, std::iostream*
   }
 }
 
-void CoverageReport::Add(const v1::Session& session) {
+void CoverageReport::Add(const v1::Session& session, const v1::HistogramObservation* histogram) {
   const std::optional<ScaleSpread> spread = SpreadOf(session);
   const int64_t non_finite = NonFiniteCount(session);
   if (format_ == Format::kJson) AddJson(session, spread, non_finite);
@@ -414,7 +559,7 @@ void CoverageReport::Add(const v1::Session& session) {
     }
     initialized_rows_.push_back(std::move(row));
   }
-  if (plots_ != nullptr) AddPlot(session, spread, non_finite);
+  if (plots_ != nullptr) AddPlot(session, histogram, spread, non_finite);
 }
 
 void CoverageReport::AddJson(const v1::Session& session, const std::optional<ScaleSpread>& spread,
@@ -445,8 +590,8 @@ const std::string& CoverageReport::SpecJsonOf(const v1::QuantSpec& spec) {
   return spec_json_.emplace(std::move(key), SpecJson(spec)).first->second;
 }
 
-void CoverageReport::AddPlot(const v1::Session& session, const std::optional<ScaleSpread>& spread,
-                             int64_t non_finite) {
+void CoverageReport::AddPlot(const v1::Session& session, const v1::HistogramObservation* histogram,
+                             const std::optional<ScaleSpread>& spread, int64_t non_finite) {
   std::string meta = absl::StrCat(Html(session.calculator()), " &middot; ",
                                   Html(SpecSummary(session.spec())), " &middot; ", "observations ",
                                   session.observation_count(), " &middot; non_finite ", non_finite);
@@ -455,12 +600,36 @@ void CoverageReport::AddPlot(const v1::Session& session, const std::optional<Sca
                     ", median ", Float(spread->median), ", max ", Float(spread->max), ", max/min ",
                     Ratio(*spread));
   }
-  if (!HasRunningRange(session)) {
+  if (session.has_calibration()) {
+    const v1::CalibrationResult& c = session.calibration();
+    absl::StrAppend(&meta, "<br>calibration: amax ", Float(c.amax()), ", bin_index ", c.bin_index(),
+                    ", exponent ", c.exponent(), ", total_count ", c.total_count());
+    if (c.has_kl_margin()) absl::StrAppend(&meta, ", kl_margin ", Float(c.kl_margin()));
+  }
+  if (histogram != nullptr) {
+    const uint64_t total = Total(*histogram);
+    absl::StrAppend(&meta, "<br>histogram: num_bins ", histogram->num_bins(), ", ",
+                    histogram->counts_size(), " occupied, ", total, " finite values (zeros ",
+                    histogram->zero_count(), ", negative ", histogram->negative_count(), "), NaN ",
+                    histogram->nan_count(), ", +inf ", histogram->posinf_count(), ", -inf ",
+                    histogram->neginf_count());
+    // GetHistogram runs after ReadSessions read the session: observations in between
+    // show here, beside a calibration of fewer values.
+    if (session.has_calibration() && total != session.calibration().total_count()) {
+      absl::StrAppend(&meta, "<br>the histogram was read after the calibration and holds ", total,
+                      " finite values against its ", session.calibration().total_count());
+    }
+  } else if (session.has_histogram()) {
+    absl::StrAppend(&meta, "<br>no histogram: it could not be read, so the scale is plotted");
+  }
+  if (histogram == nullptr && !HasRunningRange(session)) {
     absl::StrAppend(&meta, "<br>no running range: this calculator keeps none");
   }
+  const std::string svg =
+      histogram != nullptr ? HistogramSvg(session, *histogram) : PlotSvg(session);
   const std::string section =
       absl::StrCat("<section class=\"session\">\n<h3>", Html(session.name()),
-                   "</h3>\n<p class=\"meta\">", meta, "</p>\n", PlotSvg(session), "</section>\n");
+                   "</h3>\n<p class=\"meta\">", meta, "</p>\n", svg, "</section>\n");
   plots_->write(section.data(), static_cast<std::streamsize>(section.size()));
   plot_bytes_ += static_cast<int64_t>(section.size());
 }
@@ -511,7 +680,11 @@ absl::Status CoverageReport::WriteHtml(std::ostream& page) {
           "and the scale (green). A plot draws at most "
        << kMaxPlotPoints
        << " points; beyond, each point stands for adjacent channels or blocks and is drawn from "
-          "their least to their greatest value.</p>\n"
+          "their least to their greatest value. A percentile, entropy or mse session shows its "
+          "histogram of |x| instead: log10(count + 1) over |x|, at most "
+       << kMaxHistogramColumns
+       << " columns (beyond, each sums adjacent bins), with the calibration's amax (red) and "
+          "max |x| = max(|min|, |max|) (dashed) marked.</p>\n"
        << "<p class=\"note\">" << Html(kNonFiniteNote) << ".</p>\n";
 
   page << "<section id=\"uninitialized\">\n<h2>Uninitialized sessions (" << uninitialized_.size()

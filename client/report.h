@@ -1,7 +1,8 @@
 // The coverage report of a calibration run (`qparams-cli report`): the sessions under a
 // prefix, rendered as they stream in from ReadSessions, as a table or one JSON
 // document, and optionally as one self-contained HTML page with a plot of each
-// initialized session's per-channel (or per-block) ranges and scales.
+// initialized session's per-channel (or per-block) ranges and scales, or of a
+// histogram session's histogram of |x| with its chosen amax.
 
 #ifndef QPARAMS_CLIENT_REPORT_H_
 #define QPARAMS_CLIENT_REPORT_H_
@@ -27,6 +28,10 @@ enum class Format { kJson, kTable };
 // position stands for a run of adjacent ones and draws their envelope (the least
 // minimum and the greatest maximum), so that a page of large sessions stays small.
 inline constexpr int kMaxPlotPoints = 512;
+
+// A histogram plot draws at most this many columns. Beyond it, each column sums a run of
+// adjacent bins (of equal length), so that 65536 bins still draw as a small page.
+inline constexpr int kMaxHistogramColumns = 256;
 
 // What the report says about non_finite, in every format. The count is honest rather
 // than assumed: today it can only be 0.
@@ -65,8 +70,8 @@ std::string SpecSummary(const v1::QuantSpec& spec);
 // each initialized session's plot goes to the caller's `plots` sink as it is added, and
 // WriteHtml() copies them into the page after the uninitialized section. Memory: one
 // short row per session for the table, the uninitialized sessions (name, calculator,
-// spec summary), and one plot (at most kMaxPlotPoints positions) at a time; never the
-// page, however many sessions.
+// spec summary), and one plot (at most kMaxPlotPoints positions or kMaxHistogramColumns
+// columns) at a time; never the page, however many sessions.
 //
 // Not thread-safe: one thread adds the sessions of one stream, then calls Finish().
 class CoverageReport {
@@ -80,8 +85,13 @@ class CoverageReport {
   CoverageReport(const CoverageReport&) = delete;
   CoverageReport& operator=(const CoverageReport&) = delete;
 
-  // Adds one session to the report.
-  void Add(const v1::Session& session);
+  // Adds one session to the report. `histogram`: for the page, the histogram of an
+  // initialized histogram session (Session.histogram set: percentile, entropy, mse) as
+  // GetHistogram gives it; its plot is then that histogram of |x| on a log scale with
+  // the calibration's amax and max |x| marked, in place of the scale. nullptr for any
+  // other session, and for a histogram session whose histogram could not be read (its
+  // page section then says so and plots its scale). The table and JSON ignore it.
+  void Add(const v1::Session& session, const v1::HistogramObservation* histogram = nullptr);
 
   // Writes the rest of the table or of the JSON document to `out`. Call it once,
   // after the last Add().
@@ -110,8 +120,8 @@ class CoverageReport {
   // The spec in protobuf's JSON mapping. Cached by its bytes: the sessions of a run
   // share a few specs, and protobuf's JSON printer costs more than the rest of a row.
   const std::string& SpecJsonOf(const v1::QuantSpec& spec);
-  void AddPlot(const v1::Session& session, const std::optional<ScaleSpread>& spread,
-               int64_t non_finite);
+  void AddPlot(const v1::Session& session, const v1::HistogramObservation* histogram,
+               const std::optional<ScaleSpread>& spread, int64_t non_finite);
 
   const std::string prefix_;
   const Format format_;

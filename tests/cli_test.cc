@@ -443,6 +443,29 @@ TEST_F(CliTest, HistogramSessions) {
   EXPECT_TRUE(absl::StartsWith(none.err, "error: INVALID_ARGUMENT: ")) << none.err;
 }
 
+// report --html plots a histogram session's histogram, read by the CLI, marked at the
+// chosen amax and at max |x|: histogram.md's worked example at percentile 50 (amax 2.0,
+// bin 64 of 2^-5) and its largest value 7.3.
+TEST_F(CliTest, ReportPlotsHistogramSessions) {
+  const std::string x = Npy("worked.npy", F32({6}, {-3.0, 0.5, 1.0, 2.0, 2.5, 7.3}));
+  Ok<v1::Session>(
+      {"create", "clireport/pct", "--calculator=percentile", "--num_bins=256", "--percentile=50"});
+  ASSERT_EQ(Cli({"observe", "clireport/pct", x}).exit_code, 0);
+  const std::string page_path = Path("histogram-report.html");
+  const ProcessResult report =
+      Cli({"--format=table", "report", "--prefix=clireport/", "--html=" + page_path});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_EQ(report.err, "");
+  ASSERT_OK_AND_ASSIGN(const std::string page, ReadFile(page_path));
+  EXPECT_TRUE(absl::StrContains(page, "<path class=\"hist\"")) << page;
+  EXPECT_TRUE(absl::StrContains(page, "<line class=\"amax\"")) << page;
+  EXPECT_TRUE(absl::StrContains(page, ">amax (percentile) = 2</text>")) << page;
+  EXPECT_TRUE(absl::StrContains(page, "<line class=\"max-abs\"")) << page;
+  EXPECT_TRUE(absl::StrContains(page, ">max |x| = 7.3</text>")) << page;
+  EXPECT_TRUE(absl::StrContains(page, "calibration: amax 2, bin_index 64, exponent -5")) << page;
+  EXPECT_TRUE(absl::StrContains(page, "234 occupied bins of 2^-5")) << page;
+}
+
 TEST_F(CliTest, TablesAreShort) {
   const auto calculators = Cli({"--format=table", "calculators"});
   EXPECT_EQ(calculators.exit_code, 0) << calculators.err;

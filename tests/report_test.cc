@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "client/cli.h"
@@ -323,6 +324,121 @@ TEST(CoverageReport, LargeSessionsAreDownsampledToTheEnvelope) {
   EXPECT_TRUE(absl::StrContains(page, "; each point: up to 20 adjacent, least to greatest"));
 }
 
+// histogram.md's worked example (12) as a percentile-50 session and its histogram:
+// [-3.0, 0.5, 1.0, 2.0, 2.5, 7.3] in 256 bins of 2^-5, amax 2.0 at bin 64.
+v1::Session WorkedSession() {
+  v1::Session s = MakeSession("run/h", "percentile", "per_tensor", {2.0f / 127.5f});
+  s.mutable_histogram()->set_num_bins(256);
+  s.mutable_histogram()->set_percentile(50);
+  v1::CalibrationResult* c = s.mutable_calibration();
+  c->set_amax(2.0);
+  c->set_bin_index(64);
+  c->set_exponent(-5);
+  c->set_total_count(6);
+  return s;
+}
+
+v1::HistogramObservation WorkedHistogram() {
+  v1::HistogramObservation h;
+  h.set_num_bins(256);
+  h.set_exponent(-5);
+  h.mutable_counts()->Resize(234, 0);
+  for (const int k : {16, 32, 64, 80, 96, 233}) h.set_counts(k, 1);
+  h.set_negative_count(1);
+  h.set_min(-3.0);
+  h.set_max(static_cast<double>(7.3f));
+  return h;
+}
+
+std::string PageOf(const v1::Session& session, const v1::HistogramObservation* histogram) {
+  std::ostringstream out;
+  std::stringstream plots;
+  CoverageReport report("run/", Format::kJson, &plots, out);
+  report.Add(session, histogram);
+  report.Finish();
+  std::ostringstream html;
+  EXPECT_TRUE(report.WriteHtml(html).ok());
+  return html.str();
+}
+
+// The x1 of the first `<line class="CSS_CLASS"` in `page`; -1 if there is none.
+double LineX(const std::string& page, absl::string_view css_class) {
+  const std::string tag = absl::StrCat("<line class=\"", css_class, "\" x1=\"");
+  const size_t at = page.find(tag);
+  if (at == std::string::npos) return -1;
+  return std::stod(page.substr(at + tag.size()));
+}
+
+TEST(CoverageReport, HistogramSessionsPlotTheirHistogramWithBothMarkers) {
+  const v1::HistogramObservation histogram = WorkedHistogram();
+  const std::string page = PageOf(WorkedSession(), &histogram);
+  EXPECT_EQ(Count(page, "<svg class=\"plot\""), 1u);
+  EXPECT_EQ(Count(page, "<path class=\"hist\""), 1u);
+  EXPECT_FALSE(absl::StrContains(page, "<polyline class=\"scale\"")) << "the histogram instead";
+  EXPECT_TRUE(absl::StrContains(page, ">amax (percentile) = 2</text>")) << page;
+  EXPECT_TRUE(absl::StrContains(page, ">max |x| = 7.3</text>")) << page;
+  // x is |x| from 0 to the last occupied bin's upper edge, 234/32: the markers sit in
+  // proportion.
+  const double left = 76, right = 720 - 12;
+  const double amax_x = LineX(page, "amax"), max_x = LineX(page, "max-abs");
+  EXPECT_NEAR(amax_x, left + (right - left) * 2.0 / 7.3125, 0.1);
+  EXPECT_NEAR(max_x, left + (right - left) * 7.3 / 7.3125, 0.1);
+  // log10(count + 1): the single values rise from zero, the empty bins between stay on it.
+  const size_t d = page.find("<path class=\"hist\" d=\"");
+  const std::string path = page.substr(d, page.find("/>", d) - d);
+  EXPECT_EQ(Count(path, " V"), 234u + 1) << "a column per bin, and the way down";
+  EXPECT_TRUE(absl::StrContains(path, " V178.0 H")) << "an empty bin at zero: " << path;
+  // The calibration and the histogram's own counts are written out beside the plot.
+  EXPECT_TRUE(absl::StrContains(
+      page,
+      "calibration: amax 2, bin_index 64, exponent -5, total_count 6<br>histogram: "
+      "num_bins 256, 234 occupied, 6 finite values (zeros 0, negative 1), NaN 0"))
+      << page;
+  EXPECT_TRUE(absl::StrContains(page, "234 occupied bins of 2^-5 (0.03125)"));
+  EXPECT_FALSE(absl::StrContains(page, "no running range"));
+  EXPECT_FALSE(absl::StrContains(page, "read after the calibration"));
+  EXPECT_FALSE(absl::StrContains(page, "://"));
+}
+
+TEST(CoverageReport, LargeHistogramsAreSummedIntoColumns) {
+  v1::HistogramObservation histogram;
+  histogram.set_num_bins(65536);
+  histogram.set_exponent(-10);
+  for (int k = 0; k < 65536; ++k) histogram.add_counts(k == 40000 ? 1000000 : 1);
+  histogram.set_min(0);
+  histogram.set_max(63.99);
+  v1::Session session = WorkedSession();
+  session.mutable_calibration()->set_amax(40.0);
+  session.mutable_calibration()->set_total_count(65535 + 1000000);
+  const std::string page = PageOf(session, &histogram);
+  const size_t d = page.find("<path class=\"hist\" d=\"");
+  ASSERT_NE(d, std::string::npos);
+  EXPECT_EQ(Count(page.substr(d, page.find("/>", d) - d), " V"), report::kMaxHistogramColumns + 1u);
+  EXPECT_TRUE(absl::StrContains(page, "; each column: 256 adjacent bins summed"));
+  EXPECT_LT(page.size(), 32u << 10);
+  // Decades up to the peak column's count, 1000255: 1, 10, ..., 1e+06.
+  EXPECT_TRUE(absl::StrContains(page, "class=\"y\">1e+06</text>")) << page;
+  EXPECT_TRUE(absl::StrContains(page, ">amax (percentile) = 40</text>"));
+  EXPECT_TRUE(absl::StrContains(page, ">max |x| = 63.99</text>"));
+}
+
+// The CLI reads the histogram after the session: observations in between are noted,
+// and a histogram that could not be read leaves the scale plot and says so.
+TEST(CoverageReport, HistogramReadLaterOrNotAtAll) {
+  const v1::HistogramObservation histogram = WorkedHistogram();
+  v1::Session earlier = WorkedSession();
+  earlier.mutable_calibration()->set_total_count(5);
+  EXPECT_TRUE(absl::StrContains(PageOf(earlier, &histogram),
+                                "the histogram was read after the calibration and holds 6 finite "
+                                "values against its 5"));
+
+  const std::string page = PageOf(WorkedSession(), nullptr);
+  EXPECT_FALSE(absl::StrContains(page, "<path class=\"hist\""));
+  EXPECT_EQ(Count(page, "<polyline class=\"scale\""), 1u);
+  EXPECT_TRUE(absl::StrContains(page, "no histogram: it could not be read"));
+  EXPECT_TRUE(absl::StrContains(page, "calibration: amax 2, bin_index 64"));
+}
+
 TEST(CoverageReport, SpreadAndNonFiniteCounts) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -485,6 +601,47 @@ TEST_F(ReportCommand, WritesTheReportAndThePage) {
   const Result json = Run(options);
   ASSERT_EQ(json.exit_code, cli::kExitOk) << json.err;
   EXPECT_EQ(ParseJson(json.out).fields().at("session_count").number_value(), 3);
+}
+
+// A histogram session's plot is its histogram, read with GetHistogram, marked at the
+// calibration's amax and at max |x|; an uninitialized one is listed and not read.
+TEST_F(ReportCommand, PlotsHistogramSessionsWithTheirMarkers) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address()));
+  for (const char* name : {"hist/entropy", "hist/unobserved"}) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("entropy");
+    request.mutable_histogram()->set_num_bins(256);
+    ASSERT_OK(client->CreateSession(request));
+  }
+  std::vector<double> values = RandN(2000, 24, 1.5);
+  values[7] = -9.25;  // far out: max |x| well beyond amax
+  ASSERT_OK(client->Observe("hist/entropy", Vec(values).view()));
+  ASSERT_OK_AND_ASSIGN(const v1::Session session, client->GetSession("hist/entropy"));
+  ASSERT_TRUE(session.has_calibration());
+
+  cli::Options options;
+  options.prefix = "hist/";
+  options.format = "table";
+  options.html = absl::StrCat(*dir_, "/hist.html");
+  const Result r = Run(options);
+  ASSERT_EQ(r.exit_code, cli::kExitOk) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::ifstream file(options.html);
+  std::stringstream read;
+  read << file.rdbuf();
+  const std::string page = read.str();
+  EXPECT_EQ(Count(page, "<svg class=\"plot\""), 1u);
+  EXPECT_EQ(Count(page, "<path class=\"hist\""), 1u);
+  EXPECT_TRUE(absl::StrContains(
+      page, absl::StrFormat(">amax (entropy) = %.4g</text>", session.calibration().amax())))
+      << page;
+  EXPECT_TRUE(absl::StrContains(page, ">max |x| = 9.25</text>")) << page;
+  EXPECT_TRUE(absl::StrContains(
+      page,
+      absl::StrCat("calibration: amax ", absl::StrFormat("%.9g", session.calibration().amax()),
+                   ", bin_index ", session.calibration().bin_index())));
+  EXPECT_TRUE(absl::StrContains(page, "<td class=\"name\">hist/unobserved</td>"));
 }
 
 TEST_F(ReportCommand, AnUnwritablePageFailsNamingTheFile) {

@@ -1,6 +1,7 @@
 """qparams-cli report --html, rendered by headless Chromium (Debian's /usr/bin/chromium):
 the page shows one plot per initialized session, the uninitialized sessions above
-them, and makes no console message; a screenshot is kept as a test artifact.
+them, a histogram session's histogram laid out with its two markers, and makes no
+console message; a screenshot is kept as a test artifact.
 
 Chromium logs every console message of the page on stderr as a ":CONSOLE" line (an
 uncaught error, a resource or script its Content-Security-Policy refuses). The second
@@ -13,6 +14,8 @@ there as report.png.
 
 from __future__ import annotations
 
+import html as html_module
+import json
 import os
 import pathlib
 import re
@@ -73,8 +76,9 @@ def dump_dom(tmp: pathlib.Path, page: pathlib.Path) -> tuple[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def report(server, tmp_path_factory) -> tuple[pathlib.Path, str]:
-    """Five sessions (per channel, per block, per tensor, 2000 channels, and one never
-    observed) and the report of them: the page's path and the table on stdout."""
+    """Six sessions (per channel, per block, per tensor, 2000 channels, an entropy one
+    with an outlier, and one never observed) and the report of them: the page's path
+    and the table on stdout."""
     rng = np.random.default_rng(15)
     with qparams.Client(server.target) as client:
         client.create_session(PREFIX + "conv1.weight", calculator="global_minmax", dtype="int8",
@@ -92,6 +96,10 @@ def report(server, tmp_path_factory) -> tuple[pathlib.Path, str]:
         client.create_session(PREFIX + "wide.weight", calculator="global_minmax",
                               granularity="per_channel:0", target="weight")
         client.observe(PREFIX + "wide.weight", rng.standard_normal((2000, 8)).astype(np.float32))
+        client.create_session(PREFIX + "fc.output", calculator="entropy", target="activation")
+        output = rng.standard_normal(4096).astype(np.float32)
+        output[100] = -12.5  # max |x|, far beyond what entropy keeps
+        client.observe(PREFIX + "fc.output", output)
         client.create_session(PREFIX + "head.weight", calculator="global_minmax",
                               granularity="per_channel:0", target="weight")
 
@@ -107,17 +115,20 @@ def report(server, tmp_path_factory) -> tuple[pathlib.Path, str]:
 
 def test_page_renders_a_plot_per_initialized_session(report, tmp_path) -> None:
     page, table = report
-    rows = [line.split()[0] for line in table.splitlines()[1:6]]
+    rows = [line.split()[0] for line in table.splitlines()[1:7]]
     assert rows == [PREFIX + "head.weight", PREFIX + "conv1.weight", PREFIX + "fc.input",
-                    PREFIX + "fc.weight", PREFIX + "wide.weight"]
+                    PREFIX + "fc.output", PREFIX + "fc.weight", PREFIX + "wide.weight"]
 
     dom, problems = dump_dom(tmp_path, page)
     assert problems == []
-    assert dom.count('<svg class="plot"') == 4
+    assert dom.count('<svg class="plot"') == 5
     assert dom.index('id="uninitialized"') < dom.index('<svg class="plot"')
     assert dom.index(PREFIX + "head.weight") < dom.index('<svg class="plot"')
-    assert "Initialized sessions (4)" in dom
+    assert "Initialized sessions (5)" in dom
     assert "up to 4 adjacent" in dom  # 2000 channels over 512 points
+    assert dom.count('<path class="hist"') == 1  # fc.output's histogram
+    assert re.search(r">amax \(entropy\) = [0-9.]+</text>", dom)
+    assert ">max |x| = 12.5</text>" in dom
 
     screenshot = tmp_path / "report.png"
     result = chromium(tmp_path, f"--screenshot={screenshot}", "--window-size=1280,2000",
@@ -146,5 +157,49 @@ def test_a_script_error_is_detected(report, tmp_path, where, expected) -> None:
     script = '<script>throw new Error("deliberate")</script>'
     broken.write_text(html.replace(where, where + script if where == "<head>" else script + where))
     dom, problems = dump_dom(tmp_path, broken)
-    assert dom.count('<svg class="plot"') == 4  # the page still renders
+    assert dom.count('<svg class="plot"') == 5  # the page still renders
     assert any(expected in line for line in problems), problems
+
+
+# Measures the histogram plot as laid out, where the page's Content-Security-Policy
+# (removed from this copy) would refuse any script.
+_MEASURE = """<script>
+const svg = document.querySelector("path.hist").ownerSVGElement.getBoundingClientRect();
+const hist = document.querySelector("path.hist").getBoundingClientRect();
+const box = (r) => [r.left - svg.left, r.top - svg.top, r.width, r.height];
+const out = document.createElement("pre");
+out.id = "measured";
+out.textContent = JSON.stringify({
+  svg: [svg.width, svg.height], hist: box(hist),
+  markers: ["amax", "max-abs"].map((c) => box(document.querySelector("line." + c)
+                                              .getBoundingClientRect())),
+  labels: ["amax", "max-abs"].map((c) => box(document.querySelector("text." + c)
+                                             .getBoundingClientRect()))});
+document.body.append(out);
+</script>"""
+
+
+def test_the_histogram_renders_with_its_markers(report, tmp_path) -> None:
+    page, _ = report
+    html = page.read_text()
+    policy = re.search(r'<meta http-equiv="Content-Security-Policy"[^>]*>\n', html)
+    assert policy is not None
+    measured = tmp_path / "measured.html"
+    measured.write_text(html.replace(policy.group(0), "").replace("</body>", _MEASURE + "</body>"))
+    dom, problems = dump_dom(tmp_path, measured)
+    assert problems == []
+    found = re.search(r'<pre id="measured">(.*?)</pre>', dom)
+    assert found is not None, dom[-2000:]
+    m = json.loads(html_module.unescape(found.group(1)))
+    width, height = m["svg"]
+    assert width > 300 and height > 100, m
+    # The outline spans most of the plot's width (0 to the last occupied bin) and rises
+    # well above its baseline.
+    assert m["hist"][2] > 0.7 * width and m["hist"][3] > 0.3 * height, m
+    for left, top, w, h in m["markers"]:  # vertical lines inside the plot, full height
+        assert 0 < left < width and w < 3 and h > 0.3 * height, m
+    amax, max_abs = m["markers"]
+    assert amax[0] < max_abs[0], m  # entropy clipped the outlier
+    for left, top, w, h in m["labels"]:  # drawn, inside the plot
+        assert w > 40 and h > 5 and 0 <= left and left + w <= width and 0 <= top < height, m
+    assert m["labels"][0][1] != m["labels"][1][1], "the labels sit on rows of their own"
