@@ -136,6 +136,10 @@ class ObserveResult:
     observation_count: int
     calibration: Calibration | None = None
 
+    def __repr__(self) -> str:
+        text = f"ObserveResult(qparams={self.qparams!r}, observation_count={self.observation_count}"
+        return text + (f", calibration={self.calibration!r})" if self.calibration else ")")
+
     @classmethod
     def from_response(cls, response: pb.ObserveResponse) -> "ObserveResult":
         """The result an (accepted) ObserveResponse carries."""
