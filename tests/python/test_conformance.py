@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,50 @@ def run_compute(client: qparams.Client, case: dict) -> str:
     return judge(step, outcome)
 
 
+def run_steps(client: qparams.Client, name: str, steps: list[dict], mode: str,
+              calls: dict[str, Callable[[dict], Any]],
+              judge: Callable[[dict, Any], str] = judge) -> str:
+    """Runs a case's steps on the session `name`: in the modes of MANY, each run of
+    forwards in one observe_many/observe_batch call (observe_many: default reduce),
+    else each step through calls[op](step). Returns what first differs ("" if
+    nothing); a failed step must leave the session as it was."""
+    i = 0
+    while i < len(steps):
+        step = steps[i]
+        if step["op"] == "forward" and mode in MANY:
+            j = i
+            while j < len(steps) and steps[j]["op"] == "forward":
+                j += 1
+            outcomes = list(MANY[mode](client, [(name, tensor(s["input"])) for s in steps[i:j]]))
+            for k, outcome in enumerate(outcomes):
+                if d := judge(steps[i + k], outcome):
+                    return f"step {i + k}: {d}"
+            i = j
+            continue
+        before = client.get_session(name)
+        try:
+            outcome = calls[step["op"]](step)
+        except (qparams.QParamsError, ValueError) as e:
+            outcome = e
+        if d := judge(step, outcome):
+            return f"step {i} ({step['op']}): {d}"
+        if isinstance(outcome, Exception) and client.get_session(name) != before:
+            return f"step {i} ({step['op']}): a failed step changed the session"
+        i += 1
+    return ""
+
+
+def session_calls(client: qparams.Client, name: str,
+                  reduce: str) -> dict[str, Callable[[dict], Any]]:
+    """The calls of the steps every stateful vector has, by op."""
+    return {
+        "forward": lambda step: client.observe(name, tensor(step["input"]), reduce=reduce),
+        "get_qparams": lambda step: client.get_qparams(name),
+        "set_export_mode": lambda step: client.set_export_mode(name, step["enabled"]),
+        "set_granularity": lambda step: client.set_granularity(name, step["granularity"]),
+    }
+
+
 def run_session(client: qparams.Client, case: dict, name: str, mode: str) -> str:
     try:
         client.create_session(name, spec_of(case), calculator=case["calculator"],
@@ -103,40 +147,37 @@ def run_session(client: qparams.Client, case: dict, name: str, mode: str) -> str
         raise
     if "construct_error" in case or case["calculator"] == "dynamic":
         return "create_session: expected InvalidArgument"
+    d = run_steps(client, name, case["steps"], mode, session_calls(client, name, mode),
+                  lambda step, outcome: judge(step, outcome.qparams if isinstance(
+                      outcome, qparams.ObserveResult) else outcome))
+    if not d:
+        client.delete_session(name)
+    return d
 
-    steps = case["steps"]
-    i = 0
-    while i < len(steps):
-        step = steps[i]
-        if step["op"] == "forward" and mode in MANY:
-            j = i
-            while j < len(steps) and steps[j]["op"] == "forward":
-                j += 1
-            outcomes = list(MANY[mode](client, [(name, tensor(s["input"])) for s in steps[i:j]]))
-            for k, outcome in enumerate(outcomes):
-                q = outcome.qparams if isinstance(outcome, qparams.ObserveResult) else outcome
-                if d := judge(steps[i + k], q):
-                    return f"step {i + k}: {d}"
-            i = j
-            continue
-        before = client.get_session(name)
-        call: Callable[[], Any] = {
-            "forward": lambda: client.observe(name, tensor(step["input"]), reduce=mode).qparams,
-            "get_qparams": lambda: client.get_qparams(name),
-            "set_export_mode": lambda: client.set_export_mode(name, step["enabled"]),
-            "set_granularity": lambda: client.set_granularity(name, step["granularity"]),
-        }[step["op"]]
-        try:
-            outcome = call()
-        except (qparams.QParamsError, ValueError) as e:
-            outcome = e
-        if d := judge(step, outcome):
-            return f"step {i} ({step['op']}): {d}"
-        if isinstance(outcome, Exception) and client.get_session(name) != before:
-            return f"step {i} ({step['op']}): a failed step changed the session"
-        i += 1
-    client.delete_session(name)
-    return ""
+
+def run_every_way(client: qparams.Client, cases: list[dict], modes: Sequence[str],
+                  run_case: Callable[[qparams.Client, dict, str, str], str], what: str,
+                  capsys: pytest.CaptureFixture) -> None:
+    """Runs every case each way (sessions named what/mode/index), printing
+    `{what}conformance via <way>: N of M cases match` per way and overall; fails
+    listing the first differences."""
+    failed: set[int] = set()
+    messages = []
+    for mode in modes:
+        mode_failures = 0
+        for i, c in enumerate(cases):
+            try:
+                d = run_case(client, c, f"{what.strip() or 'vectors'}-conformance/{mode}/{i}", mode)
+            except Exception as e:  # counted, so that one odd case does not hide the rest
+                d = f"raised {e!r}"
+            if d:
+                mode_failures += 1
+                failed.add(i)
+                messages.append(f"{c['id']} ({mode}): {d}")
+        way = mode if mode in MANY else f"observe, reduce={mode}"
+        report(capsys, f"{what}conformance via {way}", len(cases) - mode_failures, len(cases))
+    report(capsys, f"{what}conformance", len(cases) - len(failed), len(cases))
+    assert not failed, "\n".join(messages[:20])
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +189,7 @@ def cases() -> list[dict]:
 
 def report(capsys: pytest.CaptureFixture, what: str, matched: int, total: int) -> None:
     with capsys.disabled():
-        print(f"\nconformance{what}: {matched} of {total} cases match")
+        print(f"\n{what}: {matched} of {total} cases match")
 
 
 def test_single_forward_cases_through_compute(client, cases, capsys) -> None:
@@ -162,25 +203,9 @@ def test_single_forward_cases_through_compute(client, cases, capsys) -> None:
             d = f"raised {e!r}"
         if d:
             failures.append(f"{c['id']} (compute): {d}")
-    report(capsys, " via compute", len(chosen) - len(failures), len(chosen))
+    report(capsys, "conformance via compute", len(chosen) - len(failures), len(chosen))
     assert chosen and not failures, "\n".join(failures[:20])
 
 
 def test_every_case_through_sessions(client, cases, capsys) -> None:
-    failed: set[int] = set()
-    messages = []
-    for mode in MODES:
-        mode_failures = 0
-        for i, c in enumerate(cases):
-            try:
-                d = run_session(client, c, f"conformance/{mode}/{i}", mode)
-            except Exception as e:  # counted, so that one odd case does not hide the rest
-                d = f"raised {e!r}"
-            if d:
-                mode_failures += 1
-                failed.add(i)
-                messages.append(f"{c['id']} ({mode}): {d}")
-        way = mode if mode in MANY else f"observe, reduce={mode}"
-        report(capsys, f" via {way}", len(cases) - mode_failures, len(cases))
-    report(capsys, "", len(cases) - len(failed), len(cases))
-    assert not failed, "\n".join(messages[:20])
+    run_every_way(client, cases, MODES, run_session, "", capsys)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,13 +17,12 @@ import pytest
 import qparams
 from conftest import REPO
 from helpers import f32_bits
-from test_conformance import spec_of, tensor
+from test_conformance import run_every_way, run_steps, session_calls, spec_of
 
 ERRORS = {"invalid_argument": qparams.InvalidArgument,
           "failed_precondition": qparams.FailedPrecondition,
           "resource_exhausted": qparams.ResourceExhausted}
 MODES = ("never", "always", "observe_many", "observe_batch")
-MANY = {"observe_many": qparams.Client.observe_many, "observe_batch": qparams.Client.observe_batch}
 
 
 def histogram_vectors() -> str:
@@ -149,42 +146,16 @@ def run_case(client: qparams.Client, case: dict, name: str, mode: str) -> str:
     failed = create(client, case, name)
     if failed is not None:
         return failed
-    steps = case["steps"]
-    i = 0
-    while i < len(steps):
-        step = steps[i]
-        if step["op"] == "forward" and mode in MANY:
-            j = i
-            while j < len(steps) and steps[j]["op"] == "forward":
-                j += 1
-            outcomes = list(MANY[mode](client, [(name, tensor(s["input"])) for s in steps[i:j]]))
-            for k, outcome in enumerate(outcomes):
-                if d := judge(steps[i + k], outcome):
-                    return f"step {i + k}: {d}"
-            i = j
-            continue
-        reduce = "never" if mode == "never" else "always"
-        before = client.get_session(name)
-        call: Callable[[], Any] = {
-            "forward": lambda: client.observe(name, tensor(step["input"]), reduce=reduce),
-            "observe_histogram": lambda: client.observe_histogram(
-                name, histogram_message(step["histogram"])),
-            "get_qparams": lambda: client.get_qparams(name),
-            "get_histogram": lambda: client.get_histogram(name),
-            "set_export_mode": lambda: client.set_export_mode(name, step["enabled"]),
-            "set_granularity": lambda: client.set_granularity(name, step["granularity"]),
-        }[step["op"]]
-        try:
-            outcome = call()
-        except qparams.QParamsError as e:
-            outcome = e
-        if d := judge(step, outcome):
-            return f"step {i} ({step['op']}): {d}"
-        if isinstance(outcome, Exception) and client.get_session(name) != before:
-            return f"step {i} ({step['op']}): a failed step changed the session"
-        i += 1
-    client.delete_session(name)
-    return ""
+    calls = session_calls(client, name, "never" if mode == "never" else "always")
+    calls.update({
+        "observe_histogram": lambda step: client.observe_histogram(
+            name, histogram_message(step["histogram"])),
+        "get_histogram": lambda step: client.get_histogram(name),
+    })
+    d = run_steps(client, name, case["steps"], mode, calls, judge)
+    if not d:
+        client.delete_session(name)
+    return d
 
 
 @pytest.fixture(scope="module")
@@ -194,27 +165,5 @@ def cases() -> list[dict]:
     return cases
 
 
-def report(capsys: pytest.CaptureFixture, what: str, matched: int, total: int) -> None:
-    with capsys.disabled():
-        print(f"\nhistogram conformance{what}: {matched} of {total} cases match")
-
-
 def test_every_case_four_ways(client, cases, capsys) -> None:
-    failed: set[int] = set()
-    messages = []
-    for mode in MODES:
-        mode_failures = 0
-        for i, c in enumerate(cases):
-            try:
-                d = run_case(client, c, f"histogram-conformance/{mode}/{i}", mode)
-            except Exception as e:  # counted, so that one odd case does not hide the rest
-                d = f"raised {e!r}"
-            if d:
-                mode_failures += 1
-                failed.add(i)
-                messages.append(f"{c['id']} ({mode}): {d}")
-        way = mode if mode in MANY else f"observe, reduce={mode}"
-        report(capsys, f" via {way}", len(cases) - mode_failures, len(cases))
-    report(capsys, "", len(cases) - len(failed), len(cases))
-    assert not failed, "\n".join(messages[:20])
-
+    run_every_way(client, cases, MODES, run_case, "histogram ", capsys)
