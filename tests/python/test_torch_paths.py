@@ -186,15 +186,52 @@ def test_children_observe_after_the_parent_used_the_client(server, name, method)
     assert obs.client.get_session(name).observation_count == 2 + 6 + 1
 
 
-def test_a_forked_child_is_told_to_spawn_and_the_parent_works_on(server, name) -> None:
+def test_forked_children_observe_through_their_helpers(server, name) -> None:
     obs = RemoteObserver(server=server.target, name=name)
-    obs(torch.ones(3))
-    obs.flush()
-    [(kind, message)] = _run_children("fork", _child_observe, [(obs, 30)])
-    assert kind == "error" and "RuntimeError" in message and "spawn" in message, message
-    obs(torch.full((3,), 2.0))
-    obs.flush()
-    assert obs.client.get_session(name).observation_count == 2
+    ref = MinMaxObserver()
+    for x in (torch.ones(3), torch.full((3,), -2.0)):
+        obs(x)
+        ref(x)
+    obs.flush()  # the parent's client and its background thread are in use
+    outcomes = _run_children("fork", _child_observe, [(obs, 30 + i) for i in range(2)])
+    assert all(kind == "ok" for kind, _ in outcomes), outcomes
+    for i in range(2):
+        for x in data(3, (4, 5), 30 + i):
+            ref(x)
+    obs(torch.full((3,), 2.0))  # the parent works on
+    ref(torch.full((3,), 2.0))
+    assert qparams_bits(*obs.calculate_qparams()) == qparams_bits(*ref.calculate_qparams())
+    assert obs.client.get_session(name).observation_count == 2 + 6 + 1
+
+
+def _child_calls_everything(client: qparams.Client, name: str, queue) -> None:
+    """A forked child's unary, stream, batch, async and error paths, reported."""
+    try:
+        x = np.array([[1.0, -3.0]], np.float32)
+        results = [client.observe(name, x).observation_count]
+        results += [r.observation_count for r in client.observe_many([(name, x), (name, x)])]
+        results.append(client.observe_batch([(name, x)])[0].observation_count)
+        client.observe_async(name, x)
+        client.flush()
+        results.append(len(list(client.read_sessions(name))))
+        results.append(client.health())
+        try:
+            client.get_session(name + ".missing")
+        except qparams.NotFound as e:
+            results.append(e.code.name)
+        client.close()
+        queue.put(("ok", results))
+    except BaseException as e:  # reported to the parent, which fails the test
+        queue.put(("error", repr(e)))
+
+
+def test_a_forked_client_makes_every_kind_of_call(server, client, name) -> None:
+    client.create_session(name, target="activation", calculator="global_minmax")
+    client.observe(name, np.ones((1, 2), np.float32))
+    [(kind, results)] = _run_children("fork", _child_calls_everything, [(client, name)])
+    assert kind == "ok", results
+    assert results == [2, 3, 4, 5, 1, "SERVING", "NOT_FOUND"]
+    assert client.get_session(name).observation_count == 6  # and the parent works on
 
 
 class _Dataset(torch.utils.data.Dataset):
@@ -203,6 +240,33 @@ class _Dataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return data(1, (6,), seed=100 + i)[0]
+
+
+class _ObservingDataset(_Dataset):
+    """A dataset whose workers observe what they load (a forked worker's calls)."""
+
+    def __init__(self, observer: RemoteObserver) -> None:
+        self.observer = observer
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        x = super().__getitem__(i)
+        self.observer(x)
+        self.observer.flush()
+        return x
+
+
+def test_dataloader_workers_that_observe(server, name) -> None:
+    obs = RemoteObserver(server=server.target, name=name)
+    obs(torch.zeros(6))
+    obs.flush()
+    loader = torch.utils.data.DataLoader(_ObservingDataset(obs), batch_size=3, num_workers=2)
+    ref = MinMaxObserver()
+    ref(torch.zeros(6))
+    for _ in range(2):
+        for batch in loader:
+            ref(batch)
+    assert qparams_bits(*obs.calculate_qparams()) == qparams_bits(*ref.calculate_qparams())
+    assert obs.client.get_session(name).observation_count == 1 + 2 * 12
 
 
 def test_dataloader_workers_fork_while_observing(server, name) -> None:

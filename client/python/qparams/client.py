@@ -25,7 +25,7 @@ from qparams._background import ObserveQueue
 from qparams._export import decode_compressed_tensors, require_torch
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
                              Unimplemented, error_from_rpc)
-from qparams._fork import check_fork_support
+from qparams._fork_proxy import ForkProxy, fork_support_enabled
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._histogram import (Histogram, HistogramParamsLike, histogram_params,
                                 histogram_request)
@@ -158,12 +158,12 @@ class Client:
             calls, sent after these).
 
     Every method that makes calls takes `timeout=` (seconds; default the client's)
-    and `metadata=`. After fork(), the parent's client works on, and a "spawn" or
-    "forkserver" child makes clients of its own (a RemoteObserver pickled to it does
-    so by itself); a forked child's
-    first call raises RuntimeError saying so, unless gRPC's fork support is on
-    (qparams/_fork.py says why it is not by default), when the child opens its own
-    channel (what the parent had queued stays the parent's).
+    and `metadata=`. After fork(), the parent's client works on, and so does the
+    child's copy: its first call starts a helper process that makes the child's calls
+    (a forked child cannot open a gRPC channel itself, see qparams/_fork_proxy.py;
+    its streams are then sent whole, not pipelined), and what the parent had queued
+    stays the parent's. A "spawn" or "forkserver" child makes clients of its own (a
+    RemoteObserver pickled to it does so by itself).
 
     Raises:
         ValueError: a bad argument (timeout <= 0, only one of tls_cert/tls_key, an
@@ -178,6 +178,12 @@ class Client:
                  replica: str | None = None,
                  metadata: Metadata = None) -> None:
         self.target = target or os.environ.get("QPARAMS_TARGET") or DEFAULT_TARGET
+        # What a forked child's helper process builds its own client from (_after_fork).
+        self._kwargs = dict(target=self.target, token=token, tls=tls, tls_ca=tls_ca,
+                            tls_cert=tls_cert, tls_key=tls_key,
+                            tls_server_name=tls_server_name, timeout=timeout,
+                            max_message_bytes=max_message_bytes, replica=replica,
+                            metadata=metadata)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
         if max_message_bytes <= 0:
@@ -237,9 +243,9 @@ class Client:
 
     @property
     def _stub(self) -> pb_grpc.QParamsServiceStub:
-        """The service stub of this process: after fork() a child opens its own
-        channel (or raises, see _fork.py) and drops the
-        parent's background queue, whose observations the parent sends."""
+        """The service stub of this process: after fork() a child calls through a
+        helper process of its own (see _fork_proxy.py) and drops the parent's
+        background queue, whose observations the parent sends."""
         self._in_this_process()
         return self._service
 
@@ -251,12 +257,18 @@ class Client:
     def _after_fork(self) -> None:
         # Locks held by the parent's threads at fork time stay held in the child:
         # every one this client uses is replaced, not acquired.
-        check_fork_support()
         self._queue_lock = threading.Lock()
         self._queue = None
         self._specs_lock = threading.Lock()
         self._routing_lock = threading.Lock()
-        self._connect()
+        if fork_support_enabled():  # the user opted in to gRPC's own (see _fork_proxy.py)
+            self._connect()
+            return
+        proxy = ForkProxy(self._kwargs)
+        self._channel = proxy
+        self._service = proxy.stub("qparams.v1.QParamsService")
+        self._health = proxy.stub("grpc.health.v1.Health")
+        self._pid = os.getpid()
 
     def close(self) -> None:
         """Sends what observe_async queued, then closes the channel."""

@@ -48,9 +48,10 @@ delete_run deletes a run.
 
 Processes: an observer pickled to a "spawn" or "forkserver" child observes into the
 same session from there. After fork() (multiprocessing's default on Linux, DataLoader
-workers) the parent's observers and clients work on, and children that do not call
-the server are unaffected; a forked child that calls it gets a RuntimeError naming
-"spawn" (see qparams/_fork.py for why gRPC's fork support is not turned on).
+workers) the parent's observers and clients work on in both processes: a forked
+child's first call starts a helper process that makes its calls (see
+qparams/_fork_proxy.py for why gRPC's own fork support is not turned on), and
+children that do not call the server never start one.
 
 Errors of background observations are raised by the next forward, flush or
 calculate_qparams of an observer using the same client, once, naming the session.
