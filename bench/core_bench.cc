@@ -2,13 +2,27 @@
 // bandwidth, measured in the same run as a plain parallel read-and-sum of the same
 // buffer. Prints Google Benchmark's table, then a summary with each layout's share of
 // the baseline and its target (per_tensor >= 90%, the other layouts >= 80%).
+//
+// The histogram calculators (histogram.md): binning |x| of a 256 MiB float32 tensor
+// (BinTensor, 4096 bins) against the same read-and-sum (target >= 25%), and the
+// entropy and mse searches on a full histogram, in milliseconds per search (target:
+// entropy at the defaults < 100 ms), each printed as a table after the range pass's.
+//
+//   core_bench [--histogram_data=PATH] [--json=PATH] [Google Benchmark flags]
+//
+// --histogram_data writes the binning benchmark's tensor (raw little-endian float32)
+// to PATH and the core's histogram of it to PATH.json, for bench/histogram_bench.py
+// to time torch.histc and torch.bincount on the same data and check its counts.
+// --json writes the summary figures as one JSON object.
 
 #include <malloc.h>
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <random>
@@ -17,8 +31,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "benchmark/benchmark.h"
+#include "core/calibration.h"
 #include "core/granularity.h"
+#include "core/histogram.h"
+#include "core/qparams.h"
 #include "core/range.h"
 #include "core/tensor.h"
 
@@ -122,6 +140,160 @@ void BM_ObserveRange(benchmark::State& state, DType dtype, Granularity granulari
   state.counters["ratio"] = baseline_seconds / range_seconds;
 }
 
+// ---------------------------------------------------------------- histograms
+
+constexpr int kBinningBins = 4096;  // histogram.md's default num_bins, as ModelOpt's histc
+
+// Seeds and the outliers of the histogram data, so that histogram_bench.py can say
+// what it reads (it reads the very bytes, written by --histogram_data).
+constexpr uint32_t kHistogramSeed = 2024;
+constexpr int kBinningOutliers = 16;  // ±(20 .. 35)σ, spread over the tensor
+
+// The binning benchmark's tensor: kRows x kCols (256 MiB) float32 N(0, 1) draws with
+// kBinningOutliers outliers at evenly spread positions. Built once, untimed.
+const std::string& HistogramBuffer() {
+  static std::string* data = [] {
+    const int64_t n = kRows * kCols;
+    auto* bytes = new std::string(n * 4, '\0');
+    std::mt19937 rng(kHistogramSeed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = normal(rng);
+      std::memcpy(&(*bytes)[4 * i], &v, 4);
+    }
+    for (int o = 0; o < kBinningOutliers; ++o) {
+      const float v = (o % 2 ? -1.0f : 1.0f) * (20.0f + o);
+      std::memcpy(&(*bytes)[4 * (n / kBinningOutliers * o + 12345)], &v, 4);
+    }
+    return bytes;
+  }();
+  return *data;
+}
+
+TensorView HistogramTensor() {
+  return TensorView::Create(DType::kFloat32, {kRows, kCols}, HistogramBuffer()).value();
+}
+
+// As BM_ObserveRange: the read-and-sum and BinTensor in alternation within each
+// iteration; the reported time is BinTensor's.
+void BM_BinTensor(benchmark::State& state) {
+  const std::string& data = HistogramBuffer();
+  const TensorView x = HistogramTensor();
+  double baseline_seconds = 0, bin_seconds = 0;
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(ReadAndSum(data));
+    baseline_seconds += Seconds(start);
+    start = std::chrono::steady_clock::now();
+    absl::StatusOr<Histogram> h = BinTensor(x, kBinningBins, NonFinitePolicy::kReject);
+    const double seconds = Seconds(start);
+    if (!h.ok()) state.SkipWithError(std::string(h.status().message()).c_str());
+    benchmark::DoNotOptimize(h);
+    bin_seconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  const double bytes = static_cast<double>(state.iterations()) * data.size();
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  state.counters["baseline_GBps"] = bytes / baseline_seconds / 1e9;
+  state.counters["ratio"] = baseline_seconds / bin_seconds;
+}
+
+// The searches' histogram: 2^20 N(0, 1) float32 samples and kSearchOutliers outliers
+// up to 7.9σ, so that the occupied bins M are near num_bins (7.9 = 0.9875·8: M is
+// 98.75% of num_bins) and the bins up to about 4.5σ are all non-empty: close to the
+// worst case of the search's cost.
+constexpr int64_t kSearchSamples = int64_t{1} << 20;
+constexpr float kSearchOutliers[] = {6.0f, -6.5f, 7.0f, -7.5f, 7.9f};
+
+const Histogram& SearchHistogram(int num_bins) {
+  static auto* histograms = new std::map<int, Histogram>();
+  auto it = histograms->find(num_bins);
+  if (it != histograms->end()) return it->second;
+  std::mt19937 rng(kHistogramSeed + 1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(kSearchSamples);
+  for (float& v : values) v = normal(rng);
+  for (float v : kSearchOutliers) values.push_back(v);
+  const absl::string_view bytes(reinterpret_cast<const char*>(values.data()), 4 * values.size());
+  const TensorView x =
+      TensorView::Create(DType::kFloat32, {static_cast<int64_t>(values.size())}, bytes).value();
+  return (*histograms)[num_bins] = BinTensor(x, num_bins, NonFinitePolicy::kReject).value();
+}
+
+enum class Search { kEntropy, kMse };
+
+// One search of histogram.md §6 at start_bin 128, stride 1, for int8 symmetric (the
+// service's defaults: 128 levels; mse on the grid [-128, 127]), on `threads` OpenMP
+// threads (SetRangeThreads; 1 is qparams-server's default --omp_threads).
+void BM_Search(benchmark::State& state, Search search, int num_bins, int threads) {
+  const Histogram& h = SearchHistogram(num_bins);
+  const SearchGrid grid{128, 1};
+  SetRangeThreads(threads);
+  CalibrationResult result;
+  for (auto _ : state) {
+    result = search == Search::kEntropy
+                 ? EntropyCalibration(h, grid, /*skip_zeros=*/false, /*levels=*/128)
+                 : MseCalibration(h, grid, /*skip_zeros=*/false, QParamsRecipe(),
+                                  /*nonnegative=*/false);
+    benchmark::DoNotOptimize(result);
+  }
+  SetRangeThreads(0);
+  state.counters["M"] = static_cast<double>(h.occupied_bins());
+  int64_t nonzero = 0;
+  for (uint64_t c : h.counts) nonzero += c != 0;
+  state.counters["nonzero_bins"] = static_cast<double>(nonzero);
+  state.counters["amax"] = result.amax;
+  state.counters["bin_index"] = static_cast<double>(result.bin_index);
+}
+
+struct SearchCase {
+  const char* method;
+  Search search;
+  int num_bins;
+  int threads;
+  double target_ms;  // 0: information
+};
+
+// Thread counts: the machine's (OpenMP's default) and 1 (qparams-server's default).
+const std::vector<SearchCase>& SearchCases() {
+  static const auto* cases = [] {
+    auto* v = new std::vector<SearchCase>();
+    const int cores = omp_get_max_threads();
+    for (int threads : {cores, 1}) {
+      v->push_back({"entropy", Search::kEntropy, 4096, threads, 100});
+      v->push_back({"mse", Search::kMse, 4096, threads, 0});
+      v->push_back({"entropy", Search::kEntropy, 16384, threads, 0});
+      if (cores == 1) break;
+    }
+    return v;
+  }();
+  return *cases;
+}
+
+std::string SearchName(const SearchCase& c) {
+  return absl::StrFormat("search/%s/bins:%d/threads:%d", c.method, c.num_bins, c.threads);
+}
+
+// --histogram_data: the tensor's bytes to `path`, and the core's histogram of it to
+// `path`.json ({"num_bins", "exponent", "counts", "zero_count", "negative_count",
+// "min", "max"}).
+bool WriteHistogramData(const std::string& path) {
+  const std::string& data = HistogramBuffer();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  const Histogram h = BinTensor(HistogramTensor(), kBinningBins, NonFinitePolicy::kReject).value();
+  std::ofstream json(path + ".json", std::ios::trunc);
+  json << absl::StrFormat(
+      "{\"num_bins\": %d, \"exponent\": %d, \"zero_count\": %d, \"negative_count\": %d, "
+      "\"min\": %.17g, \"max\": %.17g, \"elements\": %d, \"seed\": %d, \"outliers\": %d, "
+      "\"counts\": [%s]}\n",
+      h.num_bins, h.exponent, h.zero_count, h.negative_count, *h.min, *h.max, kRows * kCols,
+      kHistogramSeed, kBinningOutliers, absl::StrJoin(h.counts, ", "));
+  out.close();
+  json.close();
+  return out.good() && json.good();
+}
+
 struct Layout {
   const char* name;
   Granularity granularity;
@@ -138,7 +310,7 @@ const std::vector<Layout>& Layouts() {
   return *layouts;
 }
 
-// Keeps each run's bytes/s for the summary.
+// Keeps each run's counters (bytes/s among them) and real time for the summary.
 class CapturingReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
@@ -146,6 +318,8 @@ class CapturingReporter : public benchmark::ConsoleReporter {
       for (const auto& [name, counter] : run.counters) {
         counters[run.benchmark_name()][name] = counter.value;
       }
+      // In the benchmark's unit (milliseconds here).
+      counters[run.benchmark_name()]["real_time"] = run.GetAdjustedRealTime();
     }
     ConsoleReporter::ReportRuns(runs);
   }
@@ -154,6 +328,38 @@ class CapturingReporter : public benchmark::ConsoleReporter {
 
 std::string Name(const std::string& what, DType dtype) {
   return absl::StrFormat("%s/%s", what, DTypeName(dtype));
+}
+
+// The counters of `name`'s median over its repetitions (run names carry the options
+// after the name), or of its single run; null if it did not run (filtered out).
+std::map<std::string, double>* Median(CapturingReporter& reporter, const std::string& name) {
+  const std::string prefix = name + "/";
+  std::map<std::string, double>* single = nullptr;
+  for (auto it = reporter.counters.lower_bound(name); it != reporter.counters.end(); ++it) {
+    if (it->first != name && it->first.compare(0, prefix.size(), prefix) != 0) break;
+    if (absl::EndsWith(it->first, "_median")) return &it->second;
+    if (!absl::EndsWith(it->first, "_mean") && !absl::EndsWith(it->first, "_stddev") &&
+        !absl::EndsWith(it->first, "_cv")) {
+      single = &it->second;
+    }
+  }
+  return single;
+}
+
+// Takes --NAME=VALUE out of argv (Google Benchmark refuses flags it does not know).
+std::string TakeFlag(int* argc, char** argv, const std::string& name) {
+  const std::string prefix = "--" + name + "=";
+  std::string value;
+  int kept = 0;
+  for (int i = 0; i < *argc; ++i) {
+    if (i > 0 && absl::StartsWith(argv[i], prefix)) {
+      value = argv[i] + prefix.size();
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  *argc = kept;
+  return value;
 }
 
 }  // namespace
@@ -182,6 +388,27 @@ int main(int argc, char** argv) {
           ->ReportAggregatesOnly(true)
           ->Unit(benchmark::kMillisecond);
     }
+  }
+  benchmark::RegisterBenchmark("bin_tensor/float32/bins:4096", BM_BinTensor)
+      ->UseManualTime()
+      ->MinTime(1.0)
+      ->Repetitions(5)
+      ->ReportAggregatesOnly(true)
+      ->Unit(benchmark::kMillisecond);
+  for (const SearchCase& c : SearchCases()) {
+    benchmark::RegisterBenchmark(SearchName(c).c_str(), BM_Search, c.search, c.num_bins,
+                                 c.threads)
+        ->UseRealTime()
+        ->MinTime(0.5)
+        ->Repetitions(3)
+        ->ReportAggregatesOnly(true)
+        ->Unit(benchmark::kMillisecond);
+  }
+  const std::string histogram_data = TakeFlag(&argc, argv, "histogram_data");
+  const std::string json_path = TakeFlag(&argc, argv, "json");
+  if (!histogram_data.empty() && !WriteHistogramData(histogram_data)) {
+    std::cerr << "core_bench: cannot write " << histogram_data << "\n";
+    return 1;
   }
   benchmark::Initialize(&argc, argv);
   CapturingReporter reporter;
@@ -212,7 +439,58 @@ int main(int argc, char** argv) {
                                    met ? "met" : "MISSED");
     }
   }
+  std::vector<std::string> json = {absl::StrFormat("\"threads\": %d", omp_get_max_threads())};
+  if (std::map<std::string, double>* c = Median(reporter, "bin_tensor/float32/bins:4096")) {
+    const double target = 0.25;
+    const bool met = (*c)["ratio"] >= target;
+    all_met &= met;
+    std::cout << "\nBinning |x| into a histogram (BinTensor, " << kBinningBins
+              << " bins: the scan for amax, then the bins;\nhistogram.md §2.3) vs. the same "
+              << "read-and-sum, timed in alternation; medians of 5\nrepetitions (" << kRows
+              << " x " << kCols << " float32 N(0, 1), " << kBinningOutliers << " outliers, "
+              << omp_get_max_threads() << " threads)\n\n"
+              << "| tensor | GB/s | baseline GB/s | ratio | target |\n"
+              << "|---|---|---|---|---|\n"
+              << absl::StrFormat("| float32 %d x %d (256 MiB) | %.2f | %.2f | %.0f%% | >= %.0f%% %s |\n",
+                                 kRows, kCols, (*c)["bytes_per_second"] / 1e9,
+                                 (*c)["baseline_GBps"], 100 * (*c)["ratio"], 100 * target,
+                                 met ? "met" : "MISSED");
+    json.push_back(absl::StrFormat("\"bin_gbps\": %.3f", (*c)["bytes_per_second"] / 1e9));
+    json.push_back(absl::StrFormat("\"bin_baseline_gbps\": %.3f", (*c)["baseline_GBps"]));
+    json.push_back(absl::StrFormat("\"bin_ratio\": %.4f", (*c)["ratio"]));
+  }
+  bool searches = false;
+  for (const SearchCase& sc : SearchCases()) {
+    std::map<std::string, double>* c = Median(reporter, SearchName(sc));
+    if (c == nullptr) continue;
+    if (!searches) {
+      searches = true;
+      std::cout << "\nThe searches (histogram.md §6; start_bin 128, stride 1, int8 symmetric) on "
+                   "a histogram of 2^20\nN(0, 1) float32 samples and "
+                << std::size(kSearchOutliers)
+                << " outliers up to 7.9: milliseconds per search, medians of 3 repetitions\n\n"
+                << "| search | num_bins | occupied bins M (non-empty) | OpenMP threads | ms | "
+                   "amax | target |\n"
+                << "|---|---|---|---|---|---|---|\n";
+    }
+    const double ms = (*c)["real_time"];
+    std::string target = "(information)";
+    if (sc.target_ms > 0) {
+      const bool met = ms < sc.target_ms;
+      all_met &= met;
+      target = absl::StrFormat("< %.0f ms %s", sc.target_ms, met ? "met" : "MISSED");
+    }
+    std::cout << absl::StrFormat("| %s | %d | %.0f (%.0f) | %d | %.1f | %.9g | %s |\n", sc.method,
+                                 sc.num_bins, (*c)["M"], (*c)["nonzero_bins"], sc.threads, ms,
+                                 (*c)["amax"], target);
+    json.push_back(absl::StrFormat("\"search_%s_%d_t%d_ms\": %.2f", sc.method, sc.num_bins,
+                                   sc.threads, ms));
+  }
   std::cout << "\n" << (all_met ? "all targets met" : "some targets missed") << "\n";
+  if (!json_path.empty()) {
+    std::ofstream out(json_path, std::ios::trunc);
+    out << "{" << absl::StrJoin(json, ", ") << "}\n";
+  }
   benchmark::Shutdown();
   return 0;
 }

@@ -171,8 +171,9 @@ absl::StatusOr<LoadGenerator> LoadGenerator::Create(const LoadSpec& spec) {
 
   // Every worker has its own session; names differ between processes so that several
   // benches can share a server.
-  const std::string prefix =
-      absl::StrCat("bench-", getpid(), "-", absl::ToUnixNanos(absl::Now()) % 1000000, "-");
+  const std::string prefix = absl::StrCat("bench-", getpid(), "-",
+                                          absl::ToUnixNanos(absl::Now()) % 1000000, "-",
+                                          spec.calculator, "-");
   BlockRange range;
   if (spec.mode == Mode::kRange) {
     absl::StatusOr<Granularity> granularity =
@@ -191,6 +192,7 @@ absl::StatusOr<LoadGenerator> LoadGenerator::Create(const LoadSpec& spec) {
             ? RangeObservation(generator.sessions_.back(), spec.shape, range.min.view(),
                                range.max.view())
             : TensorObservation(generator.sessions_.back(), *tensor));
+    generator.observe_requests_.back().set_omit_qparams(spec.omit_qparams);
   }
   if (spec.mode == Mode::kCompute) {
     generator.compute_request_.set_calculator("dynamic");

@@ -38,6 +38,7 @@ struct LoadSpec {
   DType dtype = DType::kFloat32;  // the tensor's; quantized to int8, target activation
   v1::Granularity granularity;    // unset = per_tensor
   std::string calculator = "moving_average";  // the sessions'; Compute uses "dynamic"
+  bool omit_qparams = false;  // Observe and ObserveStream requests ask for no qparams
   int concurrency = 1;
   absl::Duration warmup = absl::Milliseconds(300);  // before each measured run
 };

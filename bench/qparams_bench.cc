@@ -6,6 +6,9 @@
 // real server's data directory, kills the server and times its restart.
 // `--compare-target` measures a second address of the same server (it through a
 // proxy: bench/haproxy_hop.sh) taking turns with --target, for the cost of the hop.
+// `--compare-calculator` loads sessions of a second calculator on the same server with
+// the same requests, taking turns (e.g. entropy against global_minmax, with
+// --omit-qparams so that the histogram session runs no search per observation).
 
 #include <algorithm>
 #include <iostream>
@@ -48,6 +51,13 @@ ABSL_FLAG(std::string, dtype, "float32", "The tensor's dtype: float32, float16, 
 ABSL_FLAG(std::string, granularity, "per_tensor",
           "per_tensor, per_channel:AXIS or per_block:AXIS:SIZE (int8 asymmetric, activation)");
 ABSL_FLAG(std::string, calculator, "moving_average", "The sessions' calculator");
+ABSL_FLAG(bool, omit_qparams, false,
+          "Observations ask for no qparams (ObserveRequest.omit_qparams): a histogram "
+          "session then runs no search per observation");
+ABSL_FLAG(std::string, compare_calculator, "",
+          "Also load sessions of this calculator on the same server with the same "
+          "requests, taking turns; the ratio (calculator_ratio) is --calculator's QPS over "
+          "its");
 ABSL_FLAG(bool, compare_echo, false, "Also measure an in-process echo server, and the ratio");
 ABSL_FLAG(bool, compare_parse_echo, false,
           "Also measure an in-process echo server that parses each request with the "
@@ -140,6 +150,7 @@ absl::Status RunLoad(Mode mode) {
   if (!granularity.ok()) return granularity.status();
   spec.granularity = *granularity;
   spec.calculator = absl::GetFlag(FLAGS_calculator);
+  spec.omit_qparams = absl::GetFlag(FLAGS_omit_qparams);
   spec.concurrency = absl::GetFlag(FLAGS_concurrency);
   spec.warmup = absl::GetFlag(FLAGS_warmup);
   const int rounds = absl::GetFlag(FLAGS_rounds);
@@ -152,8 +163,21 @@ absl::Status RunLoad(Mode mode) {
     return absl::InvalidArgumentError("--compare_full needs --mode=range");
   }
 
+  const std::string compare_calculator = absl::GetFlag(FLAGS_compare_calculator);
+  if (!compare_calculator.empty() && mode == Mode::kCompute) {
+    return absl::InvalidArgumentError("--compare_calculator needs sessions; not --mode=compute");
+  }
+
   absl::StatusOr<LoadGenerator> generator = LoadGenerator::Create(spec);
   if (!generator.ok()) return generator.status();
+  std::optional<LoadGenerator> base;
+  if (!compare_calculator.empty()) {
+    LoadSpec base_spec = spec;
+    base_spec.calculator = compare_calculator;
+    absl::StatusOr<LoadGenerator> created = LoadGenerator::Create(base_spec);
+    if (!created.ok()) return created.status();
+    base = *std::move(created);
+  }
   std::optional<LoadGenerator> full;
   if (compare_full) {
     LoadSpec full_spec = spec;
@@ -197,8 +221,10 @@ absl::Status RunLoad(Mode mode) {
   if (echo) runs.push_back({&*generator, echo->address()});
   if (parse_echo) runs.push_back({&*generator, parse_echo->address()});
   if (full) runs.push_back({&*full, target});
+  if (base) runs.push_back({&*base, target});
   std::vector<const LoadGenerator*> generators = {&*generator};
   if (full) generators.push_back(&*full);
+  if (base) generators.push_back(&*base);
   for (const LoadGenerator* g : generators) {
     if (absl::Status s = g->CreateSessions(target); !s.ok()) return s;
   }
@@ -212,7 +238,8 @@ absl::Status RunLoad(Mode mode) {
   const LoadResult* compare_result = compare_target.empty() ? nullptr : &(*results)[next++];
   const LoadResult* echo_result = echo ? &(*results)[next++] : nullptr;
   const LoadResult* parse_echo_result = parse_echo ? &(*results)[next++] : nullptr;
-  const LoadResult* full_result = full ? &results->back() : nullptr;
+  const LoadResult* full_result = full ? &(*results)[next++] : nullptr;
+  const LoadResult* base_result = base ? &(*results)[next++] : nullptr;
 
   if (absl::GetFlag(FLAGS_json)) {
     std::vector<std::string> json = {
@@ -246,6 +273,14 @@ absl::Status RunLoad(Mode mode) {
       json.push_back(absl::StrFormat("\"covered_ratio\": %.2f",
                                      service.covered_mb_per_s() / full_result->covered_mb_per_s()));
     }
+    if (base_result != nullptr) {
+      json.push_back(absl::StrFormat("\"calculator\": \"%s\"", spec.calculator));
+      json.push_back(absl::StrFormat("\"compare_calculator\": \"%s\"", compare_calculator));
+      json.push_back(absl::StrFormat("\"omit_qparams\": %s", spec.omit_qparams ? "true" : "false"));
+      AddFigures("base_", *base_result, &json);
+      json.push_back(
+          absl::StrFormat("\"calculator_ratio\": %.4f", service.qps() / base_result->qps()));
+    }
     std::cout << "{" << absl::StrJoin(json, ", ") << "}" << std::endl;
     return absl::OkStatus();
   }
@@ -278,6 +313,13 @@ absl::Status RunLoad(Mode mode) {
     std::cout << absl::StrFormat(
         "range observations cover %.1fx the input bytes/s of full-tensor Observe\n",
         service.covered_mb_per_s() / full_result->covered_mb_per_s());
+  }
+  if (base_result != nullptr) {
+    std::cout << TableRow(compare_calculator.substr(0, 8), *base_result);
+    std::cout << absl::StrFormat("ratio %s/%s sessions: %.3f (QPS and MB/s alike)%s\n",
+                                 spec.calculator, compare_calculator,
+                                 service.qps() / base_result->qps(),
+                                 spec.omit_qparams ? ", omit_qparams" : "");
   }
   return absl::OkStatus();
 }

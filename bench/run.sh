@@ -2,7 +2,10 @@
 # make bench: the core benchmark, then the service against the in-process echo server
 # (qparams-bench), then one replica straight and through HAProxy (bench/haproxy_hop.sh),
 # then the Python client (bench/python_bench.py, on Debian's Python
-# with the package built into BUILD_DIR/python), each target checked; writes
+# with the package built into BUILD_DIR/python), then the histogram calculators'
+# Python side (bench/histogram_bench.py: torch.histc and torch.bincount on core_bench's
+# binning data, the client's local histogram against sending the tensor), each target
+# checked; writes
 # OUT/RESULTS.md (tables), the raw outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
 # DURATION (default 8s) and ROUNDS (16) set each comparison's length: many short
@@ -10,6 +13,10 @@
 # SCRATCH_DIR (/var/tmp) holds the restart scenario's data directory (about 3 GB).
 # PY_ROUNDS (5) sets the turns of python_bench.py's calibration pass (about 4 s a
 # turn on OpenBLAS, which `make bench` installs; 85 s on the reference BLAS).
+# core_bench and histogram_bench.py run on as many OpenMP / torch threads as the
+# machine has cores (OMP_NUM_THREADS=$(nproc), torch.set_num_threads(os.cpu_count())).
+# core_bench writes its 256 MiB binning tensor to OUT for histogram_bench.py; it is
+# removed at the end.
 set -euo pipefail
 
 build=${1:-build}
@@ -21,7 +28,10 @@ mkdir -p "$out"
 rm -f "$out/service.jsonl"
 
 echo "== core_bench (bench/core_bench.cc)"
-"$build/bench/core_bench" --benchmark_color=false | tee "$out/core_bench.txt"
+OMP_NUM_THREADS=$(nproc) "$build/bench/core_bench" --benchmark_color=false \
+  --histogram_data="$out/histogram_data.f32" --json="$out/core_bench.json" |
+  tee "$out/core_bench.txt"
+jq -c '. + {scenario: "core"}' "$out/core_bench.json" >> "$out/service.jsonl"
 
 # Runs qparams-bench with --json and the given flags, appending its object to
 # service.jsonl, with the scenario's name.
@@ -43,6 +53,14 @@ for c in 1 2 4 8 16 32; do
   scenario "latency_c$c" --mode=observe --shape=64 --concurrency="$c" --compare-echo \
     --duration=4s --rounds=8 --warmup=100ms
 done
+# Histogram sessions: 1 MiB into entropy against the same into global_minmax, both with
+# omit_qparams (no search per observation); then entropy as a caller gets it without
+# omit_qparams (the search runs on every observation), for information.
+scenario hist_mib_c1 --mode=observe --shape=262144 --calculator=entropy \
+  --compare-calculator=global_minmax --omit-qparams --concurrency=1 \
+  --duration="$duration" --rounds="$rounds" --warmup=100ms
+scenario hist_mib_c1_qparams --mode=observe --shape=262144 --calculator=entropy \
+  --compare-calculator=global_minmax --concurrency=1 --duration=4s --rounds=4 --warmup=100ms
 scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
 # About 3 GB of data directory under SCRATCH_DIR (on disk, not tmpfs), removed after.
 scenario restart --mode=restart --server_binary="$build/server/qparams-server" \
@@ -57,10 +75,20 @@ PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/python_be
   --json="$out/python_bench.json" | tee "$out/python_bench.txt"
 jq -c '. + {scenario: "python"}' "$out/python_bench.json" | tee -a "$out/service.jsonl"
 
+echo "== Histograms: bench/histogram_bench.py" >&2
+PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/histogram_bench.py \
+  --data="$out/histogram_data.f32" --server-binary="$build/server/qparams-server" \
+  --json="$out/histogram_bench.json" | tee "$out/histogram_bench.txt"
+jq -c '. + {scenario: "histogram"}' "$out/histogram_bench.json" | tee -a "$out/service.jsonl"
+rm -f "$out/histogram_data.f32"
+
 get() { jq -r "select(.scenario == \"$1\") | $2" "$out/service.jsonl"; }
 verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
   'BEGIN { ok = (op == ">=") ? (v >= t) : (op == "<=") ? (v <= t) : (v < t)
            print ok ? "met" : "MISSED" }'; }
+# core_bench's table whose header starts with $1, up to the blank line after it.
+core_table() { awk -v h="$1" 'index($0, h) == 1 { p = 1 } p && /^$/ { exit } p' "$out/core_bench.txt"; }
+div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 
 {
   echo "# qparams benchmark results"
@@ -68,7 +96,37 @@ verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')."
   echo
   echo "## Core: range pass vs read-and-sum (core_bench)"
-  sed -n '/^| dtype/,$p' "$out/core_bench.txt"
+  echo
+  core_table "| dtype |"
+  echo
+  echo "## Histograms: binning, searches, observations, the client (issue 24)"
+  echo
+  echo "core_bench on $(get core .threads) OpenMP threads, torch on $(get histogram .torch_threads) intra-op threads (both set to the machine's cores). Binning: |x| of a 256 MiB float32 tensor (64M N(0, 1) values, 16 outliers of 20 to 35) into 4096 bins; torch reads the same bytes (written by core_bench), and its bincount histogram equals the core's: $(get histogram 'if .bincount_matches_core then "yes" else "NO" end')."
+  echo
+  core_table "| tensor |"
+  echo
+  echo "| scenario | qparams | other | ratio | target | |"
+  echo "|---|---|---|---|---|---|"
+  c=$(get core .bin_gbps)
+  r=$(div "$c" "$(get histogram .torch_histc_reused_gbps)")
+  echo "| Binning 256 MiB float32: core BinTensor vs torch.histc (ModelOpt's calls, abs into a reused buffer) | $c GB/s | $(get histogram .torch_histc_reused_gbps) GB/s | ${r}x | >= 3x | $(verdict "$r" 3 '>=') |"
+  r=$(div "$c" "$(get histogram .torch_histc_gbps)")
+  echo "| The same vs torch.histc as ModelOpt calls it (a fresh abs tensor per call) | $c GB/s | $(get histogram .torch_histc_gbps) GB/s | ${r}x | (information) | |"
+  r=$(div "$c" "$(get histogram .torch_bincount_reused_gbps)")
+  echo "| The same vs torch.bincount of floor(\|x\|·2^-e) (histogram.md §5.5, reused buffers) | $c GB/s | $(get histogram .torch_bincount_reused_gbps) GB/s | ${r}x | (information) | |"
+  r=$(div "$c" "$(get histogram .torch_bincount_gbps)")
+  echo "| The same vs torch.bincount as §5.5 writes it (fresh temporaries) | $c GB/s | $(get histogram .torch_bincount_gbps) GB/s | ${r}x | (information) | |"
+  r=$(get hist_mib_c1 .calculator_ratio)
+  echo "| Observe, 1 MiB float32, concurrency 1, omit_qparams: entropy session vs global_minmax session | $(get hist_mib_c1 .qps) QPS | $(get hist_mib_c1 .base_qps) QPS | $r | >= 0.8 | $(verdict "$r" 0.8 '>=') |"
+  r=$(get hist_mib_c1_qparams .calculator_ratio)
+  echo "| The same without omit_qparams (entropy searches on every observation) | $(get hist_mib_c1_qparams .qps) QPS | $(get hist_mib_c1_qparams .base_qps) QPS | $r | (information) | |"
+  echo "| Python client, 16 MiB float32 into an entropy session: observe(reduce=\"always\") (local histogram) vs reduce=\"never\" (the tensor), bytes sent | $(get histogram .client_always_request_bytes) B | $(get histogram .client_never_request_bytes) B | $(get histogram .client_bytes_ratio)x fewer | (information) | |"
+  echo "| The same, time per observation (the call, local binning included) | $(get histogram .client_always_ms) ms | $(get histogram .client_never_ms) ms | $(get histogram .client_time_ratio) | (information) | |"
+  echo
+  echo "- Both sessions of the client row end with the same histogram: $(get histogram 'if .client_histograms_equal then "yes" else "NO" end'). qparams.local_histogram alone: $(get histogram .client_local_histogram_ms) ms per 16 MiB tensor."
+  echo "- torch read-and-sum (x.sum()) of the binning tensor, alongside torch's turns: $(get histogram .torch_read_gbps) GB/s; core_bench's read-and-sum alongside the core's: $(get core .bin_baseline_gbps) GB/s."
+  echo
+  core_table "| search |"
   echo
   echo "## Service vs the in-process echo server (qparams-bench)"
   echo

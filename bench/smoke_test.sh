@@ -3,7 +3,7 @@
 # servers and prints the JSON fields bench/run.sh reads; bad flags fail clearly. Given
 # a Python (with the qparams package on its PYTHONPATH) and qparams-server,
 # the restart mode and python_bench.py --quick run too, and print (write) the JSON
-# fields run.sh reads.
+# fields run.sh reads; so does histogram_bench.py --quick.
 #   bench/smoke_test.sh QPARAMS_BENCH [PYTHON QPARAMS_SERVER]
 set -euo pipefail
 qb=$1
@@ -29,6 +29,8 @@ expect qps ratio -- --mode=stream --compare-echo "${short[@]}"
 expect qps ratio -- --mode=compute --compare-echo --shape=8,16 --granularity=per_channel:0 "${short[@]}"
 expect covered_mb_per_s full_covered_mb_per_s covered_ratio -- \
   --mode=range --compare-full --shape=64,256 --granularity=per_block:1:32 "${short[@]}"
+expect qps base_qps calculator_ratio -- --mode=observe --shape=4096 --calculator=entropy \
+  --compare-calculator=global_minmax --omit-qparams "${short[@]}"
 expect rss_bytes raw_bytes rss_ratio -- --mode=memory --sessions=50 --channels=16 --json
 if [ $# -ge 3 ]; then
   expect sessions_restored data_dir_bytes read_seconds restart_seconds restart_ratio rss_ratio \
@@ -63,4 +65,18 @@ if [ $# -ge 3 ]; then
   grep -q '"observe_counts_ok": true' "$json" || {
     echo "FAIL: observe lost calls: $(cat "$json")"; exit 1; }
   echo "ok: python_bench.py --quick"
+
+  PYTHONDONTWRITEBYTECODE=1 "$2" "$(dirname "$0")/histogram_bench.py" --quick \
+    --server-binary="$3" --json="$json" >/dev/null
+  for f in torch_threads torch_read_gbps torch_histc_gbps torch_histc_reused_gbps \
+      torch_bincount_gbps torch_bincount_reused_gbps client_always_request_bytes \
+      client_never_request_bytes client_bytes_ratio client_always_ms client_never_ms \
+      client_time_ratio client_local_histogram_ms; do
+    grep -q "\"$f\": " "$json" || { echo "FAIL: no $f in: $(cat "$json")"; exit 1; }
+  done
+  grep -q '"client_histograms_equal": true' "$json" || {
+    echo "FAIL: local and server-side histograms differ: $(cat "$json")"; exit 1; }
+  grep -q '"client_always_kind": "histogram"' "$json" || {
+    echo "FAIL: reduce=\"always\" did not send a histogram: $(cat "$json")"; exit 1; }
+  echo "ok: histogram_bench.py --quick"
 fi
