@@ -4,6 +4,7 @@
 
 #include "core/histogram.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/range.h"
+#include "core/range_kernels.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -141,6 +143,34 @@ TEST(HistogramBinning, MatchesTheReferenceForEveryDType) {
       EXPECT_EQ(h.zero_count, static_cast<uint64_t>(std::count(exact.begin(), exact.end(), 0.0)));
       EXPECT_OK(ValidateHistogramState(h, num_bins, kReject));
     }
+  }
+}
+
+// The float32 bin loop exists portable and for AVX2, and a large pass spreads its
+// increments over four sets of counters: every version counts exactly.
+TEST(HistogramBinning, EveryKernelLevelAndCounterSetCountsExactly) {
+  std::vector<double> data = RandN(200003, 5, 2.0);
+  for (int i = 0; i < 1000; ++i) data[i * 97] = i % 2 ? 0.0 : -0.0;
+  data[11] = 1e-41;  // subnormal
+  data[12] = -40.0;  // an outlier
+  const Tensor t = MakeTensor(DType::kFloat32, {static_cast<int64_t>(data.size())}, data);
+  const std::vector<double> exact = Values(t.view());
+  const int64_t negatives =
+      std::count_if(exact.begin(), exact.end(), [](double v) { return v < 0; });
+  using range_internal::KernelLevel;
+  for (KernelLevel level : {KernelLevel::kPortable, KernelLevel::kAvx2}) {
+    const KernelLevel saved = range_internal::kernel_level_cap.exchange(level);
+    for (int num_bins : {256, 4096, 65536}) {  // four sets of counters, then one
+      for (int threads : {1, 2}) {
+        ThreadsScope scope(threads);
+        ASSERT_OK_AND_ASSIGN(Histogram h, Bin(t, num_bins));
+        const Histogram want = NaiveBin(exact, num_bins, CanonicalExponent(40.0, num_bins));
+        EXPECT_EQ(h.counts, want.counts) << num_bins << " bins, " << threads << " threads";
+        EXPECT_EQ(h.zero_count, 1000u);
+        EXPECT_EQ(h.negative_count, static_cast<uint64_t>(negatives));
+      }
+    }
+    range_internal::kernel_level_cap = saved;
   }
 }
 
