@@ -175,12 +175,15 @@ TEST(HistogramBinning, EveryKernelLevelAndCounterSetCountsExactly) {
 }
 
 // Per-thread partial histograms add exactly: any thread count gives the same bits.
+// The largest team comes first: LLVM 14's libomp leaks a team's dispatch buffers
+// when a team of more than one thread grows to 7 under a dynamic schedule (the range
+// pass's), which LeakSanitizer reports at exit; a shrinking team frees them.
 TEST(HistogramBinning, IndependentOfTheThreadCount) {
   const std::vector<double> data = RandN(300001, 11, 0.5);
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat64}) {
     const Tensor t = MakeTensor(dtype, {static_cast<int64_t>(data.size())}, data);
     std::optional<Histogram> first;
-    for (int threads : {1, 2, 3, 7}) {
+    for (int threads : {7, 3, 2, 1}) {
       ThreadsScope scope(threads);
       ASSERT_OK_AND_ASSIGN(Histogram h, Bin(t, 4096));
       if (!first) first = h;
