@@ -11,7 +11,8 @@ FAILED_PRECONDITION naming the owner (message and x-qparams-owner trailer); a ki
 replica's sessions answer UNAVAILABLE through HAProxy while the others' keep working;
 the replica restarted on its data dir (on a new port, which HAProxy learns through
 its runtime API) has its sessions back bit for bit; observe_many, observe_batch and
-observe_async over sessions of every replica end bit for bit as on one server;
+observe_async over sessions of every replica end bit for bit as on one server, and so
+do histogram sessions (percentile, entropy, mse; tensors and local histograms);
 list_sessions, read_sessions and qparams-cli list/report span every replica in name
 order, page after page; exports refuse a sharded deployment.
 
@@ -335,6 +336,50 @@ def test_many_sessions_split_by_owner(cluster: Cluster) -> None:
     for replica, server in cluster.replicas.items():
         own = {n for n in SESSIONS if owner_of(n) == replica}
         assert local_names(server, replica) == own, replica
+
+
+HISTOGRAM_SESSIONS = [(f"run/act{i}.output", ("percentile", "entropy", "mse")[i % 3])
+                      for i in range(12)]
+
+
+def calibrate_histograms(client: qparams.Client) -> dict[str, tuple]:
+    """Creates histogram sessions of the three kinds and observes each through the
+    paths that span many sessions (tensors and local histograms, observe_many and
+    observe_batch) and one observe_histogram each; returns what must match one server:
+    the histogram's bytes, the calibration and the qparams of every session."""
+    for name, calculator in HISTOGRAM_SESSIONS:
+        client.create_session(name, dtype="int8", calculator=calculator, target="activation",
+                              histogram={"num_bins": 1024})
+    names = [name for name, _ in HISTOGRAM_SESSIONS]
+    results = list(client.observe_many([(n, tensor(i)) for i, n in enumerate(names)],
+                                       reduce="never", omit_qparams=True))
+    assert [r.observation_count for r in results] == [1] * len(names), results
+    results = list(client.observe_many([(n, tensor(i + 50)) for i, n in enumerate(names)],
+                                       reduce="always", omit_qparams=True))
+    assert [r.observation_count for r in results] == [2] * len(names), results
+    results = client.observe_batch([(n, tensor(i + 80)) for i, n in enumerate(names)])
+    assert [r.observation_count for r in results] == [3] * len(names), results
+    for i, n in enumerate(names):
+        client.observe_histogram(n, qparams.local_histogram(tensor(i + 90), 1024))
+    out = {}
+    for n in names:
+        q = client.get_qparams(n)
+        h = client.get_histogram(n)
+        out[n] = (h.to_proto().SerializeToString(deterministic=True), q.scale.tobytes(),
+                  q.zero_point.tobytes(), str(q.calibration))
+    return out
+
+
+def test_histogram_sessions_work_sharded(cluster: Cluster) -> None:
+    """Histogram sessions behind HAProxy end bit for bit where one server ends, each on
+    its owner only: sharding needs nothing of its own for them."""
+    with start_local_server() as single, qparams.Client(single.target) as client:
+        expected = calibrate_histograms(client)
+    with qparams.Client(f"unix:{cluster.haproxy.socket}") as client:
+        assert calibrate_histograms(client) == expected
+    names = {n for n, _ in HISTOGRAM_SESSIONS}
+    for replica, server in cluster.replicas.items():
+        assert local_names(server, replica) == {n for n in names if owner_of(n) == replica}
 
 
 def test_listing_spans_every_replica(cluster: Cluster) -> None:
