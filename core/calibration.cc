@@ -81,29 +81,52 @@ int64_t PercentileRank(double percentile, int64_t total) {
   return static_cast<int64_t>(std::min<uint128>(need, static_cast<uint64_t>(total)));
 }
 
-// KL_i of §6.3 for candidate `i` (bins kept), summed in ascending k.
-double Divergence(const std::vector<int64_t>& b, int64_t i, int64_t levels, int64_t s_all) {
+// p = b[k] / S_all of §6.3 for every bin, which no candidate changes (the last kept
+// bin's p, which holds the outliers, is computed by Divergence).
+std::vector<double> BinShares(const std::vector<int64_t>& b, int64_t s_all) {
+  std::vector<double> p(b.size());
+  for (size_t k = 0; k < b.size(); ++k) {
+    p[k] = static_cast<double>(b[k]) / static_cast<double>(s_all);
+  }
+  return p;
+}
+
+// KL_i of §6.3 for candidate `i` (bins kept), summed in ascending k. The same
+// operations on the same operands as the spec's loop, so the same bits: the group
+// j = floor(k·L/i) advances by comparison instead of a division per bin, and p and
+// q, which depend on the bin and on the group alone, are computed once each.
+double Divergence(const std::vector<int64_t>& b, const std::vector<double>& shares, int64_t i,
+                  int64_t levels, int64_t s_all) {
   std::vector<int64_t> group_sum(levels, 0), group_nonzero(levels, 0);
+  // group_start[j]: the first bin of group j, i.e. ceil(j·i/L); group_start[L] = i.
+  std::vector<int64_t> group_start(levels + 1, i);
   int64_t s = 0;
-  for (int64_t k = 0; k < i; ++k) {
-    const int64_t j = k * levels / i;
+  for (int64_t k = 0, j = -1; k < i; ++k) {
+    while (k * levels >= (j + 1) * i) group_start[++j] = k;  // floor(k·L/i) = j
     group_sum[j] += b[k];
     group_nonzero[j] += b[k] != 0;
     s += b[k];
   }
   double kl = 0.0;
-  for (int64_t k = 0; k < i; ++k) {
-    const int64_t r = b[k] + (k == i - 1 ? s_all - s : 0);  // outliers join the last bin
-    if (r == 0) continue;
-    const double p = static_cast<double>(r) / static_cast<double>(s_all);
-    if (b[k] == 0) {
-      kl += kInf;  // an empty last bin that the outliers land in
-      continue;
+  for (int64_t j = 0; j < levels; ++j) {
+    const int64_t begin = group_start[j], end = j + 1 < levels ? group_start[j + 1] : i;
+    if (begin >= end) continue;
+    // Unused (and not computed) when the group holds no count, so never 0/0.
+    const double q = group_sum[j] == 0 ? 0.0
+                                       : static_cast<double>(group_sum[j]) /
+                                             (static_cast<double>(group_nonzero[j]) *
+                                              static_cast<double>(s));
+    for (int64_t k = begin; k < end; ++k) {
+      const bool last = k == i - 1;
+      const int64_t r = b[k] + (last ? s_all - s : 0);  // outliers join the last bin
+      if (r == 0) continue;
+      if (b[k] == 0) {
+        kl += kInf;  // an empty last bin that the outliers land in
+        continue;
+      }
+      const double p = last ? static_cast<double>(r) / static_cast<double>(s_all) : shares[k];
+      kl += p * std::log(p / q);
     }
-    const int64_t j = k * levels / i;
-    const double q = static_cast<double>(group_sum[j]) /
-                     (static_cast<double>(group_nonzero[j]) * static_cast<double>(s));
-    kl += p * std::log(p / q);
   }
   return kl;
 }
@@ -160,8 +183,9 @@ CalibrationResult EntropyCalibration(const Histogram& histogram, const SearchGri
     int64_t s_all = 0;
     for (int64_t v : b) s_all += v;
     const int64_t n = (m - grid.start_bin) / grid.stride + 1;
+    const std::vector<double> shares = BinShares(b, s_all);
     const std::vector<double> kl = ForEachCandidate(n, n * m, [&](int64_t idx) {
-      return Divergence(b, grid.start_bin + idx * grid.stride, levels, s_all);
+      return Divergence(b, shares, grid.start_bin + idx * grid.stride, levels, s_all);
     });
     const double best = *std::min_element(kl.begin(), kl.end());
     // The band absorbs last-bit differences between implementations of log.
