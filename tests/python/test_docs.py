@@ -127,8 +127,8 @@ def test_page_runs_as_printed(page, server, client, tmp_path) -> None:
     counts = {kind: sum(b["kind"] == kind for b in blocks(page))
               for kind in ("python", "sh", "norun", "script")}
     compared = sum(b["expected"] is not None for b in runnable)
-    print(f"{relative(page)}: {counts['python']} python, {counts['sh']} sh "
-          f"({compared} compared with their text), {counts['norun']} norun, "
+    print(f"{relative(page)}: {counts['python']} python, {counts['sh']} sh, "
+          f"{compared} compared with their text, {counts['norun']} norun, "
           f"{counts['script']} scripts")
     if not runnable:
         return
