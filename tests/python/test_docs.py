@@ -13,7 +13,7 @@ Each page runs in document order, in a fresh temporary directory of its own:
   * a block that cannot run here (make, podman, docker, kubectl, HAProxy, curl, a
     server with other flags, torchrun, a build tree's binaries) is fenced with an info
     string holding `norun` (```sh norun) and is only counted; any other ```sh block
-    fails the test;
+    fails the test, and so does a ```console, ```bash or ```shell block;
   * a ```python NAME block is the script NAME, not run with the page: the data-parallel
     script of docs/python.md runs under torchrun with two ranks, as its command says.
 Sessions a page leaves behind are deleted after it."""
@@ -113,6 +113,10 @@ def relative(page: pathlib.Path) -> str:
 
 @pytest.mark.parametrize("page", pages(), ids=relative)
 def test_sh_blocks_run_or_say_norun(page) -> None:
+    for info, _, line in fences(page):
+        assert info.split()[:1] not in (["console"], ["bash"], ["shell"], ["shell-session"]), (
+            f"{relative(page)}:{line}: a ```{info} block; commands go in ```sh blocks (their "
+            "output in a ```text block after them), or ```sh norun")
     for block in blocks(page):
         if block["kind"] == "sh":
             for command in commands(block["body"]):
