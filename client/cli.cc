@@ -601,7 +601,7 @@ constexpr Command kCommands[] = {
    "compressed-tensors: scale tensors and quantization_config), to -o FILE or\n"
    "stdout. Names lose the prefix. Fails listing the sessions that never saw data\n"
    "unless --allow-uninitialized leaves them out, and names any session the format\n"
-   "cannot express. See README \"Exporting a calibration run\"."},
+   "cannot express. See docs/exports.md."},
   {"export-mode", "NAME on|off", 2, 2, ExportMode,
    "Freeze (on) or unfreeze (off) a session's qparams."},
   {"granularity", "NAME GRANULARITY", 2, 2, SetGranularity,

@@ -37,8 +37,8 @@ struct SpecFlags {
   std::string scale_dtype;  // --scale_dtype
 };
 
-// The histogram parameters of `create` for percentile, entropy and mse (README
-// "Histogram calibration"). Unset (or false, or "") means "not given".
+// The histogram parameters of `create` for percentile, entropy and mse
+// (docs/histograms.md). Unset (or false, or "") means "not given".
 struct HistogramFlags {
   std::optional<int> num_bins;       // --num_bins
   std::optional<double> percentile;  // --percentile

@@ -5,7 +5,7 @@
 //
 // A Client is thread-safe: its calls may run concurrently from any threads.
 //
-// Sharded deployments (replicas behind HAProxy, README "Sharding"): every call that
+// Sharded deployments (replicas behind HAProxy, docs/sharding.md): every call that
 // names one session carries it in the x-qparams-session header, on which the
 // balancer routes it to the session's owner. Calls over many sessions (ObserveStream,
 // ObserveBatch) and over all of them (ListSessions, ReadSessions) are split into one

@@ -1,4 +1,4 @@
-// Storage faults proven harmless (README "When storage fails"), through
+// Storage faults proven harmless (docs/operations.md, "When storage fails"), through
 // FaultInjectionEnv: a failing or short append, a failing fsync, a failing rename or
 // directory sync of a snapshot, and a crash between any two steps of a compaction.
 // The call that meets the fault is refused with UNAVAILABLE naming the operation,

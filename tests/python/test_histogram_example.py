@@ -1,4 +1,4 @@
-"""examples/histogram_calibration.py, run as the README shows it, and the property the
+"""examples/histogram_calibration.py, run as docs/histograms.md shows it, and the property the
 histogram calculators promise on its model: four processes calibrating one run over
 different shards of the data (each binning its batches locally and sending histograms)
 give bit-identical qparams to one process sending the tensors in another order."""

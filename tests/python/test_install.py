@@ -1,4 +1,4 @@
-"""The README's install command works on this machine with no package index: a virtual
+"""docs/python.md's install command works on this machine with no package index: a virtual
 environment with the system site packages, then pip install --no-build-isolation of
 client/python, which generates the stubs from proto/ as it builds."""
 

@@ -1,6 +1,6 @@
 """Exported documents into Python values: the tensors of an ExportSessions document.
 
-The server renders every export format (see README "Exporting a calibration run");
+The server renders every export format (see docs/exports.md);
 this module only decodes what it wrote. A tensor is written as a JSON object
 {"dtype": "float32" | "int8" | ..., "shape": [...], "data": [flat row-major list]}.
 

@@ -126,7 +126,7 @@ class _Routing:
 class Client:
     """A client of a qparams server. Thread-safe; a context manager that closes it.
 
-    Sharded deployments (replicas behind HAProxy, README "Sharding"): a call naming
+    Sharded deployments (replicas behind HAProxy, docs/sharding.md): a call naming
     one session carries it in the x-qparams-session header, on which the balancer
     routes it to the owner. Calls over many sessions (observe_many, observe_batch,
     observe_async) and over all of them (list_sessions, read_sessions) are split into
@@ -502,7 +502,7 @@ class Client:
                tensor_names: Mapping[str, str] | None = None,
                timeout: float | None = None, metadata: Metadata = None) -> str:
         """The sessions under `prefix` rendered by the server (ExportSessions) in a
-        deployment format, as one JSON document (README "Exporting a calibration run").
+        deployment format, as one JSON document (docs/exports.md).
 
         Args:
             prefix: the sessions' name prefix, stripped from the exported names.
