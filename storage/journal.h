@@ -19,6 +19,11 @@
 // nothing written since the last good fsync is assumed durable). A failed snapshot
 // does not: the older snapshot and journals it would have replaced stay, and the
 // next compaction tries again.
+//
+// The implementation, as LevelDB's log is: the frames and file names
+// (journal_format.h), the writer (journal_writer.cc: appends, fsyncs, rotation,
+// snapshots), the reader (journal_reader.cc: recovery's read-ahead) and the life
+// cycle (journal.cc: opening, starting, compaction, closing).
 
 #ifndef QPARAMS_STORAGE_JOURNAL_H_
 #define QPARAMS_STORAGE_JOURNAL_H_
@@ -43,7 +48,7 @@
 
 namespace qparams {
 
-class RecordPipe;  // journal.cc
+class RecordPipe;  // journal_reader.cc
 
 // When an acknowledged mutation reaches the disk.
 enum class Durability {
