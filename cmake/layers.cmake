@@ -1,13 +1,14 @@
 # The layering: every layer is a folder of the source tree, built as the targets
 # named here, which may include only the layers it declares (and what those may
 # include). The table is the one call of qparams_layer per folder in the top-level
-# CMakeLists.txt, lowest first; qparams_check_layers() then checks at build time
-#   - that no file of a folder, nor a project header it reaches, includes a layer the
-#     folder may not (cmake/check_layer.cmake; the build fails naming the file, the
-#     include and the rule);
-#   - that every library of a folder links whole, with nothing but the dependencies
-#     its target declares (an executable per library, cmake/link_check.cc).
-# The targets' own link lines are the graph; this keeps the includes honest to it.
+# CMakeLists.txt, lowest first; qparams_check_layers() then checks
+#   - at configure time, that no target of a layer links a target of a layer (or an
+#     external one) it may not include: the targets' graph is the table's;
+#   - at build time, that no file of a folder, nor a project header it reaches,
+#     includes a layer the folder may not (cmake/check_layer.cmake; the build fails
+#     naming the file, the include and the rule);
+#   - at build time, that every library of a folder links whole, with nothing but
+#     the dependencies its target declares (an executable each, cmake/link_check.cc).
 
 # Layers outside the source tree, allowed only where declared (they do not pass on
 # to the layers above).
@@ -47,9 +48,48 @@ function(qparams_layer_files name out)
   set(${out} ${files} PARENT_SCOPE)
 endfunction()
 
+# The layer of a link item: a layer's target, gRPC's or httplib's; "" for any other.
+function(qparams_layer_of_target item out)
+  set(layer "")
+  if(item MATCHES "^gRPC::")
+    set(layer grpc)
+  elseif(item STREQUAL "PkgConfig::HTTPLIB")
+    set(layer httplib)
+  else()
+    get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
+    foreach(name ${layers})
+      get_property(targets GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS)
+      if(item IN_LIST targets)
+        set(layer ${name})
+      endif()
+    endforeach()
+  endif()
+  set(${out} "${layer}" PARENT_SCOPE)
+endfunction()
+
 # The check and link targets of every declared layer; call once, after the table.
 function(qparams_check_layers)
   get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
+  foreach(name ${layers})
+    get_property(allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED)
+    get_property(targets GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS)
+    foreach(target ${targets})
+      get_target_property(type ${target} TYPE)
+      if(type STREQUAL "INTERFACE_LIBRARY")
+        get_target_property(links ${target} INTERFACE_LINK_LIBRARIES)
+      else()
+        get_target_property(links ${target} LINK_LIBRARIES)
+      endif()
+      foreach(item ${links})
+        qparams_layer_of_target("${item}" layer)
+        if(layer AND NOT layer IN_LIST allowed)
+          list(JOIN allowed ", " allowed_text)
+          message(FATAL_ERROR
+            "${target} (layer ${name}) links ${item} (${layer}): ${name} may include only ${allowed_text}")
+        endif()
+      endforeach()
+    endforeach()
+  endforeach()
   foreach(name ${layers})
     get_property(allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED)
     get_property(project_allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT)
