@@ -1,5 +1,5 @@
 // Reading a whole file: the one way the project does it (TLS files, the tokens
-// file). The journal streams its files instead (server/env.h).
+// file). The journal streams its files instead (storage/env.h).
 
 #ifndef QPARAMS_COMMON_FILE_H_
 #define QPARAMS_COMMON_FILE_H_

@@ -1,5 +1,5 @@
 // google.protobuf.Timestamp <-> absl::Time: the one conversion, for the wire
-// (proto/convert.h) and the storage codec (server/session_codec.h) alike.
+// (proto/convert.h) and the storage codec (storage/session_codec.h) alike.
 
 #ifndef QPARAMS_COMMON_TIMESTAMP_H_
 #define QPARAMS_COMMON_TIMESTAMP_H_

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "export/exporter.h"
 #include "fuzz/service_harness.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -31,7 +32,6 @@
 #include "google/protobuf/util/json_util.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "qparams/v1/qparams.pb.h"
-#include "server/exporter.h"
 
 namespace qparams::fuzz {
 namespace {

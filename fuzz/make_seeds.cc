@@ -23,11 +23,11 @@
 
 #include "absl/time/time.h"
 #include "core/tensor.h"
+#include "domain/engine.h"
 #include "fuzz/service_harness.h"
 #include "proto/convert.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "qparams/v1/qparams.pb.h"
-#include "server/engine.h"
 
 namespace qparams {
 namespace {

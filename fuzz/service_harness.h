@@ -17,13 +17,13 @@
 #include <utility>
 #include <vector>
 
+#include "domain/engine.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/test/default_reactor_test_peer.h"
 #include "proto/convert.h"
 #include "qparams/v1/qparams.pb.h"
-#include "server/engine.h"
 #include "server/qparams_service.h"
 
 namespace qparams::fuzz {

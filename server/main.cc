@@ -20,10 +20,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/log.h"
 #include "common/slot_map.h"
 #include "core/tensor.h"
-#include "server/log.h"
-#include "server/metrics_http.h"
+#include "metrics/metrics_http.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
 

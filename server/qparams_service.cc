@@ -7,17 +7,17 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
 #include "common/timestamp.h"
 #include "core/observation.h"
 #include "core/status_macros.h"
+#include "domain/session_cursor.h"
+#include "domain/session_store.h"
+#include "export/exporter.h"
 #include "proto/convert.h"
 #include "proto/status.h"
-#include "server/exporter.h"
-#include "server/log.h"
-#include "server/session_cursor.h"
-#include "server/session_store.h"
 
 namespace qparams {
 namespace {

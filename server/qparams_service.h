@@ -10,12 +10,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/tensor.h"
+#include "domain/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "metrics/metrics.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 #include "server/arena_allocator.h"
 #include "server/auth.h"
-#include "server/engine.h"
-#include "server/metrics.h"
 
 namespace qparams {
 

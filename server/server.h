@@ -13,13 +13,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "domain/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "metrics/metrics.h"
 #include "server/auth.h"
-#include "server/engine.h"
-#include "server/journal.h"
-#include "server/metrics.h"
 #include "server/qparams_service.h"
 #include "server/server_metrics.h"
+#include "storage/journal.h"
 
 namespace qparams {
 

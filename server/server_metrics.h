@@ -7,14 +7,14 @@
 #ifndef QPARAMS_SERVER_SERVER_METRICS_H_
 #define QPARAMS_SERVER_SERVER_METRICS_H_
 
-#include "server/engine.h"
-#include "server/journal.h"
-#include "server/metrics.h"
+#include "domain/engine.h"
+#include "metrics/metrics.h"
+#include "storage/journal.h"
 
 namespace qparams {
 
 // Thread safety: the handles are set by the constructor and never change; recording
-// through them is thread-safe (server/metrics.h). Watch must be called once, before
+// through them is thread-safe (metrics/metrics.h). Watch must be called once, before
 // the registry is rendered concurrently.
 class ServerMetrics {
  public:

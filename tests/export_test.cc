@@ -1,4 +1,4 @@
-// The export formats (server/export_format.h) on hand-built sessions, and
+// The export formats (export/export_format.h) on hand-built sessions, and
 // ExportSessions end to end: the refusals, tenants, and documents larger than one
 // message. The Python tests (tests/python/test_export.py) drive independent
 // consumers (torch, onnx.checker, AIMET's published convention) with the output.
@@ -14,11 +14,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "export/export_format.h"
+#include "export/exporter.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "server/export_format.h"
-#include "server/exporter.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 

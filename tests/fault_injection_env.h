@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
-#include "server/env.h"
+#include "storage/env.h"
 
 namespace qparams::testing {
 

@@ -22,7 +22,7 @@
 #include "client/client.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
-#include "server/journal.h"
+#include "storage/journal.h"
 #include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"

@@ -3,7 +3,7 @@
 // server's metrics that the binary test cannot reach: every kind of call counted
 // once, per tenant, and the storage state after a disk error.
 
-#include "server/metrics.h"
+#include "metrics/metrics.h"
 
 #include <filesystem>
 #include <fstream>

@@ -19,10 +19,10 @@
 #include "client/client.h"
 #include "core/histogram.h"
 #include "core/registry.h"
+#include "domain/session_store.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
-#include "server/session_codec.h"
-#include "server/session_store.h"
+#include "storage/session_codec.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 

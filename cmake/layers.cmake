@@ -1,0 +1,124 @@
+# The layering: every layer is a folder of the source tree, built as the targets
+# named here, which may include only the layers it declares (and what those may
+# include). The table is the one call of qparams_layer per folder in the top-level
+# CMakeLists.txt, lowest first; qparams_check_layers() then checks
+#   - at configure time, that no target of a layer links a target of a layer (or an
+#     external one) it may not include: the targets' graph is the table's;
+#   - at build time, that no file of a folder, nor a project header it reaches,
+#     includes a layer the folder may not (cmake/check_layer.cmake; the build fails
+#     naming the file, the include and the rule);
+#   - at build time, that every library of a folder links whole, with nothing but
+#     the dependencies its target declares (an executable each, cmake/link_check.cc).
+
+# Layers outside the source tree, allowed only where declared (they do not pass on
+# to the layers above).
+set(QPARAMS_EXTERNAL_LAYERS grpc httplib)
+
+# qparams_layer(NAME [MAY_INCLUDE layer...] [TARGETS target...])
+function(qparams_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "MAY_INCLUDE;TARGETS")
+  get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
+  if(name IN_LIST layers)
+    message(FATAL_ERROR "layer ${name} is declared twice")
+  endif()
+  set(allowed ${name})
+  foreach(dep ${arg_MAY_INCLUDE})
+    if(dep IN_LIST QPARAMS_EXTERNAL_LAYERS)
+      list(APPEND allowed ${dep})
+    elseif(dep IN_LIST layers)
+      get_property(dep_allowed GLOBAL PROPERTY QPARAMS_LAYER_${dep}_PROJECT)
+      list(APPEND allowed ${dep_allowed})
+    else()
+      message(FATAL_ERROR "layer ${name} may include ${dep}, which is not a layer declared before it")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES allowed)
+  set(project_allowed ${allowed})
+  list(REMOVE_ITEM project_allowed ${QPARAMS_EXTERNAL_LAYERS})
+  set_property(GLOBAL APPEND PROPERTY QPARAMS_LAYERS ${name})
+  set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED ${allowed})
+  set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT ${project_allowed})
+  set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS ${arg_TARGETS})
+endfunction()
+
+# The files of a layer, relative to the source tree.
+function(qparams_layer_files name out)
+  file(GLOB files CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
+    ${PROJECT_SOURCE_DIR}/${name}/*.h ${PROJECT_SOURCE_DIR}/${name}/*.cc)
+  set(${out} ${files} PARENT_SCOPE)
+endfunction()
+
+# The layer of a link item: a layer's target, gRPC's or httplib's; "" for any other.
+function(qparams_layer_of_target item out)
+  set(layer "")
+  if(item MATCHES "^gRPC::")
+    set(layer grpc)
+  elseif(item STREQUAL "PkgConfig::HTTPLIB")
+    set(layer httplib)
+  else()
+    get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
+    foreach(name ${layers})
+      get_property(targets GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS)
+      if(item IN_LIST targets)
+        set(layer ${name})
+      endif()
+    endforeach()
+  endif()
+  set(${out} "${layer}" PARENT_SCOPE)
+endfunction()
+
+# The check and link targets of every declared layer; call once, after the table.
+function(qparams_check_layers)
+  get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
+  foreach(name ${layers})
+    get_property(allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED)
+    get_property(targets GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS)
+    foreach(target ${targets})
+      get_target_property(type ${target} TYPE)
+      if(type STREQUAL "INTERFACE_LIBRARY")
+        get_target_property(links ${target} INTERFACE_LINK_LIBRARIES)
+      else()
+        get_target_property(links ${target} LINK_LIBRARIES)
+      endif()
+      foreach(item ${links})
+        qparams_layer_of_target("${item}" layer)
+        if(layer AND NOT layer IN_LIST allowed)
+          list(JOIN allowed ", " allowed_text)
+          message(FATAL_ERROR
+            "${target} (layer ${name}) links ${item} (${layer}): ${name} may include only ${allowed_text}")
+        endif()
+      endforeach()
+    endforeach()
+  endforeach()
+  foreach(name ${layers})
+    get_property(allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED)
+    get_property(project_allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT)
+    get_property(targets GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS)
+    qparams_layer_files(${name} files)
+    # Rerun when a file of the layer, or of a layer it may include, changes.
+    set(depends)
+    foreach(layer ${project_allowed})
+      qparams_layer_files(${layer} layer_files)
+      list(APPEND depends ${layer_files})
+    endforeach()
+    list(TRANSFORM depends PREPEND ${PROJECT_SOURCE_DIR}/)
+    set(stamp ${PROJECT_BINARY_DIR}/qparams_${name}_layer.stamp)
+    add_custom_command(OUTPUT ${stamp}
+      COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DLAYER=${name}
+        "-DLAYERS=${layers}" "-DALLOWED=${allowed}" "-DFILES=${files}" -DSTAMP=${stamp}
+        -P ${PROJECT_SOURCE_DIR}/cmake/check_layer.cmake
+      DEPENDS ${depends} ${PROJECT_SOURCE_DIR}/cmake/check_layer.cmake
+      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+      COMMENT "Checking the includes of layer ${name}"
+      VERBATIM)
+    add_custom_target(qparams_${name}_layer DEPENDS ${stamp})
+    foreach(target ${targets})
+      add_dependencies(${target} qparams_${name}_layer)
+      get_target_property(type ${target} TYPE)
+      if(type STREQUAL "STATIC_LIBRARY")
+        add_executable(${target}_link_check ${PROJECT_SOURCE_DIR}/cmake/link_check.cc)
+        target_link_libraries(${target}_link_check PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,${target}>")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()

@@ -1,0 +1,213 @@
+#include "domain/engine.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/page_token.h"
+#include "core/status_macros.h"
+
+namespace qparams {
+namespace {
+
+const QParamsCalculatorRegistry& Registry() { return QParamsCalculatorRegistry::Global(); }
+
+}  // namespace
+
+Engine::Engine(EngineOptions options, Journal* journal)
+    : options_(options), store_(options.max_sessions, journal) {
+  if (options_.session_ttl <= absl::ZeroDuration()) return;
+  // Idle sessions are found within a tenth of the TTL (at most a minute) of it.
+  const absl::Duration period = std::min(options_.session_ttl / 10, absl::Minutes(1));
+  evictor_ = std::thread([this, period] {
+    while (!stop_.WaitForNotificationWithTimeout(period)) {
+      if (int evicted = EvictIdle(absl::Now()); evicted > 0) {
+        LogInfo(absl::StrCat("evicted ", evicted, " idle session(s) (--session_ttl ",
+                             absl::FormatDuration(options_.session_ttl), ")"));
+      }
+    }
+  });
+}
+
+Engine::~Engine() {
+  stop_.Notify();
+  if (evictor_.joinable()) evictor_.join();
+}
+
+int Engine::EvictIdle(absl::Time now) {
+  if (options_.session_ttl <= absl::ZeroDuration()) return 0;
+  return store_.EvictIdle(now - options_.session_ttl);
+}
+
+std::vector<const CalculatorClass*> Engine::ListCalculators() const {
+  return Registry().ListRegistryValues();
+}
+
+absl::StatusOr<QParams> Engine::Compute(absl::string_view calculator, const QuantSpec& spec,
+                                        const Observation& x) const {
+  const absl::string_view key = calculator.empty() ? "dynamic" : calculator;
+  if (key != "dynamic" && key != "static") {
+    absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(key);
+    if (!cls.ok()) return cls.status();
+    return absl::InvalidArgumentError(
+        absl::StrCat("calculator \"", key, "\" keeps state across observations; Compute takes "
+                     "\"dynamic\" or \"static\", use CreateSession for a stateful calculator"));
+  }
+  absl::StatusOr<std::unique_ptr<QParamsCalculatorBase>> c = Registry().Create(key, spec);
+  if (!c.ok()) return c.status();
+  return (*c)->Forward(x);
+}
+
+absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant, absl::string_view name,
+                                                  absl::string_view calculator,
+                                                  const QuantSpec& spec,
+                                                  const CalculatorOptions& options) {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
+  if (!key.ok()) return key.status();
+  absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(*key);
+  if (!cls.ok()) return cls.status();
+  if (!(*cls)->stateful) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calculator \"", *key,
+        "\" is stateless, so a session of it would hold nothing; use "
+        "Compute for it, or a stateful calculator (static, moving_average, global_minmax, "
+        "percentile, entropy, mse)"));
+  }
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> c =
+      Registry().CreateStateful(*key, spec, options);
+  if (!c.ok()) return c.status();
+  absl::StatusOr<std::shared_ptr<Session>> session =
+      store_.Create({std::string(tenant), std::string(name)}, *std::move(c));
+  if (!session.ok()) return session.status();
+  return (*session)->Info();
+}
+
+absl::Status Engine::CheckAddressedTo(absl::string_view replica) const {
+  if (replica == options_.replica_id && !replica.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the call is addressed to replica \"", replica, "\" (x-qparams-replica), but this is ",
+      options_.replica_id.empty() ? "a server without sharding (no --replica_id)"
+                                  : absl::StrCat("replica ", options_.replica_id),
+      "; call through the balancer, or address this replica by its own name"));
+}
+
+bool Engine::Owns(absl::string_view name) const {
+  return options_.slot_map == nullptr ||
+         options_.slot_map->OwnerOfSession(name) == options_.replica_id;
+}
+
+absl::Status Engine::CheckOwned(absl::string_view name) const {
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
+  if (options_.slot_map == nullptr) return absl::OkStatus();
+  const int slot = SlotOf(name);
+  const std::string& owner = options_.slot_map->OwnerOf(slot);
+  if (owner == options_.replica_id) return absl::OkStatus();
+  absl::Status refusal = absl::FailedPreconditionError(
+      absl::StrCat("session ", name, " belongs to replica ", owner, " (slot ", slot,
+                   "), not to this replica ", options_.replica_id,
+                   "; send it there (the x-qparams-session header routes it through the "
+                   "balancer)"));
+  refusal.SetPayload(kOwnerPayload, absl::Cord(owner));
+  return refusal;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view tenant,
+                                                      absl::string_view name) const {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  return store_.Find({std::string(tenant), std::string(name)});
+}
+
+absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
+                                               absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  return (*session)->Info();
+}
+
+absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  return store_.Erase({std::string(tenant), std::string(name)});
+}
+
+absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int page_size,
+                                                 absl::string_view page_token,
+                                                 absl::string_view filter) const {
+  if (page_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
+  }
+  if (!filter.empty()) {
+    QPARAMS_RETURN_IF_ERROR(ValidateSessionName(filter, "filter"));
+  }
+  absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
+  if (!after.ok()) return after.status();
+  const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  SessionStore::Page page =
+      options_.slot_map == nullptr
+          ? store_.List(tenant, filter, *after, limit)
+          : store_.List(tenant, filter, *after, limit,
+                        [this](absl::string_view name) { return Owns(name); });
+  SessionPage out;
+  out.sessions.reserve(page.sessions.size());
+  for (const std::shared_ptr<Session>& session : page.sessions) {
+    out.sessions.push_back(session->Info());
+  }
+  if (page.more) out.next_page_token = EncodePageToken(filter, page.sessions.back()->name());
+  return out;
+}
+
+absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view tenant, absl::string_view name,
+                                              const Observation& x, bool omit_qparams) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  absl::StatusOr<ObserveResult> result = (*session)->Observe(x, omit_qparams);
+  if (result.ok() && options_.observations != nullptr) options_.observations->Increment();
+  return result;
+}
+
+absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view tenant,
+                                                 absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  return (*session)->observation_count();
+}
+
+absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
+                                                 absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  return (*session)->GetQParams();
+}
+
+absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
+                                               absl::string_view name) const {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  return (*session)->GetHistogram();
+}
+
+absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
+                                                  absl::string_view name, bool enabled) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  QPARAMS_RETURN_IF_ERROR((*session)->SetExportMode(enabled));
+  return (*session)->Info();
+}
+
+absl::StatusOr<SessionInfo> Engine::SetGranularity(
+    absl::string_view tenant, absl::string_view name,
+    const std::optional<Granularity>& granularity) {
+  if (!granularity.has_value()) {
+    return absl::InvalidArgumentError(
+        "granularity is unset; set per_tensor, per_channel or per_block");
+  }
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
+  if (!session.ok()) return session.status();
+  QPARAMS_RETURN_IF_ERROR((*session)->SetGranularity(*granularity));
+  return (*session)->Info();
+}
+
+}  // namespace qparams

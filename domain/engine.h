@@ -1,0 +1,178 @@
+// The domain behind QParamsService: stateless Compute and the named sessions, with
+// the rules of the contract that are not about the wire (which calculators each
+// method takes, names, pagination, limits). It knows nothing of gRPC; the service
+// translates wire messages to these calls and back.
+
+#ifndef QPARAMS_DOMAIN_ENGINE_H_
+#define QPARAMS_DOMAIN_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/slot_map.h"
+#include "core/granularity.h"
+#include "core/histogram.h"
+#include "core/observation.h"
+#include "core/qparams.h"
+#include "core/quant_spec.h"
+#include "core/registry.h"
+#include "domain/session.h"
+#include "domain/session_store.h"
+#include "metrics/metrics.h"
+
+namespace qparams {
+
+struct EngineOptions {
+  int64_t max_sessions = 100000;
+  // Sessions no call has named for this long are evicted; zero keeps them forever.
+  absl::Duration session_ttl = absl::ZeroDuration();
+  // Sharding: with a slot map, this engine is replica `replica_id` (one the map
+  // names) and owns only the sessions of the slots the map gives it. Null: it owns
+  // every session.
+  std::shared_ptr<const SlotMap> slot_map;
+  std::string replica_id;
+  // Counts the observations applied (a session's count went up); null: not counted.
+  // Must outlive the engine.
+  Counter* observations = nullptr;
+};
+
+// The payload (absl::Status::GetPayload) of a refusal for a session another replica
+// owns: that replica's name, for the service to pass on as trailing metadata.
+inline constexpr absl::string_view kOwnerPayload = "type.qparams/owner";
+
+// One page of ListSessions.
+struct SessionPage {
+  std::vector<SessionInfo> sessions;
+  std::string next_page_token;  // empty on the last page
+};
+
+class Engine {
+ public:
+  static constexpr int kDefaultPageSize = 50;
+  static constexpr int kMaxPageSize = 1000;
+
+  // `journal` (null: nothing is persisted) must outlive the engine. With a
+  // session_ttl, a background thread evicts idle sessions.
+  explicit Engine(EngineOptions options = {}, Journal* journal = nullptr);
+  ~Engine();
+
+  // The registry's classes, sorted by key ("default" among them, stateful).
+  std::vector<const CalculatorClass*> ListCalculators() const;
+
+  // The qparams of one observation with a fresh `calculator`: "" or "dynamic", or
+  // "static". Other keys are INVALID_ARGUMENT (naming CreateSession for the
+  // stateful ones), as are a bad spec and a bad observation. Stores nothing.
+  absl::StatusOr<QParams> Compute(absl::string_view calculator, const QuantSpec& spec,
+                                  const Observation& x) const;
+
+  // A new session of `calculator` ("" = default, resolved by spec.target) with its
+  // constructor options (averaging_constant for moving_average, histogram for
+  // percentile, entropy and mse). "dynamic" is INVALID_ARGUMENT naming Compute; so
+  // are a bad name, spec or option, and an option set for a calculator that does not
+  // take it. ALREADY_EXISTS / RESOURCE_EXHAUSTED from the store.
+  absl::StatusOr<SessionInfo> CreateSession(absl::string_view tenant, absl::string_view name,
+                                            absl::string_view calculator, const QuantSpec& spec,
+                                            const CalculatorOptions& options);
+
+  // Every session method names a session of `tenant` ("" when authentication is
+  // off): INVALID_ARGUMENT for a malformed name, FAILED_PRECONDITION naming the
+  // owner (and carrying it as kOwnerPayload) for a session another replica owns,
+  // which changes nothing, NOT_FOUND for an unknown one (or one evicted after being
+  // idle, saying so). CreateSession refuses the first two the same way.
+  absl::StatusOr<SessionInfo> GetSession(absl::string_view tenant, absl::string_view name) const;
+  absl::Status DeleteSession(absl::string_view tenant, absl::string_view name);
+
+  // Sessions ordered by name whose names start with `filter`. page_size 0 means
+  // kDefaultPageSize; it is capped at kMaxPageSize; negative is INVALID_ARGUMENT,
+  // as is a page token issued for another filter. Sharded: only the sessions this
+  // replica owns (a copy of another's, left by a slot move, is never listed, read
+  // or exported: its owner's is the live one).
+  absl::StatusOr<SessionPage> ListSessions(absl::string_view tenant, int page_size,
+                                           absl::string_view page_token,
+                                           absl::string_view filter) const;
+
+  // One forward on the session; `omit_qparams` as Session::Observe says (a
+  // histogram session then runs no search).
+  absl::StatusOr<ObserveResult> Observe(absl::string_view tenant, absl::string_view name,
+                                        const Observation& x, bool omit_qparams = false);
+
+  // The session's observation count (for responses that report it on failure).
+  absl::StatusOr<int64_t> ObservationCount(absl::string_view tenant,
+                                           absl::string_view name) const;
+
+  // get_qparams: the buffers and the initialized flag (and a histogram session's
+  // calibration, running its search if the histogram changed since it last ran).
+  absl::StatusOr<CachedQParams> GetQParams(absl::string_view tenant, absl::string_view name) const;
+
+  // The histogram of a percentile, entropy or mse session; INVALID_ARGUMENT for a
+  // session of another calculator.
+  absl::StatusOr<Histogram> GetHistogram(absl::string_view tenant, absl::string_view name) const;
+
+  absl::StatusOr<SessionInfo> SetExportMode(absl::string_view tenant, absl::string_view name,
+                                            bool enabled);
+
+  // `granularity` unset is INVALID_ARGUMENT; an initialized session is
+  // FAILED_PRECONDITION whatever the granularity.
+  absl::StatusOr<SessionInfo> SetGranularity(absl::string_view tenant, absl::string_view name,
+                                             const std::optional<Granularity>& granularity);
+
+  // Evicts the sessions no call has named since `now - session_ttl` (nothing
+  // without a TTL); returns how many. The background thread calls it with the time.
+  int EvictIdle(absl::Time now);
+
+  // The store as records and back (SessionStore's EmitRecords, Records, Replay and
+  // Restore): the journal's snapshots and recovery.
+  absl::Status EmitRecords(const Journal::Emitter& emit) const { return store_.EmitRecords(emit); }
+  std::vector<storage::v1::Record> Records() const { return store_.Records(); }
+  std::optional<std::string> Replay(const storage::v1::Record& record) {
+    return store_.Replay(record);
+  }
+  std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records) {
+    return store_.Restore(records);
+  }
+
+  int64_t session_count() const { return store_.size(); }
+  // SessionStore::SessionsPerTenant. Thread-safe.
+  std::vector<std::pair<std::string, int64_t>> SessionsPerTenant() const {
+    return store_.SessionsPerTenant();
+  }
+
+  // OK if a call addressed to `replica` (a client's x-qparams-replica) is for this
+  // replica; else FAILED_PRECONDITION naming both, which a balancer that routed it
+  // to the wrong replica, or a client pointed straight at one replica, gets instead
+  // of another replica's answer.
+  absl::Status CheckAddressedTo(absl::string_view replica) const;
+
+  // The replica this engine is and the slot map it serves; null and "" without
+  // sharding.
+  const SlotMap* slot_map() const { return options_.slot_map.get(); }
+  const std::string& replica_id() const { return options_.replica_id; }
+
+ private:
+  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
+                                                absl::string_view name) const;
+  // A valid name of a session this replica owns; INVALID_ARGUMENT or
+  // FAILED_PRECONDITION as the session methods say.
+  absl::Status CheckOwned(absl::string_view name) const;
+  // Whether this replica owns the session `name` (always, without a slot map).
+  bool Owns(absl::string_view name) const;
+
+  const EngineOptions options_;
+  SessionStore store_;
+  absl::Notification stop_;
+  std::thread evictor_;
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_DOMAIN_ENGINE_H_

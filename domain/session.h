@@ -1,0 +1,163 @@
+// A session: one named stateful calculator whose buffers persist across RPCs. The
+// domain object behind every session method; it knows nothing of gRPC.
+//
+// Thread safety: every method may be called concurrently. Mutations of one session
+// apply one at a time, and a read sees the state before or after a mutation, never
+// half of one. Lock order: the session's lock, then a histogram calculator's own
+// lock on its cached search result (reads under the session's reader lock may run
+// the search; the first runs it, the others wait for its result).
+
+#ifndef QPARAMS_DOMAIN_SESSION_H_
+#define QPARAMS_DOMAIN_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/calibration.h"
+#include "core/granularity.h"
+#include "core/histogram.h"
+#include "core/histogram_params.h"
+#include "core/observation.h"
+#include "core/qparams.h"
+#include "core/qparams_calculator.h"
+#include "core/quant_spec.h"
+#include "qparams/storage/v1/storage.pb.h"
+#include "storage/journal.h"
+#include "storage/session_codec.h"
+
+namespace qparams {
+
+// get_qparams: the buffers, and whether a computing forward has filled them.
+struct CachedQParams {
+  QParams qparams;
+  bool initialized = false;
+  std::optional<CalibrationResult> calibration;  // histogram kinds, once initialized
+};
+
+// Everything a client may read of a session, copied out under its lock.
+struct SessionInfo {
+  std::string name;
+  std::string calculator;         // the resolved registry key
+  QuantSpec spec;                 // resolved, with the current granularity
+  double averaging_constant = 0;  // moving_average only
+  bool initialized = false;
+  bool export_mode = false;
+  int64_t observation_count = 0;
+  QParams qparams;                 // the buffers
+  std::vector<float> running_min;  // running kinds, once initialized
+  std::vector<float> running_max;
+  std::optional<DType> input_dtype;  // fixed by the first computing forward
+  absl::Time create_time;
+  absl::Time update_time;
+  std::string description;
+  std::optional<HistogramParams> histogram_params;  // histogram kinds: resolved
+  std::optional<CalibrationResult> calibration;     // histogram kinds, once initialized
+};
+
+// A forward's outcome on a session.
+struct ObserveResult {
+  QParams qparams;                // empty when the observation omitted them
+  int64_t observation_count = 0;  // after the forward
+  std::optional<CalibrationResult> calibration;  // histogram kinds, unless omitted
+};
+
+// With a journal, every successful mutation appends the session's new state under
+// the session's lock (so the journal holds one session's states in their order) and,
+// under Durability::kAlways, returns only once that record is on disk. The mutation
+// is made on a copy of the calculator that replaces it only then: if the journal
+// cannot take the record, the session is unchanged and the call fails.
+class Session {
+ public:
+  // Takes over `calculator` (built from the session's spec, or restored with its
+  // times). `journal` may be null (durability none) and must outlive the session.
+  Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
+          Journal* journal, absl::Time create_time, absl::Time update_time);
+
+  const SessionKey& key() const { return key_; }
+  const std::string& name() const { return key_.name; }
+
+  // forward(x). The calculator's errors (INVALID_ARGUMENT, FAILED_PRECONDITION,
+  // RESOURCE_EXHAUSTED at a histogram's 2^62 values), NOT_FOUND once the session is
+  // deleted, or the journal's error; a failure changes nothing.
+  //
+  // The lazy-search rule of the histogram kinds (percentile, entropy, mse): with
+  // `omit_qparams` the observation is only merged into the histogram and no search
+  // runs (the result carries no qparams and no calibration); without it the search
+  // runs, unless the histogram is unchanged since the last one, and its result is
+  // returned. The search's result is kept until the histogram changes, so reads
+  // (GetQParams, Info) run it at most once per state. The other kinds compute their
+  // qparams on every computing forward whatever `omit_qparams` says (it is cheap);
+  // the caller drops them.
+  absl::StatusOr<ObserveResult> Observe(const Observation& x, bool omit_qparams = false);
+
+  // set_export_mode(enabled).
+  absl::Status SetExportMode(bool enabled);
+
+  // The granularity setter: FAILED_PRECONDITION once initialized (whatever the
+  // granularity), INVALID_ARGUMENT for a granularity that cannot be built.
+  absl::Status SetGranularity(const Granularity& granularity);
+
+  // get_qparams; a histogram kind runs its search here if its histogram changed
+  // since the search last ran (under the session's reader lock: reads of one
+  // session wait for it, other sessions do not).
+  CachedQParams GetQParams() const;
+
+  // The histogram of a percentile, entropy or mse session (canonical: exactly M
+  // counts). INVALID_ARGUMENT naming the calculator for another kind; NOT_FOUND once
+  // the session is deleted. Runs no search.
+  absl::StatusOr<Histogram> GetHistogram() const;
+
+  // Computing forwards applied so far.
+  int64_t observation_count() const;
+
+  // Everything a client may read; the qparams and calibration of a histogram kind
+  // as GetQParams computes them.
+  SessionInfo Info() const;
+
+  // The whole state as a journal/snapshot record.
+  storage::v1::SessionState Record() const;
+
+  // When a call last named the session (reads included), for idle eviction.
+  absl::Time last_access() const;
+
+  // Takes the session out of service: `leave` (run under the session's lock, so no
+  // mutation of it is in flight or can follow) removes it from the store and
+  // journals why. If `leave` fails, the session stays as it was. Later calls that
+  // reach the object through an old reference answer `gone`.
+  absl::Status Retire(const std::function<absl::Status()>& leave, absl::Status gone);
+
+ private:
+  absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void Touch() const;
+  // Runs `mutate` on the calculator under the session's lock (the calculator is
+  // passed in: lock analysis cannot see into a lambda). With a journal, on a copy
+  // (Clone) whose state is journaled and made as durable as the journal promises
+  // (fsynced under kAlways), still under the lock, before it replaces the
+  // calculator; if any step fails the session is unchanged, so that no read ever
+  // sees a mutation that was not acknowledged.
+  absl::Status Mutate(const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const SessionKey key_;
+  const absl::Time create_time_;
+  Journal* const journal_;
+  mutable std::atomic<int64_t> last_access_ns_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<StatefulQParamsCalculatorBase> calculator_ ABSL_GUARDED_BY(mu_);
+  absl::Time update_time_ ABSL_GUARDED_BY(mu_);
+  absl::Status gone_ ABSL_GUARDED_BY(mu_);  // OK while the session is in the store
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_DOMAIN_SESSION_H_

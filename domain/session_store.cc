@@ -1,0 +1,298 @@
+#include "domain/session_store.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/timestamp.h"
+#include "core/status_macros.h"
+
+namespace qparams {
+namespace {
+
+constexpr size_t kMaxNameLength = 128;
+// Evictions remembered for their NOT_FOUND message; older ones are forgotten.
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '.' || c == '_' || c == '-' || c == '/';
+}
+
+absl::Status NotFound(const SessionKey& key) {
+  return absl::NotFoundError(absl::StrCat("session \"", key.name, "\" does not exist"));
+}
+
+absl::Status Evicted(const SessionKey& key, absl::Time when) {
+  return absl::NotFoundError(absl::StrCat(
+      "session \"", key.name, "\" was evicted at ",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", when, absl::UTCTimeZone()),
+      " after being idle longer than --session_ttl; create it again"));
+}
+
+}  // namespace
+
+absl::Status ValidateSessionName(absl::string_view name, absl::string_view field) {
+  if (name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " is empty; a session name is 1 to ",
+                                                   kMaxNameLength, " characters"));
+  }
+  if (name.size() > kMaxNameLength) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " has ", name.size(),
+                                                   " characters; the limit is ", kMaxNameLength));
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (!IsNameChar(name[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " has a character outside [a-zA-Z0-9._-/] at position ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string SessionStore::MapKey(const SessionKey& key) {
+  return absl::StrCat(key.tenant, std::string(1, '\0'), key.name);
+}
+
+void SessionStore::Insert(const std::string& map_key, std::shared_ptr<Session> session) {
+  const bool inserted = sessions_.insert_or_assign(map_key, std::move(session)).second;
+  if (inserted) ++tenant_sessions_[map_key.substr(0, map_key.find('\0'))];
+}
+
+void SessionStore::EraseKey(const std::string& map_key) {
+  if (sessions_.erase(map_key) > 0) --tenant_sessions_[map_key.substr(0, map_key.find('\0'))];
+}
+
+std::vector<std::pair<std::string, int64_t>> SessionStore::SessionsPerTenant() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return {tenant_sessions_.begin(), tenant_sessions_.end()};
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
+    SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator) {
+  const absl::Time now = absl::Now();
+  auto session = std::make_shared<Session>(key, std::move(calculator), journal_, now, now);
+  std::string map_key = MapKey(key);
+  storage::v1::Record record;
+  if (journal_ != nullptr) *record.mutable_put() = session->Record();
+  uint64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (sessions_.contains(map_key)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "session \"", key.name, "\" already exists; delete it first or pick another name"));
+    }
+    if (static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server holds ", sessions_.size(),
+                       " sessions, its limit (--max_sessions); delete unused sessions first"));
+    }
+    if (journal_ != nullptr) {
+      absl::StatusOr<uint64_t> appended = journal_->Append(record);
+      if (!appended.ok()) return appended.status();
+      sequence = *appended;
+    }
+    Forget(map_key);
+    Insert(map_key, session);
+  }
+  if (journal_ != nullptr) {
+    QPARAMS_RETURN_IF_ERROR(journal_->Sync(sequence));
+  }
+  return session;
+}
+
+absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const SessionKey& key) const {
+  const std::string map_key = MapKey(key);
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = sessions_.find(map_key);
+  if (it != sessions_.end()) return it->second;
+  if (auto e = evicted_.find(map_key); e != evicted_.end()) return Evicted(key, e->second);
+  return NotFound(key);
+}
+
+absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
+                                  const storage::v1::Record& why) {
+  uint64_t sequence = 0;
+  absl::Status gone =
+      why.has_evicted()
+          ? Evicted(session->key(), TimeFromTimestamp(why.evicted().evict_time()))
+          : absl::NotFoundError(absl::StrCat("session \"", session->name(), "\" was deleted"));
+  absl::Status status = session->Retire(
+      [&]() -> absl::Status {
+        absl::MutexLock lock(&mu_);
+        if (journal_ != nullptr) {
+          absl::StatusOr<uint64_t> appended = journal_->Append(why);
+          if (!appended.ok()) return appended.status();
+          sequence = *appended;
+        }
+        const std::string map_key = MapKey(session->key());
+        EraseKey(map_key);
+        if (why.has_evicted()) {
+          Remember(map_key, TimeFromTimestamp(why.evicted().evict_time()));
+        }
+        return absl::OkStatus();
+      },
+      gone);
+  if (!status.ok()) return status;
+  return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(sequence);
+}
+
+void SessionStore::Remember(std::string map_key, absl::Time evict_time) {
+  Forget(map_key);
+  eviction_order_.emplace(evict_time, map_key);
+  evicted_.emplace(std::move(map_key), evict_time);
+  while (evicted_.size() > max_remembered_evictions_) {
+    auto oldest = eviction_order_.begin();
+    evicted_.erase(oldest->second);
+    eviction_order_.erase(oldest);
+  }
+}
+
+void SessionStore::Forget(const std::string& map_key) {
+  auto it = evicted_.find(map_key);
+  if (it == evicted_.end()) return;
+  eviction_order_.erase({it->second, map_key});
+  evicted_.erase(it);
+}
+
+absl::Status SessionStore::Erase(const SessionKey& key) {
+  absl::StatusOr<std::shared_ptr<Session>> session = Find(key);
+  if (!session.ok()) return session.status();
+  storage::v1::Record why;
+  *why.mutable_erase() = EncodeKey(key);
+  absl::Status status = Remove(*session, why);
+  // Retired meanwhile by another call: to this caller the session does not exist.
+  if (absl::IsNotFound(status)) return NotFound(key);
+  return status;
+}
+
+int SessionStore::EvictIdle(absl::Time idle_since) {
+  std::vector<std::shared_ptr<Session>> idle;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    for (const auto& [map_key, session] : sessions_) {
+      if (session->last_access() < idle_since) idle.push_back(session);
+    }
+  }
+  int evicted = 0;
+  for (const std::shared_ptr<Session>& session : idle) {
+    // A call that named the session since the scan keeps it.
+    if (session->last_access() >= idle_since) continue;
+    if (Remove(session, EncodeEviction(session->key(), absl::Now())).ok()) ++evicted;
+  }
+  return evicted;
+}
+
+SessionStore::Page SessionStore::List(absl::string_view tenant, absl::string_view prefix,
+                                      absl::string_view after, int limit,
+                                      const std::function<bool(absl::string_view)>& keep) const {
+  Page page;
+  const std::string start = MapKey({std::string(tenant), std::string(prefix)});
+  const std::string resume = MapKey({std::string(tenant), std::string(after)});
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = after.empty() || resume < start ? sessions_.lower_bound(start)
+                                            : sessions_.upper_bound(resume);
+  for (; it != sessions_.end() && absl::StartsWith(it->first, start); ++it) {
+    if (keep != nullptr && !keep(it->second->name())) continue;
+    if (static_cast<int>(page.sessions.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    page.sessions.push_back(it->second);
+  }
+  return page;
+}
+
+absl::Status SessionStore::EmitRecords(const Journal::Emitter& emit) const {
+  std::vector<std::shared_ptr<Session>> sessions;
+  std::vector<storage::v1::Record> evictions;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    sessions.reserve(sessions_.size());
+    for (const auto& [map_key, session] : sessions_) sessions.push_back(session);
+    for (const auto& [when, map_key] : eviction_order_) {
+      const size_t split = map_key.find('\0');
+      evictions.push_back(
+          EncodeEviction({map_key.substr(0, split), map_key.substr(split + 1)}, when));
+    }
+  }
+  for (const storage::v1::Record& record : evictions) QPARAMS_RETURN_IF_ERROR(emit(record));
+  storage::v1::Record record;
+  for (const std::shared_ptr<Session>& session : sessions) {
+    *record.mutable_put() = session->Record();
+    QPARAMS_RETURN_IF_ERROR(emit(record));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<storage::v1::Record> SessionStore::Records() const {
+  std::vector<storage::v1::Record> records;
+  EmitRecords([&](const storage::v1::Record& record) {
+    records.push_back(record);
+    return absl::OkStatus();
+  }).IgnoreError();  // the emitter never fails
+  return records;
+}
+
+std::optional<std::string> SessionStore::Replay(const storage::v1::Record& record) {
+  switch (record.kind_case()) {
+    case storage::v1::Record::kPut: {
+      const std::string key = MapKey(DecodeKey(record.put().key()));
+      std::optional<std::string> problem;
+      std::shared_ptr<Session> session;
+      if (absl::Status name = ValidateSessionName(record.put().key().name(), "session name");
+          !name.ok()) {
+        problem = absl::StrCat("skipped a record of an invalid ", name.message());
+      } else if (absl::StatusOr<DecodedSession> decoded = DecodeSession(record.put());
+                 !decoded.ok()) {
+        problem =
+            absl::StrCat("skipped a record that does not restore: ", decoded.status().message());
+      } else {
+        // The record's temporaries are gone: the buffers move out of their gaps.
+        decoded->calculator->ReallocateBuffers();
+        session = std::make_shared<Session>(std::move(decoded->key), std::move(decoded->calculator),
+                                            journal_, decoded->create_time, decoded->update_time);
+      }
+      absl::MutexLock lock(&mu_);
+      Forget(key);
+      if (session != nullptr) {
+        Insert(key, std::move(session));
+      } else {
+        EraseKey(key);
+      }
+      return problem;
+    }
+    case storage::v1::Record::kErase: {
+      const std::string key = MapKey(DecodeKey(record.erase()));
+      absl::MutexLock lock(&mu_);
+      EraseKey(key);
+      return std::nullopt;
+    }
+    case storage::v1::Record::kEvicted: {
+      std::string key = MapKey(DecodeKey(record.evicted().key()));
+      absl::MutexLock lock(&mu_);
+      EraseKey(key);
+      Remember(std::move(key), TimeFromTimestamp(record.evicted().evict_time()));
+      return std::nullopt;
+    }
+    case storage::v1::Record::KIND_NOT_SET:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Record>& records) {
+  std::vector<std::string> problems;
+  for (const storage::v1::Record& record : records) {
+    if (std::optional<std::string> problem = Replay(record)) {
+      problems.push_back(*std::move(problem));
+    }
+  }
+  return problems;
+}
+
+int64_t SessionStore::size() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace qparams

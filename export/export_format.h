@@ -1,0 +1,74 @@
+// The deployment formats sessions export to (README "Exporting a calibration run"):
+// the rule that names a session's tensor, what each format can express, and the
+// JSON each format holds for one session. The one implementation of every format:
+// clients receive the rendered bytes and never re-render.
+//
+// Pure functions of their arguments; thread-safe.
+
+#ifndef QPARAMS_EXPORT_EXPORT_FORMAT_H_
+#define QPARAMS_EXPORT_EXPORT_FORMAT_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/granularity.h"
+#include "domain/session.h"
+
+namespace qparams {
+
+enum class ExportFormat {
+  kAimet,              // AIMET encodings 1.0.0
+  kOnnx,               // QuantizeLinear inputs, the layout of AIMET encodings 2.0.0
+  kCompressedTensors,  // compressed-tensors' scale tensors and quantization_config
+};
+
+// "aimet", "onnx" or "compressed-tensors". INVALID_ARGUMENT naming `format` and the
+// allowed names otherwise.
+absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
+
+enum class TensorRole { kWeight, kInput, kOutput };
+
+// "weight", "input", "output": compressed-tensors' prefix of the role's tensors.
+absl::string_view RoleName(TensorRole role);
+
+// Where a session sits in a model.
+struct TensorBinding {
+  // The session name without the export's prefix and then one leading '/' or '.';
+  // the whole name when that leaves nothing.
+  std::string tensor;
+  // kWeight for target WEIGHT. For ACTIVATION, kOutput when the tensor name ends in
+  // ".output" or ".activation_post_process" (torch.ao's observer of a module's
+  // output), else kInput.
+  TensorRole role = TensorRole::kWeight;
+  // The tensor name without a trailing ".weight", ".input", ".output" or
+  // ".activation_post_process": the module compressed-tensors names tensors after.
+  std::string module;
+};
+
+// The binding of the session `session_name`, which starts with `prefix`. When
+// `renames` holds the tensor name, its value replaces it (and the module is taken
+// from the new name); the role still comes from the session's own name.
+TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target,
+                         const std::map<std::string, std::string>& renames = {});
+
+// One initialized session in `format`:
+// - kAimet: one encoding object (for activation_encodings or param_encodings, as the
+//   role says);
+// - kOnnx: one entry of "encodings";
+// - kCompressedTensors: the members of "tensors" (`"<module>.<role>_scale": {...}`
+//   and, for integer dtypes, `..._zero_point`), comma-separated.
+// `indent` starts every line after the first. INVALID_ARGUMENT "session NAME: ..."
+// naming what the format cannot express.
+absl::StatusOr<std::string> RenderSession(ExportFormat format, const SessionInfo& session,
+                                          const TensorBinding& binding, absl::string_view indent);
+
+// compressed-tensors' QuantizationArgs of an initialized session, as a JSON object;
+// sessions with equal args share a config group. INVALID_ARGUMENT as RenderSession.
+absl::StatusOr<std::string> CompressedTensorsArgs(const SessionInfo& session,
+                                                  const TensorBinding& binding);
+
+}  // namespace qparams
+
+#endif  // QPARAMS_EXPORT_EXPORT_FORMAT_H_

@@ -1,0 +1,214 @@
+#include "export/exporter.h"
+
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/json_string.h"
+#include "core/status_macros.h"
+#include "domain/session_cursor.h"
+#include "domain/session_store.h"
+
+namespace qparams {
+namespace {
+
+constexpr size_t kListedNames = 20;  // uninitialized sessions named in the refusal
+constexpr absl::string_view kEntryIndent = "    ";
+
+}  // namespace
+
+Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions options,
+                   ExportFormat format)
+    : engine_(engine),
+      tenant_(std::move(tenant)),
+      options_(std::move(options)),
+      format_(format),
+      cursor_(std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix)) {}
+
+absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
+                                                          ExportOptions options) {
+  if (!options.prefix.empty()) {
+    QPARAMS_RETURN_IF_ERROR(ValidateSessionName(options.prefix, "prefix"));
+  }
+  QPARAMS_ASSIGN_OR_RETURN(const ExportFormat format, ParseExportFormat(options.format));
+  if (options.tensor_names.size() > kMaxTensorNames) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor_names has ", options.tensor_names.size(),
+                                                   " entries; the limit is ", kMaxTensorNames));
+  }
+  for (const auto& [session, tensor] : options.tensor_names) {
+    if (tensor.empty() || tensor.size() > kMaxTensorNameBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor_names[\"", session, "\"] has ", tensor.size(),
+                       " bytes; an exported name has 1 to ", kMaxTensorNameBytes));
+    }
+  }
+  std::unique_ptr<Exporter> exporter(
+      new Exporter(engine, std::move(tenant), std::move(options), format));
+  QPARAMS_RETURN_IF_ERROR(exporter->Check());
+  return exporter;
+}
+
+absl::Status Exporter::Check() {
+  SessionCursor cursor(engine_, tenant_, options_.prefix);
+  int64_t sessions = 0;
+  std::vector<std::string> uninitialized;
+  int64_t uninitialized_count = 0;
+  // Tensor name (compressed-tensors: module and role) -> the session that has it.
+  absl::flat_hash_map<std::string, std::string> owners;
+  absl::flat_hash_map<std::string, int> args_index;  // args_ by value
+  for (;;) {
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* session, cursor.Next());
+    if (session == nullptr) break;
+    ++sessions;
+    if (!session->initialized) {
+      if (uninitialized.size() < kListedNames) uninitialized.push_back(session->name);
+      ++uninitialized_count;
+      continue;
+    }
+    const TensorBinding binding = Bind(*session);
+    QPARAMS_RETURN_IF_ERROR(RenderSession(format_, *session, binding, kEntryIndent).status());
+    std::string key = binding.tensor;
+    if (format_ == ExportFormat::kCompressedTensors) {
+      key = absl::StrCat(binding.module, " as ", RoleName(binding.role));
+      QPARAMS_ASSIGN_OR_RETURN(std::string args, CompressedTensorsArgs(*session, binding));
+      auto [index, added] = args_index.try_emplace(args, static_cast<int>(args_.size()));
+      if (added) args_.push_back(std::move(args));
+      modules_[binding.module].by_role[static_cast<int>(binding.role)] = index->second;
+    }
+    auto [owner, inserted] = owners.try_emplace(key, session->name);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sessions ", owner->second, " and ", session->name, " both export as ", key,
+          " (the names map to tensors as README \"Exporting a calibration run\" says)"));
+    }
+  }
+  if (sessions == 0) {
+    return absl::NotFoundError(absl::StrCat("no session's name starts with prefix \"",
+                                            options_.prefix, "\"; nothing to export"));
+  }
+  if (uninitialized_count > 0 && !options_.allow_uninitialized) {
+    std::string names = absl::StrJoin(uninitialized, ", ");
+    if (uninitialized_count > static_cast<int64_t>(uninitialized.size())) {
+      absl::StrAppend(&names, " and ", uninitialized_count - uninitialized.size(), " more");
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat(uninitialized_count, " of the ", sessions, " sessions under prefix \"",
+                     options_.prefix, "\" never saw data (not initialized): ", names,
+                     "; observe them, delete them, or allow_uninitialized (qparams-cli "
+                     "--allow-uninitialized) to leave them out"));
+  }
+  return absl::OkStatus();
+}
+
+TensorBinding Exporter::Bind(const SessionInfo& session) const {
+  return BindTensor(session.name, options_.prefix, session.spec.target, options_.tensor_names);
+}
+
+bool Exporter::InPass(const TensorBinding& binding) const {
+  if (format_ != ExportFormat::kAimet) return true;
+  return (binding.role == TensorRole::kWeight) == (pass_ == 1);  // activations first
+}
+
+std::string Exporter::Opening() const {
+  switch (format_) {
+    case ExportFormat::kAimet:
+      return "{\n  \"version\": \"1.0.0\",\n  \"activation_encodings\": [";
+    case ExportFormat::kOnnx:
+      return "{\n  \"version\": \"2.0.0\",\n  \"encodings\": [";
+    case ExportFormat::kCompressedTensors:
+      return "{\n  \"tensors\": {";
+  }
+  return "";
+}
+
+std::string Exporter::BetweenPasses() const { return "\n  ],\n  \"param_encodings\": ["; }
+
+std::string Exporter::Closing() const {
+  switch (format_) {
+    case ExportFormat::kAimet:
+      return "\n  ],\n  \"excluded_layers\": []\n}\n";
+    case ExportFormat::kOnnx:
+      return "\n  ]\n}\n";
+    case ExportFormat::kCompressedTensors:
+      return absl::StrCat("\n  },\n  \"quantization_config\": ", QuantizationConfig(), "\n}\n");
+  }
+  return "";
+}
+
+std::string Exporter::QuantizationConfig() const {
+  // Modules whose three args are equal share a group, numbered by their first module.
+  std::map<std::array<int, 3>, std::vector<std::string>> groups;  // args -> modules
+  std::vector<std::array<int, 3>> order;
+  for (const auto& [module, args] : modules_) {
+    std::vector<std::string>& modules = groups[args.by_role];
+    if (modules.empty()) order.push_back(args.by_role);
+    modules.push_back(module);
+  }
+  std::string out =
+      "{\n    \"quant_method\": \"compressed-tensors\",\n    \"format\": \"naive-quantized\",\n"
+      "    \"quantization_status\": \"frozen\",\n    \"config_groups\": {";
+  for (size_t g = 0; g < order.size(); ++g) {
+    const std::vector<std::string>& modules = groups[order[g]];
+    const std::array<int, 3>& args = order[g];
+    auto or_null = [&](TensorRole role) -> absl::string_view {
+      const int index = args[static_cast<int>(role)];
+      return index < 0 ? "null" : absl::string_view(args_[index]);
+    };
+    absl::StrAppend(&out, g > 0 ? "," : "", "\n      \"group_", g, "\": {\n        \"targets\": [",
+                    absl::StrJoin(modules, ", ", AppendJsonString),
+                    "],\n        \"weights\": ", or_null(TensorRole::kWeight),
+                    ",\n        \"input_activations\": ", or_null(TensorRole::kInput),
+                    ",\n        \"output_activations\": ", or_null(TensorRole::kOutput),
+                    "\n      }");
+  }
+  absl::StrAppend(&out, order.empty() ? "" : "\n    ", "},\n    \"ignore\": []\n  }");
+  return out;
+}
+
+absl::StatusOr<std::string> Exporter::Next() {
+  std::string piece;
+  while (piece.size() < kPieceBytes && stage_ != Stage::kDone) {
+    switch (stage_) {
+      case Stage::kOpening:
+        piece += Opening();
+        stage_ = Stage::kSessions;
+        break;
+      case Stage::kSessions: {
+        QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* next, cursor_->Next());
+        if (next == nullptr) {  // the pass is over
+          if (++pass_ < passes()) {
+            piece += BetweenPasses();
+            cursor_ = std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix);
+            first_in_pass_ = true;
+          } else {
+            stage_ = Stage::kClosing;
+          }
+          break;
+        }
+        const SessionInfo& session = *next;
+        if (!session.initialized) break;  // refused by Check unless allowed
+        const TensorBinding binding = Bind(session);
+        if (!InPass(binding)) break;
+        QPARAMS_ASSIGN_OR_RETURN(std::string rendered,
+                                 RenderSession(format_, session, binding, kEntryIndent));
+        absl::StrAppend(&piece, first_in_pass_ ? "\n" : ",\n", kEntryIndent, rendered);
+        first_in_pass_ = false;
+        break;
+      }
+      case Stage::kClosing:
+        piece += Closing();
+        stage_ = Stage::kDone;
+        break;
+      case Stage::kDone:
+        break;
+    }
+  }
+  return piece;
+}
+
+}  // namespace qparams

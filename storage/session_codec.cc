@@ -1,0 +1,359 @@
+#include "storage/session_codec.h"
+
+#include <cstring>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/timestamp.h"
+#include "core/registry.h"
+#include "core/status_macros.h"
+
+namespace qparams {
+namespace {
+
+namespace sv1 = storage::v1;
+
+absl::StatusOr<DType> DecodeDType(int dtype, absl::string_view field) {
+  switch (dtype) {
+    case sv1::FLOAT32:
+      return DType::kFloat32;
+    case sv1::FLOAT16:
+      return DType::kFloat16;
+    case sv1::BFLOAT16:
+      return DType::kBFloat16;
+    case sv1::FLOAT64:
+      return DType::kFloat64;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(field, " is not a dtype (", dtype, ")"));
+  }
+}
+
+sv1::DType EncodeDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return sv1::FLOAT32;
+    case DType::kFloat16:
+      return sv1::FLOAT16;
+    case DType::kBFloat16:
+      return sv1::BFLOAT16;
+    case DType::kFloat64:
+      return sv1::FLOAT64;
+  }
+  return sv1::DTYPE_UNSPECIFIED;
+}
+
+sv1::QuantSpec EncodeSpec(const QuantSpec& spec) {
+  sv1::QuantSpec out;
+  out.set_dtype(spec.dtype);
+  switch (spec.qscheme) {
+    case QScheme::kSymmetric:
+      out.set_qscheme(sv1::SYMMETRIC);
+      break;
+    case QScheme::kAsymmetric:
+      out.set_qscheme(sv1::ASYMMETRIC);
+      break;
+    case QScheme::kSymmetricWithClipping:
+      out.set_qscheme(sv1::SYMMETRIC_WITH_CLIPPING);
+      break;
+  }
+  const Granularity& g = spec.granularity;
+  switch (g.kind()) {
+    case Granularity::Kind::kPerTensor:
+      out.mutable_granularity()->mutable_per_tensor();
+      break;
+    case Granularity::Kind::kPerChannel:
+      out.mutable_granularity()->mutable_per_channel()->set_axis(static_cast<int32_t>(*g.axis()));
+      break;
+    case Granularity::Kind::kPerBlock: {
+      sv1::PerBlock* b = out.mutable_granularity()->mutable_per_block();
+      if (g.axis()) b->set_axis(static_cast<int32_t>(*g.axis()));
+      b->mutable_block_size()->Assign(g.block_size().begin(), g.block_size().end());
+      break;
+    }
+  }
+  out.set_target(spec.target == Target::kActivation ? sv1::ACTIVATION : sv1::WEIGHT);
+  if (spec.quant_min) out.set_quant_min(*spec.quant_min);
+  if (spec.quant_max) out.set_quant_max(*spec.quant_max);
+  sv1::FloatRange* range = out.mutable_float_range();
+  if (spec.float_range.min) range->set_min(*spec.float_range.min);
+  if (spec.float_range.max) range->set_max(*spec.float_range.max);
+  out.set_scale_dtype(spec.scale_dtype);
+  out.set_range_calculator(spec.range_calculator);
+  return out;
+}
+
+absl::StatusOr<QuantSpec> DecodeSpec(const sv1::QuantSpec& spec) {
+  QuantSpec out;
+  if (!spec.dtype().empty()) out.dtype = spec.dtype();
+  // Unset enums and granularity read as their defaults, as the wire's did when
+  // directories were written with its messages.
+  switch (spec.qscheme()) {
+    case sv1::QSCHEME_UNSPECIFIED:
+    case sv1::SYMMETRIC:
+      out.qscheme = QScheme::kSymmetric;
+      break;
+    case sv1::ASYMMETRIC:
+      out.qscheme = QScheme::kAsymmetric;
+      break;
+    case sv1::SYMMETRIC_WITH_CLIPPING:
+      out.qscheme = QScheme::kSymmetricWithClipping;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("spec.qscheme is ", spec.qscheme()));
+  }
+  switch (spec.target()) {
+    case sv1::TARGET_UNSPECIFIED:
+    case sv1::WEIGHT:
+      out.target = Target::kWeight;
+      break;
+    case sv1::ACTIVATION:
+      out.target = Target::kActivation;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("spec.target is ", spec.target()));
+  }
+  const sv1::Granularity& g = spec.granularity();
+  switch (g.kind_case()) {
+    case sv1::Granularity::KIND_NOT_SET:
+    case sv1::Granularity::kPerTensor:
+      out.granularity = Granularity::PerTensor();
+      break;
+    case sv1::Granularity::kPerChannel:
+      out.granularity = Granularity::PerChannel(g.per_channel().axis());
+      break;
+    case sv1::Granularity::kPerBlock: {
+      std::optional<int64_t> axis;
+      if (g.per_block().has_axis()) axis = g.per_block().axis();
+      out.granularity = Granularity::PerBlock(
+          axis, {g.per_block().block_size().begin(), g.per_block().block_size().end()});
+      break;
+    }
+  }
+  if (spec.has_quant_min()) out.quant_min = spec.quant_min();
+  if (spec.has_quant_max()) out.quant_max = spec.quant_max();
+  if (spec.float_range().has_min()) out.float_range.min = spec.float_range().min();
+  if (spec.float_range().has_max()) out.float_range.max = spec.float_range().max();
+  out.scale_dtype = spec.scale_dtype();
+  out.range_calculator = spec.range_calculator();
+  return out;
+}
+
+// A vector's bytes as a `bytes` field, and back (little-endian: the project builds
+// for little-endian machines only, as the journal's frames say).
+template <typename T>
+std::string ToBytes(const std::vector<T>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
+}
+
+template <typename T>
+absl::StatusOr<std::vector<T>> FromBytes(const std::string& bytes, absl::string_view field) {
+  if (bytes.size() % sizeof(T) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " holds ", bytes.size(), " bytes, not a whole number of values"));
+  }
+  std::vector<T> values(bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+sv1::QParams EncodeQParams(const QParams& q) {
+  sv1::QParams out;
+  out.mutable_shape()->Assign(q.shape.begin(), q.shape.end());
+  out.set_scale_f32(ToBytes(q.scale));
+  out.set_zero_point_i32(ToBytes(q.zero_point));
+  out.set_minval_f32(ToBytes(q.minval));
+  out.set_has_zero_point(q.has_zero_point);
+  out.set_has_minval(q.has_minval);
+  if (q.precision) out.set_precision(EncodeDType(*q.precision));
+  return out;
+}
+
+absl::StatusOr<QParams> DecodeQParams(const sv1::QParams& q) {
+  QParams out;
+  out.shape.assign(q.shape().begin(), q.shape().end());
+  // Directories written before the bytes fields hold repeated fields instead.
+  if (!q.scale_f32().empty() || q.scale().empty()) {
+    QPARAMS_ASSIGN_OR_RETURN(out.scale, FromBytes<float>(q.scale_f32(), "qparams.scale_f32"));
+    QPARAMS_ASSIGN_OR_RETURN(out.zero_point,
+                             FromBytes<int32_t>(q.zero_point_i32(), "qparams.zero_point_i32"));
+    QPARAMS_ASSIGN_OR_RETURN(out.minval, FromBytes<float>(q.minval_f32(), "qparams.minval_f32"));
+  } else {
+    out.scale.assign(q.scale().begin(), q.scale().end());
+    out.zero_point.assign(q.zero_point().begin(), q.zero_point().end());
+    out.minval.assign(q.minval().begin(), q.minval().end());
+  }
+  out.has_zero_point = q.has_zero_point();
+  out.has_minval = q.has_minval();
+  if (q.precision() != sv1::DTYPE_UNSPECIFIED) {
+    QPARAMS_ASSIGN_OR_RETURN(out.precision, DecodeDType(q.precision(), "qparams.precision"));
+  }
+  return out;
+}
+
+sv1::HistogramParams EncodeHistogramParams(const HistogramParams& params) {
+  sv1::HistogramParams out;
+  if (params.num_bins) out.set_num_bins(*params.num_bins);
+  if (params.percentile) out.set_percentile(*params.percentile);
+  if (params.start_bin) out.set_start_bin(*params.start_bin);
+  if (params.stride) out.set_stride(*params.stride);
+  out.set_skip_zeros(params.skip_zeros);
+  out.set_nonfinite(params.nonfinite == NonFinitePolicy::kIgnore ? sv1::NONFINITE_IGNORE
+                                                                 : sv1::NONFINITE_REJECT);
+  return out;
+}
+
+absl::StatusOr<HistogramParams> DecodeHistogramParams(const sv1::HistogramParams& params) {
+  HistogramParams out;
+  if (params.has_num_bins()) out.num_bins = params.num_bins();
+  if (params.has_percentile()) out.percentile = params.percentile();
+  if (params.has_start_bin()) out.start_bin = params.start_bin();
+  if (params.has_stride()) out.stride = params.stride();
+  out.skip_zeros = params.skip_zeros();
+  switch (params.nonfinite()) {
+    case sv1::NONFINITE_POLICY_UNSPECIFIED:
+    case sv1::NONFINITE_REJECT:
+      out.nonfinite = NonFinitePolicy::kReject;
+      break;
+    case sv1::NONFINITE_IGNORE:
+      out.nonfinite = NonFinitePolicy::kIgnore;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("histogram_params.nonfinite is ", params.nonfinite()));
+  }
+  return out;
+}
+
+sv1::Histogram EncodeHistogram(const Histogram& h) {
+  sv1::Histogram out;
+  out.set_num_bins(h.num_bins);
+  out.set_exponent(h.exponent);
+  out.set_counts_u64(ToBytes(h.counts));
+  out.set_zero_count(h.zero_count);
+  out.set_negative_count(h.negative_count);
+  out.set_nan_count(h.nan_count);
+  out.set_posinf_count(h.posinf_count);
+  out.set_neginf_count(h.neginf_count);
+  if (h.min) out.set_min(*h.min);
+  if (h.max) out.set_max(*h.max);
+  return out;
+}
+
+// The calculator checks the histogram (ValidateHistogramState) when it restores it.
+absl::StatusOr<Histogram> DecodeHistogram(const sv1::Histogram& h) {
+  Histogram out;
+  out.num_bins = h.num_bins();
+  out.exponent = h.exponent();
+  QPARAMS_ASSIGN_OR_RETURN(out.counts, FromBytes<uint64_t>(h.counts_u64(), "histogram.counts_u64"));
+  out.zero_count = h.zero_count();
+  out.negative_count = h.negative_count();
+  out.nan_count = h.nan_count();
+  out.posinf_count = h.posinf_count();
+  out.neginf_count = h.neginf_count();
+  if (h.has_min()) out.min = h.min();
+  if (h.has_max()) out.max = h.max();
+  return out;
+}
+
+}  // namespace
+
+sv1::SessionKey EncodeKey(const SessionKey& key) {
+  sv1::SessionKey out;
+  out.set_tenant(key.tenant);
+  out.set_name(key.name);
+  return out;
+}
+
+SessionKey DecodeKey(const sv1::SessionKey& key) { return {key.tenant(), key.name()}; }
+
+sv1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time) {
+  sv1::Record record;
+  *record.mutable_evicted()->mutable_key() = EncodeKey(key);
+  *record.mutable_evicted()->mutable_evict_time() = TimestampFromTime(evict_time);
+  return record;
+}
+
+sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
+                                absl::Time create_time, absl::Time update_time) {
+  sv1::SessionState out;
+  *out.mutable_key() = EncodeKey(key);
+  out.set_calculator(state.calculator);
+  *out.mutable_spec() = EncodeSpec(state.spec);
+  if (state.averaging_constant) out.set_averaging_constant(*state.averaging_constant);
+  out.set_initialized(state.initialized);
+  out.set_export_mode(state.export_mode);
+  out.set_compute_dtype_for_export(EncodeDType(state.compute_dtype_for_export));
+  out.set_observation_count(state.observation_count);
+  *out.mutable_qparams() = EncodeQParams(state.qparams);
+  if (state.running) {
+    sv1::RunningRange* running = out.mutable_running();
+    running->set_precision(EncodeDType(state.running->precision));
+    running->mutable_shape()->Assign(state.running->shape.begin(), state.running->shape.end());
+    running->mutable_lo()->Assign(state.running->lo.begin(), state.running->lo.end());
+    running->mutable_hi()->Assign(state.running->hi.begin(), state.running->hi.end());
+  }
+  if (state.histogram_params) {
+    *out.mutable_histogram_params() = EncodeHistogramParams(*state.histogram_params);
+  }
+  if (state.histogram) *out.mutable_histogram() = EncodeHistogram(*state.histogram);
+  *out.mutable_create_time() = TimestampFromTime(create_time);
+  *out.mutable_update_time() = TimestampFromTime(update_time);
+  return out;
+}
+
+absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
+  const SessionKey key = DecodeKey(record.key());
+  auto invalid = [&](const absl::Status& status) {
+    return absl::InvalidArgumentError(absl::StrCat("session \"", key.name, "\" (tenant \"",
+                                                   key.tenant, "\"): ", status.message()));
+  };
+  CalculatorState state;
+  state.calculator = record.calculator();
+  absl::StatusOr<QuantSpec> spec = DecodeSpec(record.spec());
+  if (!spec.ok()) return invalid(spec.status());
+  state.spec = *std::move(spec);
+  if (record.has_averaging_constant()) state.averaging_constant = record.averaging_constant();
+  state.initialized = record.initialized();
+  state.export_mode = record.export_mode();
+  absl::StatusOr<DType> dtype =
+      DecodeDType(record.compute_dtype_for_export(), "compute_dtype_for_export");
+  if (!dtype.ok()) return invalid(dtype.status());
+  state.compute_dtype_for_export = *dtype;
+  state.observation_count = record.observation_count();
+  absl::StatusOr<QParams> qparams = DecodeQParams(record.qparams());
+  if (!qparams.ok()) return invalid(qparams.status());
+  state.qparams = *std::move(qparams);
+  if (record.has_running()) {
+    const sv1::RunningRange& r = record.running();
+    absl::StatusOr<DType> precision = DecodeDType(r.precision(), "running.precision");
+    if (!precision.ok()) return invalid(precision.status());
+    state.running = WorkingRange{*precision,
+                                 {r.shape().begin(), r.shape().end()},
+                                 {r.lo().begin(), r.lo().end()},
+                                 {r.hi().begin(), r.hi().end()}};
+  }
+  if (record.has_histogram_params()) {
+    absl::StatusOr<HistogramParams> params = DecodeHistogramParams(record.histogram_params());
+    if (!params.ok()) return invalid(params.status());
+    state.histogram_params = *std::move(params);
+  }
+  if (record.has_histogram()) {
+    absl::StatusOr<Histogram> histogram = DecodeHistogram(record.histogram());
+    if (!histogram.ok()) return invalid(histogram.status());
+    state.histogram = *std::move(histogram);
+  }
+  absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
+      CreateStatefulFromState(std::move(state));
+  if (!calculator.ok()) return invalid(calculator.status());
+  DecodedSession out;
+  out.key = key;
+  out.calculator = *std::move(calculator);
+  out.create_time = TimeFromTimestamp(record.create_time());
+  out.update_time = TimeFromTimestamp(record.update_time());
+  return out;
+}
+
+}  // namespace qparams

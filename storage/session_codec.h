@@ -1,0 +1,57 @@
+// Sessions in the on-disk format (qparams.storage.v1): a core CalculatorState plus
+// the session's key and times. Decoding checks the state through CreateFromState, so
+// a record that parses but is inconsistent is refused, never half-restored.
+//
+// The storage format has its own messages (storage/qparams/storage/v1/storage.proto),
+// so this codec is the only translation between them and the core's values; it
+// knows nothing of the wire contract.
+
+#ifndef QPARAMS_STORAGE_SESSION_CODEC_H_
+#define QPARAMS_STORAGE_SESSION_CODEC_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/calculator_state.h"
+#include "core/qparams_calculator.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "qparams/storage/v1/storage.pb.h"
+
+namespace qparams {
+
+// Who owns a session and what it is called; tenant "" when authentication is off.
+struct SessionKey {
+  std::string tenant;
+  std::string name;
+  friend bool operator==(const SessionKey& a, const SessionKey& b) {
+    return a.tenant == b.tenant && a.name == b.name;
+  }
+};
+
+storage::v1::SessionKey EncodeKey(const SessionKey& key);
+SessionKey DecodeKey(const storage::v1::SessionKey& key);
+
+// The record of an eviction.
+storage::v1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time);
+
+// A session's whole state as a record.
+storage::v1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
+                                        absl::Time create_time, absl::Time update_time);
+
+// A decoded record: the calculator rebuilt from it, ready to continue bit-identically.
+struct DecodedSession {
+  SessionKey key;
+  std::unique_ptr<StatefulQParamsCalculatorBase> calculator;
+  absl::Time create_time;
+  absl::Time update_time;
+};
+
+// INVALID_ARGUMENT (naming the session) for a record that does not describe a
+// consistent stateful calculator.
+absl::StatusOr<DecodedSession> DecodeSession(const storage::v1::SessionState& record);
+
+}  // namespace qparams
+
+#endif  // QPARAMS_STORAGE_SESSION_CODEC_H_
