@@ -1,5 +1,9 @@
 // qparams-cli: the commands, their arguments and their output, apart from the absl
 // flags that feed them (defined in cli_main.cc), so that every piece can be tested.
+//
+// Target qparams_cli_lib (with partial_file.h; client/README.md): the top of the
+// client's targets, composing the RPC client, .npy files and the report; nothing
+// below it includes this.
 
 #ifndef QPARAMS_CLIENT_CLI_H_
 #define QPARAMS_CLIENT_CLI_H_

@@ -5,6 +5,9 @@
 //
 // A Client is thread-safe: its calls may run concurrently from any threads.
 //
+// Target qparams_client (client/README.md): the RPC client alone; it composes
+// qparams_client_routing and includes none of the tools (cli, npy, report).
+//
 // Sharded deployments (replicas behind HAProxy, docs/sharding.md): every call that
 // names one session carries it in the x-qparams-session header, on which the
 // balancer routes it to the session's owner. Calls over many sessions (ObserveStream,
@@ -14,7 +17,8 @@
 // of one server (no slot map), or of a deployment of one replica, makes the same
 // single call as always. After an operator moves slots, make a new Client: an old
 // one's calls to the former owner are refused with FAILED_PRECONDITION naming the
-// new owner.
+// new owner. The routing is a ReplicaRouter (client/replica_router.h) the Client
+// composes.
 
 #ifndef QPARAMS_CLIENT_CLIENT_H_
 #define QPARAMS_CLIENT_CLIENT_H_
@@ -25,10 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/histogram.h"
 #include "core/tensor.h"
@@ -40,7 +43,7 @@
 
 namespace qparams {
 
-class SlotMap;
+class ReplicaRouter;
 
 struct ClientOptions {
   // The deadline of every call, measured from its start (for ObserveStream, of the
@@ -109,6 +112,7 @@ class Client {
 
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
+  ~Client();
 
   // The calculator registry, sorted by key.
   absl::StatusOr<v1::ListCalculatorsResponse> ListCalculators();
@@ -212,40 +216,20 @@ class Client {
  private:
   Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options);
 
-  // The slot map of a sharded deployment, read with GetTopology at the first call
-  // and kept; null for a single server (or one replica, or a server without
-  // GetTopology), whose calls are never split.
-  absl::StatusOr<std::shared_ptr<const SlotMap>> Routing();
-  // One of ObserveStreamTo and ObserveBatchTo.
-  using ObserveCall = absl::StatusOr<std::vector<v1::ObserveResponse>> (Client::*)(
-      const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
-  // `call` with every request, or, sharded, once per owning replica with its part, at
-  // once, the responses put back in order (the first failure by replica name).
-  absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveByOwner(
-      const std::vector<v1::ObserveRequest>& requests, ObserveCall call);
   // ObserveStream over one stream, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStreamTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
   // ObserveBatch in one call, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatchTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
-  // `request` on each replica of `routing`, merged.
-  absl::StatusOr<v1::ListSessionsResponse> ListSessionsMerged(
-      const SlotMap& routing, const v1::ListSessionsRequest& request);
-  // ReadSessions on each replica of `routing`, merged.
-  absl::Status ReadSessionsMerged(const SlotMap& routing, const std::string& prefix,
-                                  const std::function<absl::Status(const v1::Session&)>& each);
 
   const absl::Duration timeout_;
   const int max_message_bytes_;
   const std::string authorization_;  // "Bearer <token>", or "" for none
-  const std::string replica_;        // ClientOptions::replica
   const std::unique_ptr<v1::QParamsService::Stub> stub_;
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_;
-
-  absl::Mutex routing_mu_;
-  bool routing_read_ ABSL_GUARDED_BY(routing_mu_) = false;
-  std::shared_ptr<const SlotMap> routing_ ABSL_GUARDED_BY(routing_mu_);
+  // Headers, splits and merges of sharded deployments; calls GetTopology.
+  const std::unique_ptr<ReplicaRouter> router_;
 };
 
 }  // namespace qparams

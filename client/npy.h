@@ -1,5 +1,8 @@
 // NumPy .npy files (format versions 1.0, 2.0 and 3.0) as core tensors: how the CLI
 // reads what a Python user saves with np.save.
+//
+// Target qparams_npy (client/README.md): a tool over core tensors and files; it
+// depends on the core only, never on the RPC client or the wire.
 
 #ifndef QPARAMS_CLIENT_NPY_H_
 #define QPARAMS_CLIENT_NPY_H_

@@ -1,6 +1,8 @@
 // A file written whole or not at all: qparams-cli's `export -o FILE` and
 // `report --html FILE` write FILE.partial and rename it to FILE at the end, so that
 // FILE is never half a document, and a failure leaves neither file behind.
+//
+// Part of target qparams_cli_lib (client/README.md), for the CLI's output files.
 
 #ifndef QPARAMS_CLIENT_PARTIAL_FILE_H_
 #define QPARAMS_CLIENT_PARTIAL_FILE_H_

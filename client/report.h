@@ -3,6 +3,9 @@
 // document, and optionally as one self-contained HTML page with a plot of each
 // initialized session's per-channel (or per-block) ranges and scales, or of a
 // histogram session's histogram of |x| with its chosen amax.
+//
+// Target qparams_report (client/README.md): a tool, rendering Session messages it
+// is given; it depends on the wire messages only, never on the RPC client.
 
 #ifndef QPARAMS_CLIENT_REPORT_H_
 #define QPARAMS_CLIENT_REPORT_H_

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import heapq
 import os
 import queue as queue_module
 import re
 import threading
-import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -24,12 +22,16 @@ import grpc
 from qparams._background import ObserveQueue
 from qparams._export import decode_compressed_tensors, require_torch
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
-                             Unimplemented, error_from_rpc)
+                             error_from_rpc)
 from qparams._fork_proxy import ForkProxy, fork_support_enabled
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._histogram import (Histogram, HistogramParamsLike, histogram_params,
                                 histogram_request)
 from qparams._results import ObserveResult, QParams, stream_outcome
+# The headers stay importable from here, where they were defined.
+from qparams._routing import REPLICA_HEADER, SESSION_HEADER
+from qparams._routing import (Router, SlotMap, merge_by_name, replica_header, session_header,
+                              valid_replica)
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
 from qparams._tensors import TensorLike, fill_tensor, range_request, tensor_request
 from qparams.v1 import qparams_pb2 as pb
@@ -39,13 +41,6 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Client", "DEFAULT_TARGET"]
-
-#: The metadata that carries a call's session name for routing (common/slot.h).
-SESSION_HEADER = "x-qparams-session"
-#: The metadata that addresses a call to one replica by name (common/slot.h).
-REPLICA_HEADER = "x-qparams-replica"
-
-_REPLICA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,64}")
 
 #: Where a Client connects without a target argument or $QPARAMS_TARGET (`make run`).
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -107,22 +102,6 @@ class _Layout(NamedTuple):
                    session.histogram if session.HasField("histogram") else None)
 
 
-class _Routing:
-    """Which replica owns each slot of a sharded deployment (from GetTopology)."""
-
-    def __init__(self, topology: pb.Topology) -> None:
-        self.slot_count = topology.slot_count
-        self.replicas = sorted(topology.replicas)
-        self._owners = [""] * topology.slot_count
-        for r in topology.ranges:
-            self._owners[r.low:r.high + 1] = [r.replica] * (r.high - r.low + 1)
-
-    def owner(self, name: str) -> str:
-        """The replica that owns the session `name`: crc32(name) mod slot_count, as
-        GetTopology documents the slot."""
-        return self._owners[zlib.crc32(name.encode("utf-8", "surrogatepass")) % self.slot_count]
-
-
 class Client:
     """A client of a qparams server. Thread-safe; a context manager that closes it.
 
@@ -131,7 +110,8 @@ class Client:
     routes it to the owner. Calls over many sessions (observe_many, observe_batch,
     observe_async) and over all of them (list_sessions, read_sessions) are split into
     one call per owning replica, addressed by the x-qparams-replica header, using the
-    topology read once with GetTopology at the first such call. Against one server
+    topology read once with GetTopology at the first such call (qparams/_routing.py
+    decides; the client makes the calls). Against one server
     (no slot map) or one replica they make the single call they always did. After an
     operator moves slots, make a new Client: an old one's calls to the former owner
     are refused with FailedPrecondition naming the new owner.
@@ -194,13 +174,13 @@ class Client:
         if token and not (len(token) <= 4096 and token.isascii() and token.isprintable()
                           and " " not in token):
             raise ValueError("token must be 1 to 4096 printable ASCII characters without spaces")
-        if replica is not None and not _REPLICA_NAME.fullmatch(replica):
+        if replica is not None and not valid_replica(replica):
             raise ValueError(f"replica {replica!r} is not 1 to 64 characters of [a-zA-Z0-9._-]")
         self.timeout = timeout
         self.replica = replica
         extra = _check_metadata(metadata)
         # Every qparams call's metadata; health sends only the replica's header.
-        self._health_metadata = (((REPLICA_HEADER, replica),) if replica else ()) + extra or None
+        self._health_metadata = replica_header(replica) + extra or None
         self._metadata = ((("authorization", f"Bearer {token}"),) if token else ()) + (
             self._health_metadata or ()) or None
 
@@ -224,9 +204,7 @@ class Client:
         self._specs_lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: ObserveQueue | None = None
-        self._routing_lock = threading.Lock()
-        self._routing_read = False
-        self._routing_value: _Routing | None = None
+        self._router = Router(replica, self.topology)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -260,7 +238,7 @@ class Client:
         self._queue_lock = threading.Lock()
         self._queue = None
         self._specs_lock = threading.Lock()
-        self._routing_lock = threading.Lock()
+        self._router.after_fork()
         if fork_support_enabled():  # the user opted in to gRPC's own (see _fork_proxy.py)
             self._connect()
             return
@@ -306,37 +284,13 @@ class Client:
                    metadata: Metadata = None) -> tuple[tuple[str, str], ...] | None:
         """The call's metadata: the token, the client's and the caller's metadata,
         and the header addressing it to `replica` (None: unaddressed)."""
-        sent = _joined(self._metadata, metadata)
-        if replica is None:
-            return sent
-        return (sent or ()) + ((REPLICA_HEADER, replica),)
-
-    def _routing(self) -> _Routing | None:
-        """The slot owners of a sharded deployment, read with GetTopology once; None
-        for one server or one replica (or a server without GetTopology), or when
-        every call goes to the client's `replica`."""
-        if self.replica is not None:
-            return None
-        with self._routing_lock:
-            if not self._routing_read:
-                try:
-                    topology = self.topology()
-                except Unimplemented:
-                    topology = None  # a server from before GetTopology is a single server
-                if topology is not None and len(topology.replicas) > 1:
-                    self._routing_value = _Routing(topology)
-                self._routing_read = True
-            return self._routing_value
+        return (_joined(self._metadata, metadata) or ()) + replica_header(replica) or None
 
     def _routed(self, session: str,
                 metadata: Metadata = None) -> tuple[tuple[str, str], ...] | None:
         """The call's metadata: as _addressed, and the routing header of the session
-        it names, on which a balancer in front of sharded replicas routes (a name no
-        header can carry goes without: the server refuses that name anyway)."""
-        sent = self._addressed(None, metadata)
-        if not (session and session.isascii() and session.isprintable()):  # " " to "~"
-            return sent
-        return (sent or ()) + ((SESSION_HEADER, session),)
+        it names, on which a balancer in front of sharded replicas routes."""
+        return (_joined(self._metadata, metadata) or ()) + session_header(session) or None
 
     # ------------------------------------------------------------------ the RPCs
 
@@ -438,14 +392,12 @@ class Client:
         """Every session whose name starts with `prefix`, in name order, fetching page
         after page (page_size 0: the server's default of 50; at most 1000). Sharded:
         each replica's pages, merged in name order."""
-        routing = self._routing()
-        if routing is None:
+        slot_map = self._router.slot_map()
+        if slot_map is None:
             yield from self._list_pages(prefix, page_size, None, timeout, metadata)
             return
-        yield from heapq.merge(*(self._list_pages(prefix, page_size, replica, timeout,
-                                                  metadata)
-                                 for replica in routing.replicas),
-                               key=lambda session: session.name)
+        yield from merge_by_name(self._list_pages(prefix, page_size, replica, timeout, metadata)
+                                 for replica in slot_map.replicas)
 
     def _list_pages(self, prefix: str, page_size: int, replica: str | None,
                     timeout: float | None, metadata: Metadata) -> Iterator[pb.Session]:
@@ -475,8 +427,8 @@ class Client:
         Raises:
             InvalidArgument: a prefix with characters no session name holds.
         """
-        routing = self._routing()
-        replicas = [None] if routing is None else routing.replicas
+        slot_map = self._router.slot_map()
+        replicas = [None] if slot_map is None else slot_map.replicas
         calls = [self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
                                          timeout=timeout or self.timeout,
                                          metadata=self._addressed(replica, metadata))
@@ -492,8 +444,7 @@ class Client:
             if len(calls) == 1:
                 yield from read(calls[0], replicas[0])
             else:
-                yield from heapq.merge(*(read(c, r) for c, r in zip(calls, replicas)),
-                                       key=lambda session: session.name)
+                yield from merge_by_name(read(c, r) for c, r in zip(calls, replicas))
         finally:
             for call in calls:
                 call.cancel()
@@ -531,11 +482,11 @@ class Client:
         for what, value in (("prefix", prefix), ("format", format)):
             if not isinstance(value, str):
                 raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-        routing = self._routing()
-        if routing is not None:
+        slot_map = self._router.slot_map()
+        if slot_map is not None:
             raise FailedPrecondition(
                 "exports of a sharded deployment are not supported: a document holds one "
-                f"replica's sessions; export from each replica ({', '.join(routing.replicas)}) "
+                f"replica's sessions; export from each replica ({', '.join(slot_map.replicas)}) "
                 "by its own address")
         request = pb.ExportSessionsRequest(prefix=prefix, format=format,
                                            allow_uninitialized=bool(allow_uninitialized),
@@ -651,9 +602,9 @@ class Client:
         is due, after the answers before it.
         """
         check_reduce(reduce)
-        routing = self._routing()
-        if routing is not None:
-            yield from self._observe_streams(routing, items, reduce, omit_qparams, timeout,
+        slot_map = self._router.slot_map()
+        if slot_map is not None:
+            yield from self._observe_streams(slot_map, items, reduce, omit_qparams, timeout,
                                              metadata)
             return
         names: collections.deque[str] = collections.deque()
@@ -683,7 +634,7 @@ class Client:
         if failure:
             raise failure[0]
 
-    def _observe_streams(self, routing: _Routing, items: Iterable[tuple[str, TensorLike]],
+    def _observe_streams(self, slot_map: SlotMap, items: Iterable[tuple[str, TensorLike]],
                          reduce: str, omit_qparams: bool, timeout: float | None,
                          metadata: Metadata) -> Iterator[ObserveResult | QParamsError]:
         """observe_many over one ObserveStream per owning replica.
@@ -709,7 +660,7 @@ class Client:
                 for name, x in items:
                     credit.acquire()
                     request = self._request(name, x, reduce, omit_qparams)
-                    replica = routing.owner(name)
+                    replica = slot_map.owner(name)
                     with lock:
                         if stopped[0]:
                             return
@@ -753,18 +704,16 @@ class Client:
         if failure:
             raise failure[0]
 
-    def _observe_batch_by_owner(self, routing: _Routing, request: pb.ObserveBatchRequest, *,
+    def _observe_batch_by_owner(self, slot_map: SlotMap, request: pb.ObserveBatchRequest, *,
                                 raise_failure: bool, timeout: float | None = None,
                                 metadata: Metadata = None) -> pb.ObserveBatchResponse:
         """ObserveBatch split into one call per owning replica, made concurrently, the
         answers put back in order. A failed call is raised (the first by replica
         name, after every call ended) if `raise_failure`, else it becomes the status
         of each of its observations' responses."""
-        parts: dict[str, list[int]] = {}
-        for i, observation in enumerate(request.observations):
-            parts.setdefault(routing.owner(observation.name), []).append(i)
+        parts = slot_map.split(observation.name for observation in request.observations)
         calls = {}
-        for replica, indexes in sorted(parts.items()):
+        for replica, indexes in parts.items():
             part = pb.ObserveBatchRequest(observations=[request.observations[i] for i in indexes])
             calls[replica] = self._stub.ObserveBatch.future(
                 part, timeout=timeout or self.timeout,
@@ -794,10 +743,10 @@ class Client:
     def _send_batch(self, request: pb.ObserveBatchRequest) -> pb.ObserveBatchResponse:
         """observe_async's sender: one ObserveBatch, or one per owning replica (a
         failed one fails only its own observations)."""
-        routing = self._routing()
-        if routing is None:
+        slot_map = self._router.slot_map()
+        if slot_map is None:
             return self._stub.ObserveBatch(request, timeout=self.timeout, metadata=self._metadata)
-        return self._observe_batch_by_owner(routing, request, raise_failure=False)
+        return self._observe_batch_by_owner(slot_map, request, raise_failure=False)
 
     def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
                       omit_qparams: bool = False,
@@ -821,11 +770,11 @@ class Client:
         for name, x in items:
             names.append(name)
             request.observations.append(self._request(name, x, reduce, omit_qparams))
-        routing = self._routing()
-        if routing is None:
+        slot_map = self._router.slot_map()
+        if slot_map is None:
             response = self._call("ObserveBatch", request, timeout, metadata)
         else:
-            response = self._observe_batch_by_owner(routing, request, raise_failure=True,
+            response = self._observe_batch_by_owner(slot_map, request, raise_failure=True,
                                                     timeout=timeout, metadata=metadata)
         return [stream_outcome(r, name) for r, name in zip(response.responses, names)]
 

@@ -1,0 +1,118 @@
+"""The replica routing of a qparams.Client across sharded replicas behind a balancer
+(README "Sharding"): the headers that route or address a call, the topology (read
+once, through the GetTopology call the Client hands over), which replica owns each
+session, and the splitting of calls over many sessions into one per owning replica
+and the merging of their answers. It makes no call of its own and knows nothing of
+the Client, which composes it (as the C++ client composes client/replica_router.h).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+
+from qparams._errors import Unimplemented
+from qparams.v1 import qparams_pb2 as pb
+
+__all__ = ["SESSION_HEADER", "REPLICA_HEADER", "Router", "SlotMap", "valid_replica",
+           "session_header", "replica_header", "merge_by_name"]
+
+#: The metadata that carries a call's session name for routing (common/slot.h).
+SESSION_HEADER = "x-qparams-session"
+#: The metadata that addresses a call to one replica by name (common/slot.h).
+REPLICA_HEADER = "x-qparams-replica"
+
+_REPLICA_NAME = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+
+Headers = tuple[tuple[str, str], ...]
+
+
+def valid_replica(name: str) -> bool:
+    """Whether `name` is a replica name: 1 to 64 characters of [a-zA-Z0-9._-]."""
+    return bool(_REPLICA_NAME.fullmatch(name))
+
+
+def session_header(session: str) -> Headers:
+    """The header on which a balancer routes a call naming `session`; none for ""
+    or a name no header can carry (the server refuses that name anyway)."""
+    if not (session and session.isascii() and session.isprintable()):  # " " to "~"
+        return ()
+    return ((SESSION_HEADER, session),)
+
+
+def replica_header(replica: str | None) -> Headers:
+    """The header addressing a call to `replica`; none for None or ""."""
+    return ((REPLICA_HEADER, replica),) if replica else ()
+
+
+def merge_by_name(parts: Iterable[Iterator[pb.Session]]) -> Iterator[pb.Session]:
+    """The sessions of every replica's name-ordered iterator, in name order."""
+    return heapq.merge(*parts, key=lambda session: session.name)
+
+
+class SlotMap:
+    """Which replica owns each slot of a sharded deployment (from GetTopology)."""
+
+    def __init__(self, topology: pb.Topology) -> None:
+        self.slot_count = topology.slot_count
+        self.replicas = sorted(topology.replicas)
+        self._owners = [""] * topology.slot_count
+        for r in topology.ranges:
+            self._owners[r.low:r.high + 1] = [r.replica] * (r.high - r.low + 1)
+
+    def owner(self, name: str) -> str:
+        """The replica that owns the session `name`: crc32(name) mod slot_count, as
+        GetTopology documents the slot."""
+        return self._owners[zlib.crc32(name.encode("utf-8", "surrogatepass")) % self.slot_count]
+
+    def split(self, names: Iterable[str]) -> dict[str, list[int]]:
+        """The indexes of `names`, by the replica that owns each (replicas in name
+        order)."""
+        parts: dict[str, list[int]] = {}
+        for i, name in enumerate(names):
+            parts.setdefault(self.owner(name), []).append(i)
+        return dict(sorted(parts.items()))
+
+
+class Router:
+    """Decides whether a Client's calls over many sessions are split, and across
+    which replicas. Thread-safe.
+
+    Args:
+        replica: the Client's `replica`: None routes; a name addresses every call
+            to that replica and never splits one (the topology is then never read).
+        read_topology: the GetTopology call, made once at the first split call.
+    """
+
+    def __init__(self, replica: str | None, read_topology: Callable[[], pb.Topology]) -> None:
+        self.replica = replica
+        self._read_topology = read_topology
+        self._lock = threading.Lock()
+        self._read = False
+        self._slot_map: SlotMap | None = None
+
+    def slot_map(self) -> SlotMap | None:
+        """The slot owners of a sharded deployment, read with GetTopology once; None
+        for one server or one replica (or a server without GetTopology), or when
+        every call goes to the client's `replica`. Raises what GetTopology raises
+        (but Unimplemented); after an error the next call reads it again."""
+        if self.replica is not None:
+            return None
+        with self._lock:
+            if not self._read:
+                try:
+                    topology = self._read_topology()
+                except Unimplemented:
+                    topology = None  # a server from before GetTopology is a single server
+                if topology is not None and len(topology.replicas) > 1:
+                    self._slot_map = SlotMap(topology)
+                self._read = True
+            return self._slot_map
+
+    def after_fork(self) -> None:
+        """In a forked child: replaces the lock, which a parent's thread may have held
+        at fork time (the slot map read so far stays valid)."""
+        self._lock = threading.Lock()

@@ -1,0 +1,219 @@
+#include "client/replica_router.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/page_token.h"
+#include "common/slot.h"
+#include "common/slot_map.h"
+
+namespace qparams {
+namespace {
+
+// `status` of a call to one replica of a split call, its message naming the replica.
+absl::Status FromReplica(const std::string& replica, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("replica ", replica, ": ", status.message()));
+}
+
+std::vector<const v1::ObserveRequest*> Pointers(const std::vector<v1::ObserveRequest>& requests) {
+  std::vector<const v1::ObserveRequest*> pointers;
+  pointers.reserve(requests.size());
+  for (const v1::ObserveRequest& request : requests) pointers.push_back(&request);
+  return pointers;
+}
+
+// The requests, by the replica that owns each one's session (replicas in name order),
+// with their indexes in `requests`.
+struct Part {
+  std::vector<size_t> indexes;
+  std::vector<const v1::ObserveRequest*> requests;
+};
+std::map<std::string, Part> SplitByOwner(const SlotMap& routing,
+                                         const std::vector<v1::ObserveRequest>& requests) {
+  std::map<std::string, Part> parts;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Part& part = parts[routing.OwnerOfSession(requests[i].name())];
+    part.indexes.push_back(i);
+    part.requests.push_back(&requests[i]);
+  }
+  return parts;
+}
+
+}  // namespace
+
+ReplicaRouter::ReplicaRouter(std::string replica, TopologyCall get_topology)
+    : replica_(std::move(replica)), get_topology_(std::move(get_topology)) {}
+
+ReplicaRouter::~ReplicaRouter() = default;
+
+void ReplicaRouter::AddHeaders(grpc::ClientContext& context, const std::string& session,
+                               const std::string& replica) {
+  if (!session.empty() &&
+      std::all_of(session.begin(), session.end(), [](char c) { return c >= 0x20 && c <= 0x7e; })) {
+    context.AddMetadata(kSessionHeader, session);
+  }
+  if (!replica.empty()) context.AddMetadata(kReplicaHeader, replica);
+}
+
+absl::StatusOr<std::shared_ptr<const SlotMap>> ReplicaRouter::Routing() {
+  if (!replica_.empty()) return nullptr;  // every call goes to that replica, whole
+  absl::MutexLock lock(&mu_);
+  if (read_) return routing_;
+  absl::StatusOr<v1::Topology> topology = get_topology_();
+  if (!topology.ok()) {
+    // A server from before GetTopology is a single server.
+    if (topology.status().code() != absl::StatusCode::kUnimplemented) return topology.status();
+  } else if (topology->replicas_size() > 1) {
+    if (topology->slot_count() != kSlotCount) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the deployment has ", topology->slot_count(), " slots; this client knows ", kSlotCount));
+    }
+    std::vector<SlotMap::Range> ranges;
+    for (const v1::SlotRange& range : topology->ranges()) {
+      ranges.push_back({range.low(), range.high(), range.replica()});
+    }
+    absl::StatusOr<SlotMap> map = SlotMap::FromRanges(ranges);
+    if (!map.ok()) {
+      return absl::InternalError(
+          absl::StrCat("the server's topology is not a slot map: ", map.status().message()));
+    }
+    routing_ = std::make_shared<const SlotMap>(*std::move(map));
+  }
+  read_ = true;
+  return routing_;
+}
+
+absl::StatusOr<std::vector<std::string>> ReplicaRouter::SplitReplicas() {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  if (*routing == nullptr) return std::vector<std::string>();
+  return (*routing)->replicas();
+}
+
+absl::StatusOr<std::vector<v1::ObserveResponse>> ReplicaRouter::Observe(
+    const std::vector<v1::ObserveRequest>& requests, const ObserveCall& call) {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  if (*routing == nullptr) return call(replica_, Pointers(requests));
+  std::map<std::string, Part> parts = SplitByOwner(**routing, requests);
+  std::vector<absl::StatusOr<std::vector<v1::ObserveResponse>>> answers(
+      parts.size(), absl::UnknownError("not answered"));
+  std::vector<std::thread> threads;
+  size_t k = 0;
+  for (const auto& [replica, part] : parts) {
+    threads.emplace_back(
+        [&, k, replica = &replica, part = &part] { answers[k] = call(*replica, part->requests); });
+    ++k;
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::vector<v1::ObserveResponse> responses(requests.size());
+  k = 0;
+  for (const auto& [replica, part] : parts) {
+    absl::StatusOr<std::vector<v1::ObserveResponse>>& answer = answers[k++];
+    if (!answer.ok()) return FromReplica(replica, answer.status());
+    for (size_t j = 0; j < part.indexes.size(); ++j) {
+      responses[part.indexes[j]] = std::move((*answer)[j]);
+    }
+  }
+  return responses;
+}
+
+absl::StatusOr<v1::ListSessionsResponse> ReplicaRouter::ListSessions(
+    const v1::ListSessionsRequest& request, const ListCall& call) {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  if (*routing == nullptr) return call(replica_, request);
+  std::vector<v1::Session> merged;
+  // Only the names up to the last one of the shortest-reaching page that has more
+  // are surely the next ones: a replica that has more may hold names between its
+  // last and another replica's last.
+  std::optional<std::string> bound;
+  int longest = 0;
+  for (const std::string& replica : (*routing)->replicas()) {
+    absl::StatusOr<v1::ListSessionsResponse> page = call(replica, request);
+    if (!page.ok()) return FromReplica(replica, page.status());
+    longest = std::max(longest, page->sessions_size());
+    if (!page->next_page_token().empty() && page->sessions_size() > 0) {
+      const std::string& last = page->sessions(page->sessions_size() - 1).name();
+      if (!bound || last < *bound) bound = last;
+    }
+    for (v1::Session& session : *page->mutable_sessions()) merged.push_back(std::move(session));
+  }
+  std::sort(merged.begin(), merged.end(),
+            [](const v1::Session& a, const v1::Session& b) { return a.name() < b.name(); });
+  // A page is no longer than the longest replica page (page_size, or the server's
+  // default for 0).
+  size_t taken = 0;
+  while (taken < merged.size() && taken < static_cast<size_t>(longest) &&
+         (!bound || merged[taken].name() <= *bound)) {
+    ++taken;
+  }
+  v1::ListSessionsResponse response;
+  for (size_t i = 0; i < taken; ++i) *response.add_sessions() = std::move(merged[i]);
+  if (taken > 0 && (taken < merged.size() || bound)) {
+    response.set_next_page_token(
+        EncodePageToken(request.filter(), response.sessions(taken - 1).name()));
+  }
+  return response;
+}
+
+absl::Status ReplicaRouter::ReadSessions(
+    const OpenSessions& open, const std::function<absl::Status(const v1::Session&)>& each) {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  if (*routing == nullptr) {
+    std::unique_ptr<SessionStream> stream = open(replica_);
+    absl::Status stopped;
+    for (std::optional<v1::Session> session = stream->Next(); session; session = stream->Next()) {
+      stopped = each(*session);
+      if (!stopped.ok()) {
+        stream->Cancel();
+        break;
+      }
+    }
+    const absl::Status finished = stream->Finish();
+    return stopped.ok() ? finished : stopped;
+  }
+  // One stream per replica, each read one session ahead; the least name goes next.
+  struct Leg {
+    std::string replica;
+    std::unique_ptr<SessionStream> stream;
+    std::optional<v1::Session> next;
+  };
+  std::vector<Leg> legs;
+  for (const std::string& replica : (*routing)->replicas()) {
+    legs.push_back({replica, open(replica), std::nullopt});
+  }
+  // Advances `leg`; the status of its stream once it ended with an error.
+  auto advance = [](Leg& leg) -> absl::Status {
+    leg.next = leg.stream->Next();
+    if (leg.next) return absl::OkStatus();
+    const absl::Status finished = leg.stream->Finish();
+    leg.stream = nullptr;
+    return finished.ok() ? absl::OkStatus() : FromReplica(leg.replica, finished);
+  };
+  absl::Status status;
+  for (Leg& leg : legs) {
+    if (status.ok()) status = advance(leg);
+  }
+  while (status.ok()) {
+    Leg* least = nullptr;
+    for (Leg& leg : legs) {
+      if (leg.next && (least == nullptr || leg.next->name() < least->next->name())) least = &leg;
+    }
+    if (least == nullptr) break;
+    status = each(*least->next);
+    if (status.ok()) status = advance(*least);
+  }
+  for (Leg& leg : legs) {
+    if (leg.stream == nullptr) continue;
+    leg.stream->Cancel();
+    leg.stream->Finish().IgnoreError();  // the merge already failed
+  }
+  return status;
+}
+
+}  // namespace qparams

@@ -1,0 +1,112 @@
+// The replica routing of a Client (client/client.h) across sharded replicas behind
+// a balancer (README "Sharding"): which headers a call carries, and how a call over
+// many or all sessions is split into one call per owning replica and put back
+// together. It owns the topology, read once through the GetTopology call it is
+// given; it makes no call of its own: the Client hands it one per replica. It knows
+// nothing of the Client, so the RPC library composes it and not the other way round.
+//
+// Thread-safe: its methods may run concurrently from any threads.
+
+#ifndef QPARAMS_CLIENT_REPLICA_ROUTER_H_
+#define QPARAMS_CLIENT_REPLICA_ROUTER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/client_context.h"
+#include "qparams/v1/qparams.pb.h"
+
+namespace qparams {
+
+class SlotMap;
+
+// One replica's ReadSessions stream, opened by the Client for the router to read.
+class SessionStream {
+ public:
+  virtual ~SessionStream() = default;
+  // The next session, or nullopt at the end of the stream (then call Finish).
+  virtual std::optional<v1::Session> Next() = 0;
+  // Ends the stream early; Finish must still be called.
+  virtual void Cancel() = 0;
+  // The stream's status, once Next gave nullopt or after Cancel.
+  virtual absl::Status Finish() = 0;
+};
+
+class ReplicaRouter {
+ public:
+  using TopologyCall = std::function<absl::StatusOr<v1::Topology>()>;
+  // ObserveStream or ObserveBatch of `requests` in one call to `replica`.
+  using ObserveCall = std::function<absl::StatusOr<std::vector<v1::ObserveResponse>>(
+      const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests)>;
+  // One ListSessions call with `request` to `replica`.
+  using ListCall = std::function<absl::StatusOr<v1::ListSessionsResponse>(
+      const std::string& replica, const v1::ListSessionsRequest& request)>;
+  // A ReadSessions stream from `replica`.
+  using OpenSessions = std::function<std::unique_ptr<SessionStream>(const std::string& replica)>;
+
+  // `replica` is ClientOptions::replica: "" routes, a name addresses every call to
+  // that replica and never splits one (the topology is then never read).
+  // `get_topology` is called at the first split call, under the router's lock.
+  ReplicaRouter(std::string replica, TopologyCall get_topology);
+  ~ReplicaRouter();
+
+  ReplicaRouter(const ReplicaRouter&) = delete;
+  ReplicaRouter& operator=(const ReplicaRouter&) = delete;
+
+  // The replica a call that is not split is addressed to ("" = none).
+  const std::string& replica() const { return replica_; }
+
+  // Adds the routing headers of a call naming `session` ("" = none) addressed to
+  // `replica` ("" = none): x-qparams-session, on which the balancer routes it, and
+  // x-qparams-replica. A name no header can carry goes without one: the server
+  // refuses that name anyway.
+  static void AddHeaders(grpc::ClientContext& context, const std::string& session,
+                         const std::string& replica);
+
+  // The replicas a call over many sessions is split across, in name order; empty
+  // when calls are not split (a single server, one replica, a server without
+  // GetTopology, or a pinned replica). The first call reads the topology and keeps
+  // it: GetTopology's error (other than UNIMPLEMENTED), FAILED_PRECONDITION for a
+  // deployment of another slot count, INTERNAL for a topology that is no slot map;
+  // after an error the next call reads it again.
+  absl::StatusOr<std::vector<std::string>> SplitReplicas();
+
+  // `call` with every request addressed to replica(), or, split, once per owning
+  // replica with its part, concurrently, the responses put back in the order of
+  // `requests`; the first failure by replica name, its message naming the replica.
+  absl::StatusOr<std::vector<v1::ObserveResponse>> Observe(
+      const std::vector<v1::ObserveRequest>& requests, const ObserveCall& call);
+
+  // `call` addressed to replica(), or, split, one page of each replica merged in
+  // name order, with a next_page_token any replica accepts.
+  absl::StatusOr<v1::ListSessionsResponse> ListSessions(const v1::ListSessionsRequest& request,
+                                                        const ListCall& call);
+
+  // The sessions of `open`'s stream from replica(), or, split, of one stream from
+  // each replica merged in name order, through `each`. The first error ends it (a
+  // stream's status, naming its replica when split, or `each`'s).
+  absl::Status ReadSessions(const OpenSessions& open,
+                            const std::function<absl::Status(const v1::Session&)>& each);
+
+ private:
+  // The slot map, or null when calls are not split.
+  absl::StatusOr<std::shared_ptr<const SlotMap>> Routing();
+
+  const std::string replica_;
+  const TopologyCall get_topology_;
+
+  absl::Mutex mu_;
+  bool read_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const SlotMap> routing_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace qparams
+
+#endif  // QPARAMS_CLIENT_REPLICA_ROUTER_H_
