@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/float8.h"
+#include "core/status_macros.h"
 
 namespace qparams {
 namespace {
@@ -139,6 +140,88 @@ Nvfp4Scales ComputeNvfp4Scales(const std::vector<double>& lo, const std::vector<
     scales.e4m3[i] = Nvfp4BlockScaleCode(block_amax[i], scales.global_scale, precision, convention);
   }
   return scales;
+}
+
+namespace {
+
+// The e2m1 magnitudes at nibble indices 0-7.
+constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+// Round to nearest even among the e2m1 magnitudes, saturating at 6: the thresholds of
+// compressed-tensors' cast_to_fp4, equal to ModelOpt's searchsorted with its +1 at
+// 0.75, 1.75 and 3.5. NaN gives 7, as searchsorted sorts NaN last.
+int E2M1Index(float magnitude) {
+  if (magnitude <= 0.25f) return 0;
+  if (magnitude < 0.75f) return 1;
+  if (magnitude <= 1.25f) return 2;
+  if (magnitude < 1.75f) return 3;
+  if (magnitude <= 2.5f) return 4;
+  if (magnitude < 3.5f) return 5;
+  if (magnitude <= 5.0f) return 6;
+  return 7;
+}
+
+absl::Status CheckQuantizable(const TensorView& x) {
+  if (x.shape().empty() || x.shape().back() % kNvfp4BlockSize != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor.shape ", ShapeString(x.shape()),
+        ": NVFP4 quantization needs a last dim that is a multiple of ", kNvfp4BlockSize));
+  }
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    if (!std::isfinite(x.ValueAt(i))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor[", i, "] is ", x.ValueAt(i), "; NVFP4 quantizes finite values"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint8_t>> Nvfp4DynamicBlockCodes(const TensorView& x,
+                                                            float global_scale,
+                                                            Nvfp4Convention convention) {
+  QPARAMS_RETURN_IF_ERROR(CheckQuantizable(x));
+  std::vector<uint8_t> codes(x.num_elements() / kNvfp4BlockSize);
+  for (size_t b = 0; b < codes.size(); ++b) {
+    double amax = 0;
+    for (int64_t i = 0; i < kNvfp4BlockSize; ++i) {
+      amax = std::max(amax, std::fabs(x.ValueAt(b * kNvfp4BlockSize + i)));
+    }
+    codes[b] = Nvfp4BlockScaleCode(amax, global_scale, x.dtype(), convention);
+  }
+  return codes;
+}
+
+absl::StatusOr<Nvfp4QuantizedTensor> Nvfp4QuantizeDequantize(
+    const TensorView& x, const std::vector<uint8_t>& block_codes, float global_scale,
+    Nvfp4Convention convention) {
+  QPARAMS_RETURN_IF_ERROR(CheckQuantizable(x));
+  const int64_t n = x.num_elements();
+  if (static_cast<int64_t>(block_codes.size()) != n / kNvfp4BlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat("block_codes holds ", block_codes.size(),
+                                                   " codes; the tensor has ",
+                                                   n / kNvfp4BlockSize, " blocks of 16"));
+  }
+  const bool modelopt = convention == Nvfp4Convention::kModelOpt;
+  Nvfp4QuantizedTensor out;
+  out.packed.assign(n / 2, 0);
+  out.dequantized.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float code_value = Float8E4M3FnToFloat(block_codes[i / kNvfp4BlockSize]);
+    const float d = modelopt ? code_value * global_scale : code_value / global_scale;
+    float y = static_cast<float>(x.ValueAt(i)) / d;
+    if (!modelopt) y = std::clamp(y, -6.0f, 6.0f);  // ModelOpt does not clamp
+    const int index = E2M1Index(std::fabs(y));
+    const bool negative = y < 0;  // -0.0 gives nibble 0x0, NaN 0x7
+    const uint8_t nibble = static_cast<uint8_t>((negative ? 8 : 0) | index);
+    out.packed[i / 2] |= static_cast<uint8_t>(i % 2 == 0 ? nibble : nibble << 4);
+    // Nibble 0x8 is -0.0 in compressed-tensors and +0.0 in ModelOpt's e2m1_values.
+    float v = negative ? -kE2M1Magnitudes[index] : kE2M1Magnitudes[index];
+    if (nibble == 0x8 && modelopt) v = 0.0f;
+    out.dequantized[i] = v * d;
+  }
+  return out;
 }
 
 }  // namespace qparams

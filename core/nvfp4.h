@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace qparams {
 
@@ -52,6 +53,37 @@ struct Nvfp4Scales {
 // block, every value exact in `precision`): A is the largest block amax. Thread-safe.
 Nvfp4Scales ComputeNvfp4Scales(const std::vector<double>& lo, const std::vector<double>& hi,
                                DType precision, Nvfp4Convention convention);
+
+// ---- §5: quantize, dequantize and pack (for clients and tests; no calculator
+// calls these) ----
+
+// Elements per block along the last axis in §5 and in the checkpoints.
+inline constexpr int64_t kNvfp4BlockSize = 16;
+
+// The block codes of a dynamic quantization: each block of 16 consecutive elements
+// along the last axis gets the code of its own amax (in x's dtype) with the fixed
+// `global_scale` (§5, dynamic activations; the 448 clamps apply). INVALID_ARGUMENT
+// for a scalar, a last dim that is not a multiple of 16, or a non-finite element.
+// Thread-safe.
+absl::StatusOr<std::vector<uint8_t>> Nvfp4DynamicBlockCodes(const TensorView& x,
+                                                            float global_scale,
+                                                            Nvfp4Convention convention);
+
+struct Nvfp4QuantizedTensor {
+  // Two e2m1 nibbles a byte along the last axis, element 2i low: shape [..., n/2].
+  std::vector<uint8_t> packed;
+  std::vector<float> dequantized;  // x's shape, float32
+};
+
+// x quantized to e2m1 with the block codes `block_codes` (one a block of 16 along
+// the last axis, in x's element order) and `global_scale`, packed, and dequantized
+// again, as the convention's quantize/dequantize do (§5: its dequantization scale,
+// clamp, sign of zero and nibbles of code-0x00 blocks). INVALID_ARGUMENT as for
+// Nvfp4DynamicBlockCodes, or when block_codes has not one code a block.
+// Thread-safe.
+absl::StatusOr<Nvfp4QuantizedTensor> Nvfp4QuantizeDequantize(
+    const TensorView& x, const std::vector<uint8_t>& block_codes, float global_scale,
+    Nvfp4Convention convention);
 
 }  // namespace qparams
 

@@ -308,5 +308,66 @@ TEST(Nvfp4Calculators, ARestoreRefusesScalesThatAreNotTheirCodes) {
   EXPECT_CODE(CreateFromState(foreign), kInvalid);
 }
 
+// ---- §5: quantize, dequantize, pack ----
+
+TEST(Nvfp4Qdq, RoundsToNearestEvenAndPacksLowNibbleFirst) {
+  // Code 0x38 (1.0) with global scale 1: y = x.
+  std::vector<double> v = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0,
+                           -0.3, -0.74, -1.3, -3.0, 0.0, 6.0, -6.0, 4.9};
+  const Tensor x = F32({1, 16}, v);
+  for (Nvfp4Convention convention : {kCT, kMO}) {
+    ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor q,
+                         Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, convention));
+    // Nibbles 0 2 2 4 4 6 6 7 | 9 9 b d 0 7 f 6, two a byte, element 2i low.
+    EXPECT_EQ(q.packed, (std::vector<uint8_t>{0x20, 0x42, 0x64, 0x76, 0x99, 0xDB, 0x70, 0x6F}));
+    EXPECT_EQ(q.dequantized, (std::vector<float>{0, 1, 1, 2, 2, 4, 4, 6, -0.5, -0.5, -1.5, -3,
+                                                 0, 6, -6, 4}));
+  }
+}
+
+TEST(Nvfp4Qdq, TheSignOfADequantizedZeroIsTheConventionsOwn) {
+  std::vector<double> v(16, 0.0);
+  v[0] = -0.1;  // rounds to zero: nibble 0x8
+  v[1] = -0.0;  // nibble 0x0
+  const Tensor x = F32({1, 16}, v);
+  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor ct, Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kCT));
+  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor mo, Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kMO));
+  EXPECT_EQ(ct.packed[0], 0x08);
+  EXPECT_EQ(mo.packed[0], 0x08);
+  EXPECT_TRUE(std::signbit(ct.dequantized[0]));
+  EXPECT_FALSE(std::signbit(mo.dequantized[0]));
+  EXPECT_FALSE(std::signbit(ct.dequantized[1]));
+}
+
+TEST(Nvfp4Qdq, AModelOptBlockWithCodeZeroGivesInfOrNanNibbles) {
+  std::vector<double> v(16, 0.0);
+  v[0] = 1.0;   // 1 / 0 = inf: 0x7
+  v[1] = -1.0;  // -inf: 0xF
+  const Tensor x = F32({1, 16}, v);
+  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor q, Nvfp4QuantizeDequantize(x.view(), {0x00}, 1.0f, kMO));
+  EXPECT_EQ(q.packed[0], 0xF7);
+  EXPECT_EQ(q.packed[1], 0x77);  // 0 / 0 = NaN: 0x7
+  for (float d : q.dequantized) EXPECT_EQ(d, 0.0f);
+}
+
+TEST(Nvfp4Qdq, DynamicCodesClampAt448AndErrorsAreInvalidArgument) {
+  std::vector<double> v(32, 1.0);
+  v[16] = 100.0;  // far above the calibrated amax of 1
+  const Tensor x = F32({1, 32}, v);
+  for (Nvfp4Convention convention : {kCT, kMO}) {
+    const float g = Nvfp4GlobalScale(1.0, DType::kFloat32, convention);
+    ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> codes,
+                         Nvfp4DynamicBlockCodes(x.view(), g, convention));
+    EXPECT_EQ(codes, (std::vector<uint8_t>{0x7E, 0x7E}));
+  }
+  EXPECT_CODE(Nvfp4DynamicBlockCodes(F32({1, 8}, std::vector<double>(8, 1.0)).view(), 1.0f, kCT),
+              kInvalid);
+  std::vector<double> bad(16, 1.0);
+  bad[3] = NAN;
+  EXPECT_CODE(Nvfp4DynamicBlockCodes(F32({1, 16}, bad).view(), 1.0f, kCT), kInvalid);
+  EXPECT_CODE(Nvfp4QuantizeDequantize(F32({1, 16}, bad).view(), {0x38}, 1.0f, kMO), kInvalid);
+  EXPECT_CODE(Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kMO), kInvalid);  // 2 blocks
+}
+
 }  // namespace
 }  // namespace qparams::testing
