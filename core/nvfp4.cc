@@ -44,8 +44,7 @@ double Tiny(DType precision) {
 
 // torch.max / torch.clamp keep NaN; std::max and std::min would drop it.
 double NanMax(double a, double b) {
-  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN()
-                                        : std::max(a, b);
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<double>::quiet_NaN() : std::max(a, b);
 }
 
 // compressed-tensors generate_gparam: 448.0 * 6.0 / max(A, tiny) in P, which torch
@@ -104,8 +103,9 @@ absl::string_view Nvfp4ConventionName(Nvfp4Convention convention) {
 absl::StatusOr<Nvfp4Convention> ParseNvfp4Convention(absl::string_view name) {
   if (name.empty() || name == "compressed_tensors") return Nvfp4Convention::kCompressedTensors;
   if (name == "modelopt") return Nvfp4Convention::kModelOpt;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "spec.convention is \"", name, "\"; it must be \"\", \"compressed_tensors\" or \"modelopt\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("spec.convention is \"", name,
+                   "\"; it must be \"\", \"compressed_tensors\" or \"modelopt\""));
 }
 
 double Nvfp4BlockAmax(double lo, double hi) {
@@ -178,8 +178,7 @@ absl::Status CheckQuantizable(const TensorView& x) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<uint8_t>> Nvfp4DynamicBlockCodes(const TensorView& x,
-                                                            float global_scale,
+absl::StatusOr<std::vector<uint8_t>> Nvfp4DynamicBlockCodes(const TensorView& x, float global_scale,
                                                             Nvfp4Convention convention) {
   QPARAMS_RETURN_IF_ERROR(CheckQuantizable(x));
   std::vector<uint8_t> codes(x.num_elements() / kNvfp4BlockSize);
@@ -200,8 +199,8 @@ absl::StatusOr<Nvfp4QuantizedTensor> Nvfp4QuantizeDequantize(
   const int64_t n = x.num_elements();
   if (static_cast<int64_t>(block_codes.size()) != n / kNvfp4BlockSize) {
     return absl::InvalidArgumentError(absl::StrCat("block_codes holds ", block_codes.size(),
-                                                   " codes; the tensor has ",
-                                                   n / kNvfp4BlockSize, " blocks of 16"));
+                                                   " codes; the tensor has ", n / kNvfp4BlockSize,
+                                                   " blocks of 16"));
   }
   const bool modelopt = convention == Nvfp4Convention::kModelOpt;
   Nvfp4QuantizedTensor out;

@@ -65,8 +65,7 @@ inline constexpr int64_t kNvfp4BlockSize = 16;
 // `global_scale` (§5, dynamic activations; the 448 clamps apply). INVALID_ARGUMENT
 // for a scalar, a last dim that is not a multiple of 16, or a non-finite element.
 // Thread-safe.
-absl::StatusOr<std::vector<uint8_t>> Nvfp4DynamicBlockCodes(const TensorView& x,
-                                                            float global_scale,
+absl::StatusOr<std::vector<uint8_t>> Nvfp4DynamicBlockCodes(const TensorView& x, float global_scale,
                                                             Nvfp4Convention convention);
 
 struct Nvfp4QuantizedTensor {

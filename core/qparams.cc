@@ -177,7 +177,8 @@ QParamsRecipe QParamsRecipe::FromSpec(const QuantSpec& spec) {
   recipe.quant_max = spec.quant_max.value_or(0);
   recipe.has_zero_point = dtype.ok() && !dtype->is_floating_point();
   if (spec.nvfp4_scale()) {
-    recipe.nvfp4 = ParseNvfp4Convention(spec.convention).value_or(Nvfp4Convention::kCompressedTensors);
+    recipe.nvfp4 =
+        ParseNvfp4Convention(spec.convention).value_or(Nvfp4Convention::kCompressedTensors);
   }
   if (spec.e8m0_scale() && dtype.ok()) {
     // The exponent of the largest power of two not above the format's maximum.

@@ -26,12 +26,12 @@ namespace qparams {
 struct QParams {
   Shape shape = {0};
   std::vector<float> scale;
-  std::vector<uint8_t> scale_e4m3;  // NVFP4: each block scale's float8_e4m3fn code
+  std::vector<uint8_t> scale_e4m3;    // NVFP4: each block scale's float8_e4m3fn code
   std::optional<float> global_scale;  // NVFP4: gs (compressed_tensors) or scale_2 (modelopt)
   std::optional<float> amax;          // NVFP4: the tensor amax A, widened from P
-  std::vector<int32_t> zero_point;  // empty unless has_zero_point
-  std::vector<float> minval;        // empty unless has_minval
-  bool has_zero_point = false;      // false for floating-point dtypes and e8m0 scales
+  std::vector<int32_t> zero_point;    // empty unless has_zero_point
+  std::vector<float> minval;          // empty unless has_minval
+  bool has_zero_point = false;        // false for floating-point dtypes and e8m0 scales
   bool has_minval = false;
   std::optional<DType> precision;  // the working precision P; unset while empty
 
@@ -77,8 +77,8 @@ struct QParamsRecipe {
   bool symmetric = true;  // SYMMETRIC and SYMMETRIC_WITH_CLIPPING
   double quant_min = -128;
   double quant_max = 127;
-  bool has_zero_point = true;      // integer dtypes; false for FP dtypes (their minval too)
-  std::optional<int> e8m0_target;  // the e8m0 path's target exponent t (§7)
+  bool has_zero_point = true;            // integer dtypes; false for FP dtypes (their minval too)
+  std::optional<int> e8m0_target;        // the e8m0 path's target exponent t (§7)
   std::optional<Nvfp4Convention> nvfp4;  // scale_dtype float8_e4m3fn: the NVFP4 path
 
   // `resolved_spec` must come from QuantSpec::Resolve().

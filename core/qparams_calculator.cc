@@ -263,10 +263,11 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
     }
     for (int64_t i = 0; i < *n; ++i) {
       const float value = Float8E4M3FnToFloat(q.scale_e4m3[i]);
-      if (FloatBits(value) != FloatBits(q.scale[i]) && !(std::isnan(value) && std::isnan(q.scale[i]))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "state.qparams.scale[", i, "] is ", q.scale[i], "; it must be the value ", value,
-            " of its e4m3 code"));
+      if (FloatBits(value) != FloatBits(q.scale[i]) &&
+          !(std::isnan(value) && std::isnan(q.scale[i]))) {
+        return absl::InvalidArgumentError(absl::StrCat("state.qparams.scale[", i, "] is ",
+                                                       q.scale[i], "; it must be the value ", value,
+                                                       " of its e4m3 code"));
       }
     }
     QPARAMS_RETURN_IF_ERROR(QParamsCalculatorBase::RestoreState(state));

@@ -70,16 +70,16 @@ absl::Status ValidateFloatRange(const FloatRange& range) {
 absl::Status ResolveNvfp4(const QuantSpec& spec, const QuantDType& dtype, QuantSpec& resolved) {
   if (!resolved.nvfp4_scale()) {
     if (!spec.convention.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.convention is \"", spec.convention, "\"; a convention requires scale_dtype "
-          "\"float8_e4m3fn\" (the NVFP4 scales), not \"", spec.scale_dtype, "\""));
+      return absl::InvalidArgumentError(absl::StrCat("spec.convention is \"", spec.convention,
+                                                     "\"; a convention requires scale_dtype "
+                                                     "\"float8_e4m3fn\" (the NVFP4 scales), not \"",
+                                                     spec.scale_dtype, "\""));
     }
     return absl::OkStatus();
   }
   if (dtype.name != "float4_e2m1fn_x2") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.scale_dtype: float8_e4m3fn requires dtype float4_e2m1fn_x2, not ",
-                     dtype.name));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.scale_dtype: float8_e4m3fn requires dtype float4_e2m1fn_x2, not ", dtype.name));
   }
   if (spec.granularity.kind() != Granularity::Kind::kPerBlock) {
     return absl::InvalidArgumentError(

@@ -24,8 +24,9 @@ TEST(Conformance, EveryVectorMatchesBitForBit) {
       const std::string diff = RunCoreCase(c, mode);
       if (diff.empty()) continue;
       ++failed;
-      ADD_FAILURE() << "case " << c.id << (mode == ObservationMode::kRange ? " (range observations)" : "")
-                    << ": " << diff;
+      ADD_FAILURE() << "case " << c.id
+                    << (mode == ObservationMode::kRange ? " (range observations)" : "") << ": "
+                    << diff;
       break;
     }
   }

@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "google/protobuf/struct.pb.h"
 #include "core/registry.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "tests/test_util.h"
 
@@ -172,7 +172,8 @@ ExpectedQParams ParseExpect(const Struct& e) {
   if (const Value* codes = Field(e, "scale_e4m3")) {
     x.nvfp4 = true;
     for (int64_t v : IntList(*codes)) x.scale_e4m3.push_back(static_cast<uint8_t>(v));
-    if (const Value* g = Field(e, "global_scale")) x.global_scale = static_cast<uint32_t>(g->number_value());
+    if (const Value* g = Field(e, "global_scale"))
+      x.global_scale = static_cast<uint32_t>(g->number_value());
     if (const Value* a = Field(e, "amax")) x.amax = static_cast<uint32_t>(a->number_value());
   }
   return x;

@@ -94,7 +94,7 @@ TEST(Float8E4M3Fn, RoundsSubnormalsAndKeepsTheSignOfZero) {
   EXPECT_EQ(FloatToFloat8E4M3Fn(-0.0f), 0x80);
   EXPECT_EQ(FloatToFloat8E4M3Fn(0x1.0p-10f), 0x00);  // half the smallest subnormal: tie to 0
   EXPECT_EQ(FloatToFloat8E4M3Fn(std::nextafter(0x1.0p-10f, 1.0f)), 0x01);
-  EXPECT_EQ(FloatToFloat8E4M3Fn(-0x1.0p-11f), 0x80);  // a negative that rounds to zero
+  EXPECT_EQ(FloatToFloat8E4M3Fn(-0x1.0p-11f), 0x80);       // a negative that rounds to zero
   EXPECT_EQ(FloatToFloat8E4M3Fn(1.5f * 0x1.0p-9f), 0x02);  // tie between 1 and 2: even
   EXPECT_EQ(FloatToFloat8E4M3Fn(2.5f * 0x1.0p-9f), 0x02);  // tie between 2 and 3: even
   EXPECT_EQ(FloatToFloat8E4M3Fn(7.5f * 0x1.0p-9f), 0x08);  // tie to the smallest normal

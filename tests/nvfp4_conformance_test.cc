@@ -125,8 +125,8 @@ TEST(Nvfp4Conformance, EverySessionAndQdqCaseMatchesBitForBit) {
   }
   std::cout << "nvfp4 conformance: " << run - failed << " of " << run << " cases match\n";
   for (const auto& [kind, count] : not_run) {
-    std::cout << "nvfp4 conformance: " << count << " " << kind
-              << " cases not run in the core (" << path << ")\n";
+    std::cout << "nvfp4 conformance: " << count << " " << kind << " cases not run in the core ("
+              << path << ")\n";
   }
   EXPECT_GT(run, 0);
 }

@@ -72,10 +72,10 @@ TEST(Nvfp4Spec, ValidationTable) {
     s.dtype = dtype;
     cases.push_back({"e4m3 requires float4_e2m1fn_x2", s, "spec.scale_dtype"});
   }
-  cases.push_back({"per_tensor refused", Nvfp4Spec("", Granularity::PerTensor()),
-                   "spec.granularity"});
-  cases.push_back({"per_channel refused", Nvfp4Spec("", Granularity::PerChannel(0)),
-                   "spec.granularity"});
+  cases.push_back(
+      {"per_tensor refused", Nvfp4Spec("", Granularity::PerTensor()), "spec.granularity"});
+  cases.push_back(
+      {"per_channel refused", Nvfp4Spec("", Granularity::PerChannel(0)), "spec.granularity"});
   for (const char* scale_dtype : {"", "float8_e8m0fnu", "float8_e8m0"}) {
     QuantSpec s = Nvfp4Spec("modelopt");
     s.scale_dtype = scale_dtype;
@@ -92,8 +92,7 @@ TEST(Nvfp4Spec, ValidationTable) {
   for (const Case& c : cases) {
     absl::StatusOr<QuantSpec> r = c.spec.Resolve();
     EXPECT_CODE(r, kInvalid) << c.rule;
-    EXPECT_TRUE(absl::StrContains(r.status().message(), c.field))
-        << c.rule << ": " << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), c.field)) << c.rule << ": " << r.status();
     EXPECT_CODE(Create("static", c.spec), kInvalid) << c.rule;
   }
   EXPECT_EQ(Nvfp4Spec("ModelOpt").Resolve().status().message(),
@@ -122,7 +121,7 @@ TEST(Nvfp4Spec, SetGranularityKeepsPerBlock) {
 
 TEST(Nvfp4Examples, E1Amax7CompressedTensorsMultipliesTheReciprocal) {
   const Nvfp4Scales s = ScalesOfAmaxes({7.0, 3.5}, DType::kFloat32, kCT);
-  EXPECT_EQ(FloatBits(s.global_scale), 0x43C00001u);  // fl(fl(1/7) * 2688)
+  EXPECT_EQ(FloatBits(s.global_scale), 0x43C00001u);                // fl(fl(1/7) * 2688)
   EXPECT_NE(FloatBits(s.global_scale), FloatBits(2688.0f / 7.0f));  // not a division
   EXPECT_EQ(FloatBits(2688.0f / 7.0f), 0x43C00000u);
   EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x7E, 0x76}));
@@ -156,7 +155,7 @@ TEST(Nvfp4Examples, E2AnUnderflowedBlockIsTheConventionsOwn) {
 TEST(Nvfp4Examples, E3Float16AmaxBelow0041GivesGlobalScaleOne) {
   const double below = 0.040985107421875, above = 0.041107177734375, second = 0.0200042724609375;
   Nvfp4Scales s = ScalesOfAmaxes({below, second}, DType::kFloat16, kCT);
-  EXPECT_EQ(s.global_scale, 1.0f);  // 2688 / A overflows float16
+  EXPECT_EQ(s.global_scale, 1.0f);                        // 2688 / A overflows float16
   EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x03, 0x02}));  // 3·2^-9, 2·2^-9
   s = ScalesOfAmaxes({above, second}, DType::kFloat16, kCT);
   EXPECT_EQ(FloatBits(s.global_scale), 0x477F8000u);  // 65408
@@ -175,9 +174,9 @@ TEST(Nvfp4Examples, E4AllZeros) {
   EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x20, 0x20}));
   EXPECT_EQ(s.amax, 0.0f);
   s = ScalesOfAmaxes({0.0, 0.0}, DType::kFloat32, kMO);
-  EXPECT_EQ(FloatBits(s.global_scale), 0x00000C31u);  // f32(2^-126 / 2688): the floor
+  EXPECT_EQ(FloatBits(s.global_scale), 0x00000C31u);      // f32(2^-126 / 2688): the floor
   EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x38, 0x38}));  // 1.0
-  EXPECT_EQ(s.amax, 0.0f);  // before the floor
+  EXPECT_EQ(s.amax, 0.0f);                                // before the floor
   // A subnormal amax gives gs = 1.0 too: the product overflows.
   EXPECT_EQ(Nvfp4GlobalScale(1e-40, DType::kFloat32, kCT), 1.0f);
 }
@@ -194,8 +193,7 @@ TEST(Nvfp4Examples, TheBlockAmaxIsTheLargerMagnitude) {
   EXPECT_EQ(Nvfp4BlockAmax(-3.5, 2.0), 3.5);
   EXPECT_EQ(Nvfp4BlockAmax(-1.0, 7.0), 7.0);
   EXPECT_EQ(Nvfp4BlockAmax(0.5, 0.25), 0.25);  // lo clamps to 0
-  const Nvfp4Scales s =
-      ComputeNvfp4Scales({-7.0, -1.0}, {2.0, 3.5}, DType::kFloat32, kCT);
+  const Nvfp4Scales s = ComputeNvfp4Scales({-7.0, -1.0}, {2.0, 3.5}, DType::kFloat32, kCT);
   EXPECT_EQ(s.amax, 7.0f);
   EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x7E, 0x76}));
 }
@@ -312,7 +310,7 @@ TEST(Nvfp4Calculators, ARestoreRefusesScalesThatAreNotTheirCodes) {
 
 TEST(Nvfp4Qdq, RoundsToNearestEvenAndPacksLowNibbleFirst) {
   // Code 0x38 (1.0) with global scale 1: y = x.
-  std::vector<double> v = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0,
+  std::vector<double> v = {0.25, 0.75,  1.25, 1.75, 2.5, 3.5, 5.0,  7.0,
                            -0.3, -0.74, -1.3, -3.0, 0.0, 6.0, -6.0, 4.9};
   const Tensor x = F32({1, 16}, v);
   for (Nvfp4Convention convention : {kCT, kMO}) {
@@ -320,8 +318,8 @@ TEST(Nvfp4Qdq, RoundsToNearestEvenAndPacksLowNibbleFirst) {
                          Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, convention));
     // Nibbles 0 2 2 4 4 6 6 7 | 9 9 b d 0 7 f 6, two a byte, element 2i low.
     EXPECT_EQ(q.packed, (std::vector<uint8_t>{0x20, 0x42, 0x64, 0x76, 0x99, 0xDB, 0x70, 0x6F}));
-    EXPECT_EQ(q.dequantized, (std::vector<float>{0, 1, 1, 2, 2, 4, 4, 6, -0.5, -0.5, -1.5, -3,
-                                                 0, 6, -6, 4}));
+    EXPECT_EQ(q.dequantized,
+              (std::vector<float>{0, 1, 1, 2, 2, 4, 4, 6, -0.5, -0.5, -1.5, -3, 0, 6, -6, 4}));
   }
 }
 
@@ -330,8 +328,10 @@ TEST(Nvfp4Qdq, TheSignOfADequantizedZeroIsTheConventionsOwn) {
   v[0] = -0.1;  // rounds to zero: nibble 0x8
   v[1] = -0.0;  // nibble 0x0
   const Tensor x = F32({1, 16}, v);
-  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor ct, Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kCT));
-  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor mo, Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kMO));
+  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor ct,
+                       Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kCT));
+  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor mo,
+                       Nvfp4QuantizeDequantize(x.view(), {0x38}, 1.0f, kMO));
   EXPECT_EQ(ct.packed[0], 0x08);
   EXPECT_EQ(mo.packed[0], 0x08);
   EXPECT_TRUE(std::signbit(ct.dequantized[0]));
@@ -344,7 +344,8 @@ TEST(Nvfp4Qdq, AModelOptBlockWithCodeZeroGivesInfOrNanNibbles) {
   v[0] = 1.0;   // 1 / 0 = inf: 0x7
   v[1] = -1.0;  // -inf: 0xF
   const Tensor x = F32({1, 16}, v);
-  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor q, Nvfp4QuantizeDequantize(x.view(), {0x00}, 1.0f, kMO));
+  ASSERT_OK_AND_ASSIGN(Nvfp4QuantizedTensor q,
+                       Nvfp4QuantizeDequantize(x.view(), {0x00}, 1.0f, kMO));
   EXPECT_EQ(q.packed[0], 0xF7);
   EXPECT_EQ(q.packed[1], 0x77);  // 0 / 0 = NaN: 0x7
   for (float d : q.dequantized) EXPECT_EQ(d, 0.0f);
