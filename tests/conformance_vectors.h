@@ -1,6 +1,8 @@
-// Reads the conformance vectors (shared/conformance/FORMAT.md) into plain values, and
-// compares qparams with their expectations, so that every test that runs the vectors
-// (through the core, or through the service) reads and judges them the same way.
+// Reads the conformance vectors (shared/conformance/FORMAT.md, and the session cases
+// of the NVFP4 vectors, nvfp4.md §10) into plain values, compares qparams with their
+// expectations, and runs a session case through the core, so that every test that
+// runs the vectors (through the core, or through the service) reads and judges them
+// the same way.
 
 #ifndef QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
 #define QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
@@ -76,8 +78,9 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
 // beforehand (ObserveRange, as a client does) wherever the input can be reduced.
 enum class ObservationMode { kTensor, kRange };
 
-// Runs a session case through the core calculators (a fresh one from the registry);
-// returns "" on success, else the step and what differed.
+// Runs a session case (kind "") through the core calculators, a fresh one from the
+// registry; returns "" on success, else the step and what differed. A failing step
+// must leave the calculator's exported state unchanged.
 std::string RunCoreCase(const VectorCase& c, ObservationMode mode);
 
 // "invalid_argument" / "failed_precondition" / ...: the FORMAT name of a status code.
