@@ -189,6 +189,15 @@ TEST(Nvfp4Examples, E5AnE4M3TieGoesToTheEvenCode) {
   EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x7E, 0x38}));
 }
 
+// float64 inputs (outside nvfp4.md §1's three precisions): compressed-tensors'
+// arithmetic runs in double and rounds to float32 once, at .to(float32).
+TEST(Nvfp4Examples, Float64ComputesInDoubleAndRoundsOnce) {
+  EXPECT_EQ(FloatBits(Nvfp4GlobalScale(7.0, DType::kFloat64, kCT)), 0x43C00000u);
+  EXPECT_EQ(FloatBits(Nvfp4GlobalScale(7.0, DType::kFloat64, kMO)), 0x3B2AAAABu);
+  const Nvfp4Scales s = ScalesOfAmaxes({7.0, 3.5}, DType::kFloat64, kCT);
+  EXPECT_EQ(s.e4m3, (std::vector<uint8_t>{0x7E, 0x76}));
+}
+
 TEST(Nvfp4Examples, TheBlockAmaxIsTheLargerMagnitude) {
   EXPECT_EQ(Nvfp4BlockAmax(-3.5, 2.0), 3.5);
   EXPECT_EQ(Nvfp4BlockAmax(-1.0, 7.0), 7.0);
