@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
+
+#include "core/float8.h"
 
 namespace qparams {
 namespace {
@@ -129,6 +132,19 @@ QParams QParamsFromRangeIn(const QParamsRecipe& recipe, const WorkingRange& rang
   return q;
 }
 
+QParams Nvfp4QParamsFromRange(Nvfp4Convention convention, const WorkingRange& range) {
+  Nvfp4Scales scales = ComputeNvfp4Scales(range.lo, range.hi, range.precision, convention);
+  QParams q;
+  q.shape = range.shape;
+  q.precision = range.precision;
+  q.scale.reserve(scales.e4m3.size());
+  for (uint8_t code : scales.e4m3) q.scale.push_back(Float8E4M3FnToFloat(code));
+  q.scale_e4m3 = std::move(scales.e4m3);
+  q.global_scale = scales.global_scale;
+  q.amax = scales.amax;
+  return q;
+}
+
 }  // namespace
 
 QParams QParams::Empty(bool has_zero_point, bool has_minval) {
@@ -143,9 +159,14 @@ bool operator==(const QParams& a, const QParams& b) {
     return x.size() == y.size() &&
            (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
   };
+  auto same_optional_bits = [](const std::optional<float>& x, const std::optional<float>& y) {
+    return x.has_value() == y.has_value() && (!x.has_value() || FloatBits(*x) == FloatBits(*y));
+  };
   return a.shape == b.shape && same_bits(a.scale, b.scale) && a.zero_point == b.zero_point &&
          same_bits(a.minval, b.minval) && a.has_zero_point == b.has_zero_point &&
-         a.has_minval == b.has_minval && a.precision == b.precision;
+         a.has_minval == b.has_minval && a.precision == b.precision &&
+         a.scale_e4m3 == b.scale_e4m3 && same_optional_bits(a.global_scale, b.global_scale) &&
+         same_optional_bits(a.amax, b.amax);
 }
 
 QParamsRecipe QParamsRecipe::FromSpec(const QuantSpec& spec) {
@@ -155,6 +176,10 @@ QParamsRecipe QParamsRecipe::FromSpec(const QuantSpec& spec) {
   recipe.quant_min = spec.quant_min.value_or(0);
   recipe.quant_max = spec.quant_max.value_or(0);
   recipe.has_zero_point = dtype.ok() && !dtype->is_floating_point();
+  if (spec.nvfp4_scale()) {
+    recipe.nvfp4 =
+        ParseNvfp4Convention(spec.convention).value_or(Nvfp4Convention::kCompressedTensors);
+  }
   if (spec.e8m0_scale() && dtype.ok()) {
     // The exponent of the largest power of two not above the format's maximum.
     recipe.e8m0_target = static_cast<int>(std::floor(std::log2(dtype->max_value())));
@@ -255,6 +280,7 @@ WorkingRange StoredRange::Get() const {
 }
 
 QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range) {
+  if (recipe.nvfp4.has_value()) return Nvfp4QParamsFromRange(*recipe.nvfp4, range);
   return DispatchPrecision(
       range.precision, [&](auto ops) { return QParamsFromRangeIn<decltype(ops)>(recipe, range); });
 }

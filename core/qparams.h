@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/nvfp4.h"
 #include "core/quant_spec.h"
 #include "core/range.h"
 #include "core/tensor.h"
@@ -19,12 +20,18 @@ namespace qparams {
 
 // Scale, zero point and minval of N blocks: a forward's result or a calculator's
 // buffers. Empty buffers (before the first computing forward) have shape [0].
+// An NVFP4 spec (scale_dtype float8_e4m3fn) fills scale_e4m3, global_scale and amax
+// instead of zero point and minval (nvfp4.md §3.5); scale then holds the values of
+// the e4m3 codes.
 struct QParams {
   Shape shape = {0};
   std::vector<float> scale;
-  std::vector<int32_t> zero_point;  // empty unless has_zero_point
-  std::vector<float> minval;        // empty unless has_minval
-  bool has_zero_point = false;      // false for floating-point dtypes and e8m0 scales
+  std::vector<uint8_t> scale_e4m3;    // NVFP4: each block scale's float8_e4m3fn code
+  std::optional<float> global_scale;  // NVFP4: gs (compressed_tensors) or scale_2 (modelopt)
+  std::optional<float> amax;          // NVFP4: the tensor amax A, widened from P
+  std::vector<int32_t> zero_point;    // empty unless has_zero_point
+  std::vector<float> minval;          // empty unless has_minval
+  bool has_zero_point = false;        // false for floating-point dtypes and e8m0 scales
   bool has_minval = false;
   std::optional<DType> precision;  // the working precision P; unset while empty
 
@@ -70,8 +77,9 @@ struct QParamsRecipe {
   bool symmetric = true;  // SYMMETRIC and SYMMETRIC_WITH_CLIPPING
   double quant_min = -128;
   double quant_max = 127;
-  bool has_zero_point = true;      // integer dtypes; false for FP dtypes (their minval too)
-  std::optional<int> e8m0_target;  // the e8m0 path's target exponent t (§7)
+  bool has_zero_point = true;            // integer dtypes; false for FP dtypes (their minval too)
+  std::optional<int> e8m0_target;        // the e8m0 path's target exponent t (§7)
+  std::optional<Nvfp4Convention> nvfp4;  // scale_dtype float8_e4m3fn: the NVFP4 path
 
   // `resolved_spec` must come from QuantSpec::Resolve().
   static QParamsRecipe FromSpec(const QuantSpec& resolved_spec);
@@ -93,7 +101,8 @@ WorkingRange MovingAverageUpdate(double averaging_constant, const WorkingRange& 
 // global_minmax: running := (min(running.lo, range.lo), max(running.hi, range.hi)).
 WorkingRange GlobalMinMaxUpdate(const WorkingRange& range, const WorkingRange& running);
 
-// qparams_from_range: scale, zero point and minval of every block (§5–§7).
+// qparams_from_range: scale, zero point and minval of every block (§5–§7), or the
+// NVFP4 scales (nvfp4.md §3) when the recipe says so.
 QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range);
 
 }  // namespace qparams

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/float8.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -71,6 +72,11 @@ absl::Status QParamsCalculatorBase::SetGranularity(const Granularity& granularit
         "Cannot change granularity after observer has been initialized.");
   }
   QPARAMS_RETURN_IF_ERROR(granularity.Validate());
+  if (spec_.nvfp4_scale() && granularity.kind() != Granularity::Kind::kPerBlock) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("granularity ", granularity.ToString(),
+                     ": scale_dtype float8_e4m3fn requires per_block (NVFP4 block scales)"));
+  }
   spec_.granularity = granularity;
   return absl::OkStatus();
 }
@@ -191,6 +197,9 @@ std::string StatefulQParamsCalculatorBase::Description() const {
       "scale=", TensorRepr(b.scale, b.shape), ", zero_point=",
       b.has_zero_point ? TensorRepr(b.zero_point, b.shape, ", dtype=torch.int32") : "None",
       ", minval=", b.has_minval ? TensorRepr(b.minval, b.shape) : "None",
+      b.global_scale.has_value()
+          ? absl::StrFormat(", global_scale=%.9g, amax=%.9g", *b.global_scale, b.amax.value_or(0))
+          : "",
       ", export_mode=", export_mode_ ? "True" : "False");
 }
 
@@ -242,6 +251,35 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
         "state.observation_count is ", state.observation_count, "; no calculator can have it"));
   }
   QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale", q.scale.size(), *n));
+  if (recipe_.nvfp4.has_value()) {
+    // The block scales are the values of their codes; global scale and amax come
+    // with the first computing forward.
+    QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale_e4m3", q.scale_e4m3.size(), *n));
+    if (q.global_scale.has_value() != state.initialized ||
+        q.amax.has_value() != state.initialized) {
+      return absl::InvalidArgumentError(
+          "state.qparams: global_scale and amax are set exactly when the calculator is "
+          "initialized");
+    }
+    for (int64_t i = 0; i < *n; ++i) {
+      const float value = Float8E4M3FnToFloat(q.scale_e4m3[i]);
+      if (FloatBits(value) != FloatBits(q.scale[i]) &&
+          !(std::isnan(value) && std::isnan(q.scale[i]))) {
+        return absl::InvalidArgumentError(absl::StrCat("state.qparams.scale[", i, "] is ",
+                                                       q.scale[i], "; it must be the value ", value,
+                                                       " of its e4m3 code"));
+      }
+    }
+    QPARAMS_RETURN_IF_ERROR(QParamsCalculatorBase::RestoreState(state));
+    buffers_ = q;
+    export_mode_ = state.export_mode;
+    observation_count_ = state.observation_count;
+    return absl::OkStatus();
+  }
+  if (!q.scale_e4m3.empty() || q.global_scale.has_value() || q.amax.has_value()) {
+    return absl::InvalidArgumentError(
+        "state.qparams: scale_e4m3, global_scale and amax are for a float8_e4m3fn scale_dtype");
+  }
   if (absl::Status s =
           ExpectSize("qparams.zero_point", q.zero_point.size(), q.has_zero_point ? *n : 0);
       !s.ok()) {

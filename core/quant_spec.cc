@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "core/nvfp4.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -64,6 +65,33 @@ absl::Status ValidateFloatRange(const FloatRange& range) {
   return absl::OkStatus();
 }
 
+// The NVFP4 rules of nvfp4.md §2 on `spec`, whose scale_dtype `resolved` already
+// holds canonically; names the convention in `resolved`.
+absl::Status ResolveNvfp4(const QuantSpec& spec, const QuantDType& dtype, QuantSpec& resolved) {
+  if (!resolved.nvfp4_scale()) {
+    if (!spec.convention.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.convention is \"", spec.convention,
+                                                     "\"; a convention requires scale_dtype "
+                                                     "\"float8_e4m3fn\" (the NVFP4 scales), not \"",
+                                                     spec.scale_dtype, "\""));
+    }
+    return absl::OkStatus();
+  }
+  if (dtype.name != "float4_e2m1fn_x2") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.scale_dtype: float8_e4m3fn requires dtype float4_e2m1fn_x2, not ", dtype.name));
+  }
+  if (spec.granularity.kind() != Granularity::Kind::kPerBlock) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.granularity is ", spec.granularity.ToString(),
+                     "; scale_dtype float8_e4m3fn requires per_block (NVFP4 block scales)"));
+  }
+  absl::StatusOr<Nvfp4Convention> convention = ParseNvfp4Convention(spec.convention);
+  if (!convention.ok()) return convention.status();
+  resolved.convention = std::string(Nvfp4ConventionName(*convention));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view QSchemeName(QScheme qscheme) {
@@ -103,11 +131,15 @@ absl::StatusOr<QuantSpec> QuantSpec::Resolve() const {
     r.scale_dtype = dt->name == "float4_e2m1fn_x2" ? std::string(kE8M0ScaleDType) : "";
   } else if (scale_dtype == kE8M0ScaleDType || scale_dtype == "float8_e8m0") {
     r.scale_dtype = std::string(kE8M0ScaleDType);
+  } else if (scale_dtype == kE4M3ScaleDType) {
+    r.scale_dtype = std::string(kE4M3ScaleDType);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.scale_dtype: \"", scale_dtype,
-        "\" is not supported; use \"\" or \"float8_e8m0fnu\" (alias \"float8_e8m0\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.scale_dtype: \"", scale_dtype,
+                     "\" is not supported; use \"\", \"float8_e8m0fnu\" (alias \"float8_e8m0\") "
+                     "or \"float8_e4m3fn\""));
   }
+  QPARAMS_RETURN_IF_ERROR(ResolveNvfp4(*this, *dt, r));
   if (r.e8m0_scale() && !dt->is_floating_point()) {
     if (dt->name != "int8") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -158,7 +190,8 @@ bool operator==(const QuantSpec& a, const QuantSpec& b) {
   return a.dtype == b.dtype && a.qscheme == b.qscheme && a.granularity == b.granularity &&
          a.target == b.target && a.quant_min == b.quant_min && a.quant_max == b.quant_max &&
          a.float_range.min == b.float_range.min && a.float_range.max == b.float_range.max &&
-         a.scale_dtype == b.scale_dtype && a.range_calculator == b.range_calculator;
+         a.scale_dtype == b.scale_dtype && a.range_calculator == b.range_calculator &&
+         a.convention == b.convention;
 }
 
 }  // namespace qparams

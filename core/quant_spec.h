@@ -35,6 +35,8 @@ struct FloatRange {
 
 // The canonical name of the power-of-two scale dtype.
 inline constexpr absl::string_view kE8M0ScaleDType = "float8_e8m0fnu";
+// The NVFP4 block scale dtype (nvfp4.md §2), spelled only so.
+inline constexpr absl::string_view kE4M3ScaleDType = "float8_e4m3fn";
 
 struct QuantSpec {
   std::string dtype = "int8";
@@ -44,18 +46,25 @@ struct QuantSpec {
   std::optional<double> quant_min;  // both or neither; unset = derived
   std::optional<double> quant_max;
   FloatRange float_range;
-  std::string scale_dtype;       // "" or "float8_e8m0fnu" (alias "float8_e8m0")
+  std::string scale_dtype;       // "", "float8_e8m0fnu" (alias "float8_e8m0") or "float8_e4m3fn"
   std::string range_calculator;  // "" or "minmax"
+  // NVFP4 only: "" (= "compressed_tensors"), "compressed_tensors" or "modelopt".
+  std::string convention;
 
   // Validates the spec and returns it with every default filled in: the canonical
   // dtype name, quant_min/quant_max derived (SYMMETRIC_WITH_CLIPPING applied),
-  // scale_dtype "float8_e8m0fnu" for float4_e2m1fn_x2, range_calculator "minmax".
-  // INVALID_ARGUMENT naming the field and the rule for anything semantics.md §4 and
-  // the conformance FORMAT reject. Resolving a resolved spec returns it unchanged.
+  // scale_dtype "float8_e8m0fnu" for float4_e2m1fn_x2 without one, range_calculator
+  // "minmax", and the convention named when scale_dtype is float8_e4m3fn.
+  // INVALID_ARGUMENT naming the field and the rule for anything semantics.md §4, the
+  // conformance FORMAT and nvfp4.md §2 reject (float8_e4m3fn scales need
+  // float4_e2m1fn_x2 and a per_block granularity; a convention needs them).
+  // Resolving a resolved spec returns it unchanged.
   absl::StatusOr<QuantSpec> Resolve() const;
 
   // On a resolved spec: the scale is a power of two (semantics.md §7).
   bool e8m0_scale() const { return scale_dtype == kE8M0ScaleDType; }
+  // On a resolved spec: NVFP4 scales, e4m3 blocks and a global scale (nvfp4.md §3).
+  bool nvfp4_scale() const { return scale_dtype == kE4M3ScaleDType; }
 
   friend bool operator==(const QuantSpec& a, const QuantSpec& b);
 };

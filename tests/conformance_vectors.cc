@@ -9,8 +9,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/registry.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "tests/test_util.h"
 
 namespace qparams::testing {
 
@@ -136,6 +138,7 @@ absl::StatusOr<QuantSpec> ParseSpec(const Struct& s) {
       spec.float_range.max = bounds[1].number_value();
   }
   if (const Value* v = Field(s, "scale_dtype")) spec.scale_dtype = v->string_value();
+  if (const Value* v = Field(s, "convention")) spec.convention = v->string_value();
   return spec;
 }
 
@@ -166,6 +169,13 @@ ExpectedQParams ParseExpect(const Struct& e) {
     for (int64_t v : IntList(*mv)) x.minval->push_back(static_cast<uint32_t>(v));
   }
   if (const Value* init = Field(e, "initialized")) x.initialized = init->bool_value();
+  if (const Value* codes = Field(e, "scale_e4m3")) {
+    x.nvfp4 = true;
+    for (int64_t v : IntList(*codes)) x.scale_e4m3.push_back(static_cast<uint8_t>(v));
+    if (const Value* g = Field(e, "global_scale"))
+      x.global_scale = static_cast<uint32_t>(g->number_value());
+    if (const Value* a = Field(e, "amax")) x.amax = static_cast<uint32_t>(a->number_value());
+  }
   return x;
 }
 
@@ -207,6 +217,11 @@ absl::StatusOr<VectorCase> ParseCase(const std::string& line) {
   const Struct& root = *parsed;
   VectorCase c;
   c.id = Field(root, "id")->string_value();
+  if (const Value* kind = Field(root, "kind")) {
+    c.kind = kind->string_value();
+    c.json = root;
+    return c;
+  }
   c.calculator = Field(root, "calculator")->string_value();
   if (const Value* ac = Field(root, "averaging_constant"))
     c.averaging_constant = ac->number_value();
@@ -231,6 +246,11 @@ absl::StatusOr<VectorCase> ParseCase(const std::string& line) {
 std::string VectorsPath() {
   const char* env = std::getenv("QPARAMS_VECTORS");
   return env != nullptr && *env != '\0' ? env : QPARAMS_DEFAULT_VECTORS;
+}
+
+std::string Nvfp4VectorsPath() {
+  const char* env = std::getenv("QPARAMS_NVFP4_VECTORS");
+  return env != nullptr && *env != '\0' ? env : QPARAMS_DEFAULT_NVFP4_VECTORS;
 }
 
 absl::StatusOr<std::vector<VectorCase>> LoadVectors(const std::string& path) {
@@ -295,7 +315,117 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
                         actual.has_minval ? "values" : "null");
   }
   if (expected.minval.has_value()) {
-    return compare_bits("minval", *expected.minval, actual.minval);
+    if (std::string d = compare_bits("minval", *expected.minval, actual.minval); !d.empty()) {
+      return d;
+    }
+  }
+  if (expected.scale_e4m3 != actual.scale_e4m3) {
+    for (size_t i = 0; i < expected.scale_e4m3.size() && i < actual.scale_e4m3.size(); ++i) {
+      if (expected.scale_e4m3[i] != actual.scale_e4m3[i]) {
+        return absl::StrFormat("scale_e4m3[%d]: expected 0x%02x, got 0x%02x", i,
+                               expected.scale_e4m3[i], actual.scale_e4m3[i]);
+      }
+    }
+    return absl::StrCat("scale_e4m3: expected ", expected.scale_e4m3.size(), " codes, got ",
+                        actual.scale_e4m3.size());
+  }
+  auto compare_optional = [](absl::string_view field, const std::optional<uint32_t>& want,
+                             const std::optional<float>& got) -> std::string {
+    if (want.has_value() != got.has_value()) {
+      return absl::StrCat(field, ": expected ", want ? "a value" : "null", ", got ",
+                          got ? "a value" : "null");
+    }
+    if (want.has_value() && *want != FloatBits(*got)) {
+      return absl::StrFormat("%s: expected 0x%08x (%.9g), got 0x%08x (%.9g)", field, *want,
+                             FloatFromBits(*want), FloatBits(*got), *got);
+    }
+    return "";
+  };
+  if (std::string d = compare_optional("global_scale", expected.global_scale, actual.global_scale);
+      !d.empty()) {
+    return d;
+  }
+  return compare_optional("amax", expected.amax, actual.amax);
+}
+
+std::string RunCoreCase(const VectorCase& c, ObservationMode mode) {
+  CalculatorOptions options{c.averaging_constant};
+  auto calculator = QParamsCalculatorRegistry::Global().Create(c.calculator, c.spec, options);
+  if (c.construct_error.has_value()) {
+    if (calculator.ok())
+      return absl::StrCat("construction: expected ", CodeName(*c.construct_error), ", got ok");
+    if (calculator.status().code() != *c.construct_error) {
+      return absl::StrCat("construction: expected ", CodeName(*c.construct_error), ", got ",
+                          calculator.status().ToString());
+    }
+    return "";
+  }
+  if (!calculator.ok())
+    return absl::StrCat("construction failed: ", calculator.status().ToString());
+  QParamsCalculatorBase& calc = **calculator;
+
+  for (size_t i = 0; i < c.steps.size(); ++i) {
+    const VectorStep& step = c.steps[i];
+    const std::string where = absl::StrCat("step ", i, " ");
+    const CalculatorState before = calc.ExportState();
+    absl::Status status;
+    std::optional<QParams> result;
+    std::optional<bool> initialized;
+
+    switch (step.op) {
+      case VectorStep::Op::kForward: {
+        absl::StatusOr<TensorView> view =
+            TensorView::Create(step.input.dtype, step.input.shape, step.input.data);
+        if (!view.ok()) return absl::StrCat(where, "bad input tensor: ", view.status().ToString());
+        Observation observation = Observation::FromTensor(*view);
+        BlockRange reduced;  // outlives `observation` when it is a range observation
+        if (mode == ObservationMode::kRange) {
+          absl::StatusOr<Shape> block =
+              calc.spec().granularity.BlockShape(view->shape(), calc.spec().target);
+          absl::StatusOr<BlockRange> range =
+              block.ok() ? ObserveRange(*view, *block) : block.status();
+          if (range.ok()) {
+            reduced = std::move(*range);
+            observation =
+                Observation::FromRange(view->shape(), reduced.min.view(), reduced.max.view());
+          }
+        }
+        absl::StatusOr<QParams> q = calc.Forward(observation);
+        status = q.status();
+        if (q.ok()) result = std::move(*q);
+        break;
+      }
+      case VectorStep::Op::kGetQParams: {
+        auto* stateful = dynamic_cast<StatefulQParamsCalculatorBase*>(&calc);
+        if (stateful == nullptr)
+          return absl::StrCat(where, "get_qparams on a stateless calculator");
+        result = stateful->GetQParams();
+        initialized = stateful->initialized();
+        break;
+      }
+      case VectorStep::Op::kSetExportMode:
+        status = calc.SetExportMode(step.enabled);
+        break;
+      case VectorStep::Op::kSetGranularity:
+        status = calc.SetGranularity(step.granularity);
+        break;
+    }
+
+    if (step.expect_error.has_value()) {
+      if (std::string d = ErrorStepDifference(*step.expect_error, status,
+                                              SameState(before, calc.ExportState()));
+          !d.empty()) {
+        return absl::StrCat(where, d);
+      }
+      continue;
+    }
+    if (!status.ok()) return absl::StrCat(where, "status: expected ok, got ", status.ToString());
+    if (step.expect.has_value()) {
+      if (!result.has_value()) return absl::StrCat(where, "no qparams to compare");
+      if (std::string d = FirstDifference(*step.expect, *result, initialized); !d.empty()) {
+        return absl::StrCat(where, d);
+      }
+    }
   }
   return "";
 }

@@ -1,6 +1,8 @@
-// Reads the conformance vectors (shared/conformance/FORMAT.md) into plain values, and
-// compares qparams with their expectations, so that every test that runs the vectors
-// (through the core, or through the service) reads and judges them the same way.
+// Reads the conformance vectors (shared/conformance/FORMAT.md, and the session cases
+// of the NVFP4 vectors, nvfp4.md §10) into plain values, compares qparams with their
+// expectations, and runs a session case through the core, so that every test that
+// runs the vectors (through the core, or through the service) reads and judges them
+// the same way.
 
 #ifndef QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
 #define QPARAMS_TESTS_CONFORMANCE_VECTORS_H_
@@ -26,6 +28,12 @@ struct ExpectedQParams {
   std::optional<std::vector<int32_t>> zero_point;  // null: none
   std::optional<std::vector<uint32_t>> minval;     // null: none
   std::optional<bool> initialized;                 // get_qparams only
+  // NVFP4 vectors (nvfp4.md §10) only: the e4m3 codes, and the global scale and amax
+  // (u32 bit patterns, null before initialization). Absent keys expect none.
+  bool nvfp4 = false;
+  std::vector<uint8_t> scale_e4m3;
+  std::optional<uint32_t> global_scale;
+  std::optional<uint32_t> amax;
 };
 
 struct VectorStep {
@@ -40,6 +48,10 @@ struct VectorStep {
 
 struct VectorCase {
   std::string id;
+  // "" for a session case; "group" or "qdq" (nvfp4.md §10), which LoadVectors keeps
+  // only as `json`, for a runner that knows them.
+  std::string kind;
+  google::protobuf::Struct json;
   std::string calculator;
   std::optional<double> averaging_constant;
   QuantSpec spec;
@@ -49,6 +61,9 @@ struct VectorCase {
 
 // The path of the vectors file: $QPARAMS_VECTORS if set, else the copy in the repo.
 std::string VectorsPath();
+// The NVFP4 vectors (nvfp4.md §10): $QPARAMS_NVFP4_VECTORS if set, else the copy in
+// the repo.
+std::string Nvfp4VectorsPath();
 
 // Parses every line of a vectors file. INVALID_ARGUMENT naming the line for
 // anything that is not a well-formed case.
@@ -58,6 +73,15 @@ absl::StatusOr<std::vector<VectorCase>> LoadVectors(const std::string& path);
 // e.g. "scale[3]: expected 0x3cc0c0c1, got 0x3cc0c0c2".
 std::string FirstDifference(const ExpectedQParams& expected, const QParams& actual,
                             std::optional<bool> actual_initialized = std::nullopt);
+
+// How a forward's input reaches the core: the tensor, or its block ranges reduced
+// beforehand (ObserveRange, as a client does) wherever the input can be reduced.
+enum class ObservationMode { kTensor, kRange };
+
+// Runs a session case (kind "") through the core calculators, a fresh one from the
+// registry; returns "" on success, else the step and what differed. A failing step
+// must leave the calculator's exported state unchanged.
+std::string RunCoreCase(const VectorCase& c, ObservationMode mode);
 
 // "invalid_argument" / "failed_precondition" / ...: the FORMAT name of a status code.
 std::string CodeName(absl::StatusCode code);
