@@ -1,5 +1,5 @@
 // The replica routing of a Client (client/client.h) across sharded replicas behind
-// a balancer (README "Sharding"): which headers a call carries, and how a call over
+// a balancer (docs/sharding.md): which headers a call carries, and how a call over
 // many or all sessions is split into one call per owning replica and put back
 // together. It owns the topology, read once through the GetTopology call it is
 // given; it makes no call of its own: the Client hands it one per replica. It knows

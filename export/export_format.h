@@ -1,4 +1,4 @@
-// The deployment formats sessions export to (README "Exporting a calibration run"):
+// The deployment formats sessions export to (docs/exports.md):
 // the rule that names a session's tensor, what each format can express, and the
 // JSON each format holds for one session. The one implementation of every format:
 // clients receive the rendered bytes and never re-render.

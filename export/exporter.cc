@@ -84,7 +84,7 @@ absl::Status Exporter::Check() {
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sessions ", owner->second, " and ", session->name, " both export as ", key,
-          " (the names map to tensors as README \"Exporting a calibration run\" says)"));
+          " (the names map to tensors as docs/exports.md says)"));
     }
   }
   if (sessions == 0) {

@@ -30,7 +30,7 @@ namespace qparams::wire {
 inline constexpr int kMaxBatchObservations = 4096;
 
 // The trailing metadata that names the replica owning a session a call was refused
-// for (FAILED_PRECONDITION on a sharded server, README "Sharding").
+// for (FAILED_PRECONDITION on a sharded server, docs/sharding.md).
 inline constexpr char kOwnerMetadata[] = "x-qparams-owner";
 
 // DType <-> qparams.v1.DType. DTYPE_UNSPECIFIED and unknown values are

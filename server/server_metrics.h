@@ -1,4 +1,4 @@
-// The metrics of one qparams server (README.md "Metrics" lists them), in a registry
+// The metrics of one qparams server (docs/operations.md "Metrics" lists them), in a registry
 // of their own: the families are made here, with their names and help, and handed
 // to the parts that record them (the journal, the engine, the gRPC layer's calls);
 // the gauges read at scrape time (sessions per tenant, storage state, slots) are

@@ -1,5 +1,5 @@
 """The replica routing of a qparams.Client across sharded replicas behind a balancer
-(README "Sharding"): the headers that route or address a call, the topology (read
+(docs/sharding.md): the headers that route or address a call, the topology (read
 once, through the GetTopology call the Client hands over), which replica owns each
 session, and the splitting of calls over many sessions into one per owning replica
 and the merging of their answers. It makes no call of its own and knows nothing of
