@@ -33,7 +33,6 @@
 #include "core/granularity.h"
 #include "core/histogram.h"
 #include "core/histogram_params.h"
-#include "core/quant_spec.h"
 #include "core/range.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/convert.h"
@@ -90,17 +89,28 @@ void PrintCalibration(bool has, const v1::CalibrationResult& c, std::ostream& ou
   out << "\n";
 }
 
+// The summary line (with an NVFP4 result's global scale and amax when set), then one
+// row per block (with its e4m3 code in hex when there are codes).
 void PrintTable(const v1::QParams& qparams, std::ostream& out) {
   const Shape shape(qparams.shape().begin(), qparams.shape().end());
-  out << "shape " << ShapeString(shape) << "  precision " << v1::DType_Name(qparams.precision())
-      << "\n";
+  out << "shape " << ShapeString(shape) << "  precision " << v1::DType_Name(qparams.precision());
+  if (qparams.has_global_scale()) out << "  global_scale " << Float(qparams.global_scale());
+  if (qparams.has_amax()) out << "  amax " << Float(qparams.amax());
+  out << "\n";
   if (qparams.scale().empty()) return;
+  const std::string& codes = qparams.scale_e4m3();
   std::vector<std::vector<std::string>> rows = {{"INDEX", "SCALE", "ZERO_POINT", "MINVAL"}};
+  if (!codes.empty()) rows[0].push_back("SCALE_E4M3");
   Shape index(shape.size(), 0);
   for (int i = 0; i < qparams.scale_size(); ++i) {
     rows.push_back({ShapeString(index), Float(qparams.scale(i)),
                     i < qparams.zero_point_size() ? absl::StrCat(qparams.zero_point(i)) : "-",
                     i < qparams.minval_size() ? Float(qparams.minval(i)) : "-"});
+    if (!codes.empty()) {
+      rows.back().push_back(static_cast<size_t>(i) < codes.size()
+                                ? absl::StrFormat("0x%02x", static_cast<uint8_t>(codes[i]))
+                                : "-");
+    }
     for (size_t d = index.size(); d-- > 0;) {  // the next row-major index
       if (++index[d] < shape[d]) break;
       index[d] = 0;
@@ -655,7 +665,8 @@ std::string UsageMessage() {
       "Spec flags (compute, create): --spec takes a whole QuantSpec in protobuf's JSON\n"
       "mapping, e.g. --spec='{\"dtype\": \"int4\", \"qscheme\": \"ASYMMETRIC\"}'; each of\n"
       "--quant_dtype, --qscheme, --granularity, --quant_target, --quant_min, --quant_max,\n"
-      "--float_range_min, --float_range_max and --scale_dtype then overrides its field.\n"
+      "--float_range_min, --float_range_max, --scale_dtype and --convention then\n"
+      "overrides its field.\n"
       "\n"
       "Histogram flags (create, with --calculator=percentile, entropy or mse; unset =\n"
       "the default): --num_bins (a power of two in [256, 65536]; 4096), --percentile\n"
@@ -809,13 +820,9 @@ absl::StatusOr<v1::QuantSpec> BuildSpec(const SpecFlags& flags) {
   if (flags.float_range_max.has_value()) {
     spec.mutable_float_range()->set_max(*flags.float_range_max);
   }
-  if (!flags.scale_dtype.empty()) {
-    if (flags.scale_dtype != kE8M0ScaleDType && flags.scale_dtype != "float8_e8m0") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--scale_dtype: \"", flags.scale_dtype, "\" is not float8_e8m0fnu (alias float8_e8m0)"));
-    }
-    spec.set_scale_dtype(flags.scale_dtype);
-  }
+  // Passed as given: the server judges scale dtypes and conventions (nvfp4.md §2).
+  if (!flags.scale_dtype.empty()) spec.set_scale_dtype(flags.scale_dtype);
+  if (!flags.convention.empty()) spec.set_convention(flags.convention);
   return spec;
 }
 

@@ -39,6 +39,7 @@ struct SpecFlags {
   std::optional<double> float_range_min;
   std::optional<double> float_range_max;
   std::string scale_dtype;  // --scale_dtype
+  std::string convention;   // --convention (NVFP4, scale_dtype float8_e4m3fn)
 };
 
 // The histogram parameters of `create` for percentile, entropy and mse

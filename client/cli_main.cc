@@ -110,8 +110,11 @@ ABSL_FLAG(std::optional<double>, float_range_min, std::nullopt,
 ABSL_FLAG(std::optional<double>, float_range_max, std::nullopt,
           "Fixed upper bound of the float range; unset = observed");
 ABSL_FLAG(std::string, scale_dtype, "",
-          "float8_e8m0fnu (alias float8_e8m0) for power-of-two scales; unset = float32 "
-          "(e8m0 for float4_e2m1fn_x2)");
+          "float8_e8m0fnu (alias float8_e8m0) for power-of-two scales, or float8_e4m3fn for "
+          "NVFP4 scales (float4_e2m1fn_x2, per_block); unset = float32 (e8m0 for "
+          "float4_e2m1fn_x2)");
+ABSL_FLAG(std::string, convention, "",
+          "with --scale_dtype=float8_e4m3fn: compressed_tensors (server default) or modelopt");
 
 ABSL_FLAG(std::optional<int>, num_bins, std::nullopt,
           "create (percentile, entropy, mse): histogram bins, a power of two in [256, 65536]; "
@@ -182,6 +185,7 @@ int main(int argc, char** argv) {
   options.spec.float_range_min = absl::GetFlag(FLAGS_float_range_min);
   options.spec.float_range_max = absl::GetFlag(FLAGS_float_range_max);
   options.spec.scale_dtype = absl::GetFlag(FLAGS_scale_dtype);
+  options.spec.convention = absl::GetFlag(FLAGS_convention);
   options.histogram.num_bins = absl::GetFlag(FLAGS_num_bins);
   options.histogram.percentile = absl::GetFlag(FLAGS_percentile);
   options.histogram.start_bin = absl::GetFlag(FLAGS_start_bin);

@@ -143,6 +143,7 @@ absl::StatusOr<QuantSpec> SpecFromProto(const v1::QuantSpec& spec) {
   if (spec.float_range().has_max()) out.float_range.max = spec.float_range().max();
   out.scale_dtype = spec.scale_dtype();
   out.range_calculator = spec.range_calculator();
+  out.convention = spec.convention();
   return out;
 }
 
@@ -170,6 +171,7 @@ v1::QuantSpec SpecToProto(const QuantSpec& spec) {
   if (spec.float_range.max) range->set_max(*spec.float_range.max);
   out.set_scale_dtype(spec.scale_dtype);
   out.set_range_calculator(spec.range_calculator);
+  out.set_convention(spec.convention);
   return out;
 }
 
@@ -182,6 +184,13 @@ v1::QParams QParamsToProto(const QParams& qparams) {
   out.set_has_zero_point(qparams.has_zero_point);
   out.set_has_minval(qparams.has_minval);
   if (qparams.precision) out.set_precision(DTypeToProto(*qparams.precision));
+  // The NVFP4 fields only when set (nvfp4.md §3.5), so other results read as before.
+  if (!qparams.scale_e4m3.empty()) {
+    out.set_scale_e4m3(reinterpret_cast<const char*>(qparams.scale_e4m3.data()),
+                       qparams.scale_e4m3.size());
+  }
+  if (qparams.global_scale) out.set_global_scale(*qparams.global_scale);
+  if (qparams.amax) out.set_amax(*qparams.amax);
   return out;
 }
 
@@ -195,6 +204,9 @@ QParams QParamsFromProto(const v1::QParams& qparams) {
   out.has_minval = qparams.has_minval();
   absl::StatusOr<DType> precision = DTypeFromProto(qparams.precision(), "precision");
   if (precision.ok()) out.precision = *precision;
+  out.scale_e4m3.assign(qparams.scale_e4m3().begin(), qparams.scale_e4m3().end());
+  if (qparams.has_global_scale()) out.global_scale = qparams.global_scale();
+  if (qparams.has_amax()) out.amax = qparams.amax();
   return out;
 }
 

@@ -59,7 +59,9 @@ absl::StatusOr<QuantSpec> SpecFromProto(const v1::QuantSpec& spec);
 // A resolved spec's wire form, every default explicit.
 v1::QuantSpec SpecToProto(const QuantSpec& spec);
 
-// qparams (buffers or a forward's result) on the wire, and back.
+// qparams (buffers or a forward's result) on the wire, and back. The NVFP4 fields
+// (scale_e4m3, global_scale, amax) are set on the wire only when the core's are, and
+// read back as sent.
 v1::QParams QParamsToProto(const QParams& qparams);
 QParams QParamsFromProto(const v1::QParams& qparams);
 

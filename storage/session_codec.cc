@@ -82,6 +82,7 @@ sv1::QuantSpec EncodeSpec(const QuantSpec& spec) {
   if (spec.float_range.max) range->set_max(*spec.float_range.max);
   out.set_scale_dtype(spec.scale_dtype);
   out.set_range_calculator(spec.range_calculator);
+  out.set_convention(spec.convention);
   return out;
 }
 
@@ -138,6 +139,7 @@ absl::StatusOr<QuantSpec> DecodeSpec(const sv1::QuantSpec& spec) {
   if (spec.float_range().has_max()) out.float_range.max = spec.float_range().max();
   out.scale_dtype = spec.scale_dtype();
   out.range_calculator = spec.range_calculator();
+  out.convention = spec.convention();
   return out;
 }
 
@@ -168,6 +170,9 @@ sv1::QParams EncodeQParams(const QParams& q) {
   out.set_has_zero_point(q.has_zero_point);
   out.set_has_minval(q.has_minval);
   if (q.precision) out.set_precision(EncodeDType(*q.precision));
+  if (!q.scale_e4m3.empty()) out.set_scale_e4m3(ToBytes(q.scale_e4m3));
+  if (q.global_scale) out.set_global_scale(*q.global_scale);
+  if (q.amax) out.set_amax(*q.amax);
   return out;
 }
 
@@ -190,6 +195,10 @@ absl::StatusOr<QParams> DecodeQParams(const sv1::QParams& q) {
   if (q.precision() != sv1::DTYPE_UNSPECIFIED) {
     QPARAMS_ASSIGN_OR_RETURN(out.precision, DecodeDType(q.precision(), "qparams.precision"));
   }
+  // The calculator checks these against its spec when it restores them.
+  out.scale_e4m3.assign(q.scale_e4m3().begin(), q.scale_e4m3().end());
+  if (q.has_global_scale()) out.global_scale = q.global_scale();
+  if (q.has_amax()) out.amax = q.amax();
   return out;
 }
 

@@ -466,6 +466,46 @@ TEST_F(CliTest, ReportPlotsHistogramSessions) {
   EXPECT_TRUE(absl::StrContains(page, "234 occupied bins of 2^-5")) << page;
 }
 
+// NVFP4 sessions (nvfp4.md §2, §3.5): --scale_dtype=float8_e4m3fn and --convention
+// reach the server as given; the JSON holds the convention, global scale and amax, and
+// the table adds them to its summary line and each block's e4m3 code in hex.
+TEST_F(CliTest, Nvfp4SessionsShowTheirTwoLevelScales) {
+  std::vector<double> values(32, 0.0);
+  values[3] = -7;
+  values[20] = 3.5;
+  const std::string a = Npy("nvfp4.npy", F32({1, 32}, values));
+  const std::vector<std::string> spec = {"--quant_dtype=float4_e2m1fn_x2",
+                                         "--scale_dtype=float8_e4m3fn", "--convention=modelopt",
+                                         "--granularity=per_block:-1:16"};
+  std::vector<std::string> create = {"create", "cli/nvfp4"};
+  create.insert(create.end(), spec.begin(), spec.end());
+  const auto created = Ok<v1::Session>(create);
+  EXPECT_EQ(created.spec().scale_dtype(), "float8_e4m3fn");
+  EXPECT_EQ(created.spec().convention(), "modelopt");
+  ASSERT_EQ(Cli({"observe", "cli/nvfp4", a}).exit_code, 0);
+
+  const auto qparams = Ok<v1::GetQParamsResponse>({"qparams", "cli/nvfp4"});
+  EXPECT_EQ(qparams.qparams().scale_e4m3(), std::string("\x7e\x76", 2));
+  EXPECT_EQ(FloatBits(qparams.qparams().global_scale()), 0x3B2AAAABu);
+  EXPECT_EQ(qparams.qparams().amax(), 7.0f);
+  const ProcessResult table = Cli({"--format=table", "qparams", "cli/nvfp4"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(absl::StrContains(
+      table.out, "shape [1, 2]  precision FLOAT32  global_scale 0.00260416674  amax 7\n"))
+      << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "SCALE_E4M3")) << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "448    -           -       0x7e")) << table.out;
+
+  // The server judges the convention: a misspelt one is its INVALID_ARGUMENT.
+  std::vector<std::string> bad = {"compute", "--calculator=dynamic"};
+  bad.insert(bad.end(), spec.begin(), spec.end());
+  bad.push_back("--convention=ModelOpt");
+  bad.push_back(a);
+  const ProcessResult refused = Cli(bad);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "INVALID_ARGUMENT: spec.convention")) << refused.err;
+}
+
 TEST_F(CliTest, TablesAreShort) {
   const auto calculators = Cli({"--format=table", "calculators"});
   EXPECT_EQ(calculators.exit_code, 0) << calculators.err;

@@ -944,6 +944,62 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
   granularity("name with a star", GranularityReq("hard/*", PerTensor()), kInvalid, "name");
   granularity("unknown session", GranularityReq("hard/missing", PerTensor()), kNotFound,
               "hard/missing");
+
+  // ---- NVFP4 specs on CreateSession and Compute (nvfp4.md §2), last so that the rows
+  // before keep their numbers: float8_e4m3fn scales need float4_e2m1fn_x2 and
+  // per_block; a convention needs them and is spelled exactly; the FP rules stay ----
+  {
+    const v1::Granularity block16 = PerBlockAxis(-1, {16});
+    auto nvfp4 = [&](const std::string& dtype, const v1::Granularity& g,
+                     const std::string& convention = "", v1::QScheme qscheme = v1::SYMMETRIC) {
+      v1::QuantSpec spec = WithScaleDType(Spec(dtype, qscheme, g), "float8_e4m3fn");
+      spec.set_convention(convention);
+      return spec;
+    };
+    auto with_convention = [](v1::QuantSpec spec, const std::string& convention) {
+      spec.set_convention(convention);
+      return spec;
+    };
+    create("e4m3 scales with int8", nvfp4("int8", block16), kInvalid, "spec.scale_dtype");
+    create("e4m3 scales with float8_e4m3fn", nvfp4("float8_e4m3fn", block16), kInvalid,
+           "spec.scale_dtype");
+    create("e4m3 scales per_tensor", nvfp4("float4_e2m1fn_x2", PerTensor()), kInvalid,
+           "spec.granularity");
+    create("e4m3 scales per_channel", nvfp4("float4_e2m1fn_x2", PerChannel(0)), kInvalid,
+           "spec.granularity");
+    create("convention without a scale_dtype (e8m0)",
+           with_convention(Spec("float4_e2m1fn_x2", v1::SYMMETRIC, block16), "modelopt"), kInvalid,
+           "spec.convention");
+    create("convention with e8m0 scales",
+           with_convention(
+               WithScaleDType(Spec("float4_e2m1fn_x2", v1::SYMMETRIC, block16), "float8_e8m0fnu"),
+               "compressed_tensors"),
+           kInvalid, "spec.convention");
+    create("convention with int8", with_convention(Spec(), "compressed_tensors"), kInvalid,
+           "spec.convention");
+    for (const char* convention : {"torchao", "COMPRESSED_TENSORS", "ModelOpt", " modelopt"}) {
+      create(absl::StrCat("convention \"", convention, "\""),
+             nvfp4("float4_e2m1fn_x2", block16, convention), kInvalid, "spec.convention");
+    }
+    create("e4m3 scales with SYMMETRIC_WITH_CLIPPING",
+           nvfp4("float4_e2m1fn_x2", block16, "", v1::SYMMETRIC_WITH_CLIPPING), kInvalid,
+           "spec.qscheme");
+    create("e4m3 scales with ASYMMETRIC",
+           nvfp4("float4_e2m1fn_x2", block16, "modelopt", v1::ASYMMETRIC), kInvalid,
+           "spec.qscheme");
+    const v1::Tensor row = F32({1, 16}, std::vector<double>(16, 0.5));
+    compute("Compute: e4m3 scales per_tensor", row, kInvalid, "spec.granularity",
+            nvfp4("float4_e2m1fn_x2", PerTensor()), "dynamic");
+    compute("Compute: e4m3 scales with int4", row, kInvalid, "spec.scale_dtype",
+            nvfp4("int4", block16), "dynamic");
+    compute("Compute: convention \"torchao\"", row, kInvalid, "spec.convention",
+            nvfp4("float4_e2m1fn_x2", block16, "torchao"), "static");
+    compute("Compute: convention without e4m3 scales", row, kInvalid, "spec.convention",
+            with_convention(Spec("float4_e2m1fn_x2", v1::SYMMETRIC, block16), "modelopt"),
+            "dynamic");
+    compute("Compute: dynamic e4m3 scales with a float_range", row, kInvalid, "float_range",
+            WithFloatRange(nvfp4("float4_e2m1fn_x2", block16), -1.0, 1.0), "dynamic");
+  }
   return rows;
 }
 

@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "client/client.h"
 #include "core/histogram.h"
+#include "core/range.h"
 #include "core/registry.h"
 #include "domain/session_store.h"
 #include "gtest/gtest.h"
@@ -195,6 +198,161 @@ TEST_F(PersistenceTest, RestartRestoresEverySessionBitForBit) {
     Start(Options(Durability::kNone));
     Populate();
     EXPECT_EQ(Continue(*client_), restarted);
+  }
+}
+
+// NVFP4 sessions (nvfp4.md §2, §3): both conventions, the three stateful kinds,
+// float32, bfloat16 and float16 precisions, single-axis and tuple blocks, tensors and
+// block ranges, one session in export mode and one never observed.
+v1::QuantSpec Nvfp4Spec(const std::string& convention, v1::Granularity granularity) {
+  v1::QuantSpec spec;
+  spec.set_dtype("float4_e2m1fn_x2");
+  spec.set_scale_dtype("float8_e4m3fn");
+  spec.set_convention(convention);
+  *spec.mutable_granularity() = std::move(granularity);
+  return spec;
+}
+v1::Granularity PerBlock16() {
+  v1::Granularity g;
+  g.mutable_per_block()->set_axis(-1);
+  g.mutable_per_block()->add_block_size(16);
+  return g;
+}
+v1::Granularity PerBlockTuple16() {  // the activations' form: one block per 16 channels
+  v1::Granularity g;
+  g.mutable_per_block()->add_block_size(-1);
+  g.mutable_per_block()->add_block_size(16);
+  return g;
+}
+
+const std::vector<std::string>& Nvfp4Names() {
+  static const auto* names = new std::vector<std::string>{
+      "nv/ct-ma", "nv/mo-ma", "nv/ct-gm", "nv/mo-gm", "nv/ct-st", "nv/mo-st", "nv/empty"};
+  return *names;
+}
+
+// The input of session `name` at step `i`: values scaled so that some blocks are
+// small, zero or huge next to the others (the floors and underflows of §3.2, §3.3).
+Tensor Nvfp4Input(const std::string& name, uint32_t i) {
+  const uint32_t seed = 300 + 10 * static_cast<uint32_t>(name.size()) + i;
+  std::vector<double> values = RandN(64, seed, 1 + i);
+  for (size_t k = 16; k < 32; ++k) values[k] *= 1e-9;  // block 1 underflows e4m3
+  for (size_t k = 48; k < 64; ++k) values[k] = 0;      // block 3 is zero
+  if (absl::StrContains(name, "-gm")) {
+    return MakeTensor(DType::kBFloat16, {2, 32}, values);
+  }
+  if (absl::StrContains(name, "-st")) return MakeTensor(DType::kFloat16, {4, 16}, values);
+  return F32({2, 32}, values);
+}
+
+void PopulateNvfp4(Client& client) {
+  auto create = [&](const std::string& name, const std::string& calculator,
+                    const v1::QuantSpec& spec, std::optional<double> averaging_constant) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator(calculator);
+    *request.mutable_spec() = spec;
+    if (averaging_constant) request.set_averaging_constant(*averaging_constant);
+    return client.CreateSession(request);
+  };
+  ASSERT_OK(create("nv/ct-ma", "moving_average", Nvfp4Spec("", PerBlockTuple16()), 0.25));
+  ASSERT_OK(create("nv/mo-ma", "moving_average", Nvfp4Spec("modelopt", PerBlockTuple16()), 0.25));
+  ASSERT_OK(create("nv/ct-gm", "global_minmax", Nvfp4Spec("compressed_tensors", PerBlock16()),
+                   std::nullopt));
+  ASSERT_OK(create("nv/mo-gm", "global_minmax", Nvfp4Spec("modelopt", PerBlock16()), std::nullopt));
+  ASSERT_OK(create("nv/ct-st", "static", Nvfp4Spec("", PerBlock16()), std::nullopt));
+  ASSERT_OK(create("nv/mo-st", "static", Nvfp4Spec("modelopt", PerBlock16()), std::nullopt));
+  ASSERT_OK(create("nv/empty", "global_minmax", Nvfp4Spec("modelopt", PerBlock16()), std::nullopt));
+  for (uint32_t i = 0; i < 4; ++i) {
+    for (const std::string& name : Nvfp4Names()) {
+      if (name == "nv/empty") continue;
+      const Tensor input = Nvfp4Input(name, i);
+      if (name == "nv/mo-gm" && i % 2 == 1) {  // block ranges reduced here, as a client does
+        ASSERT_OK_AND_ASSIGN(BlockRange range, ObserveRange(input.view(), {1, 16}));
+        v1::ObserveRequest request;
+        request.set_name(name);
+        request.mutable_range()->mutable_input_shape()->Assign(input.shape.begin(),
+                                                               input.shape.end());
+        *request.mutable_range()->mutable_min() = wire::TensorToProto(range.min.view());
+        *request.mutable_range()->mutable_max() = wire::TensorToProto(range.max.view());
+        ASSERT_OK_AND_ASSIGN(std::vector<v1::ObserveResponse> responses,
+                             client.ObserveBatch({request}));
+        ASSERT_EQ(responses[0].status().code(), 0) << responses[0].status().message();
+        continue;
+      }
+      ASSERT_OK(client.Observe(name, input.view()));
+    }
+  }
+  ASSERT_OK(client.SetExportMode("nv/ct-st", true));
+}
+
+// Every NVFP4 session's readable parts (session and qparams), as bytes.
+std::string Nvfp4State(Client& client) {
+  std::string out;
+  for (const std::string& name : Nvfp4Names()) {
+    absl::StatusOr<v1::Session> session = client.GetSession(name);
+    absl::StatusOr<v1::GetQParamsResponse> qparams = client.GetQParams(name);
+    if (!session.ok() || !qparams.ok()) return absl::StrCat(name, " (unreadable)");
+    out += session->SerializeAsString() + qparams->SerializeAsString();
+  }
+  return out;
+}
+
+// Further observations of every NVFP4 session, and their qparams, as bytes.
+std::string ContinueNvfp4(Client& client) {
+  std::string out;
+  for (uint32_t i = 10; i < 13; ++i) {
+    for (const std::string& name : Nvfp4Names()) {
+      absl::StatusOr<v1::ObserveResponse> r = client.Observe(name, Nvfp4Input(name, i).view());
+      out += r.ok() ? r->qparams().SerializeAsString() : r.status().ToString();
+    }
+  }
+  return out;
+}
+
+TEST_F(PersistenceTest, Nvfp4SessionsRestoreBitForBitFromTheJournalAndASnapshot) {
+  for (Durability durability : {Durability::kAlways, Durability::kBatched}) {
+    SCOPED_TRACE(std::string(DurabilityName(durability)));
+    TearDown();
+    SetUp();
+    ServerOptions options = Options(durability);
+    Start(options);
+    PopulateNvfp4(*client_);
+    const std::string before = Everything();
+    const std::string state = Nvfp4State(*client_);
+    ASSERT_OK_AND_ASSIGN(v1::Session mo, client_->GetSession("nv/mo-gm"));
+    ASSERT_EQ(mo.spec().convention(), "modelopt");
+    ASSERT_TRUE(mo.qparams().has_global_scale());
+    ASSERT_EQ(mo.qparams().scale_e4m3().size(), 4u);
+    ASSERT_OK_AND_ASSIGN(v1::Session ct, client_->GetSession("nv/ct-ma"));
+    ASSERT_EQ(ct.spec().convention(), "compressed_tensors");
+    ASSERT_TRUE(ct.qparams().has_amax());
+
+    // The journal replayed.
+    Start(options);
+    EXPECT_EQ(Everything(), before);
+    EXPECT_EQ(Nvfp4State(*client_), state);
+
+    // A restart that compacts writes the recovered sessions as a snapshot; the next
+    // one reads them from it (the journal after it holds nothing).
+    ServerOptions compacting = options;
+    compacting.compact_min_bytes = 1;
+    Start(compacting);
+    EXPECT_EQ(Everything(), before);
+    Start(options);
+    const std::vector<std::string> files = Files(dir_);
+    EXPECT_TRUE(std::any_of(files.begin(), files.end(), [](const std::string& name) {
+      return absl::StartsWith(name, "snapshot-");
+    })) << absl::StrJoin(files, ", ");
+    EXPECT_EQ(FileSize(JournalFile(dir_)), 8);  // the magic alone
+    EXPECT_EQ(Everything(), before);
+    EXPECT_EQ(Nvfp4State(*client_), state);
+    const std::string restarted = ContinueNvfp4(*client_);
+
+    // A server that never restarted gives the same results.
+    Start(Options(Durability::kNone));
+    PopulateNvfp4(*client_);
+    EXPECT_EQ(ContinueNvfp4(*client_), restarted);
   }
 }
 

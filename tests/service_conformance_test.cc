@@ -2,14 +2,17 @@
 // single-forward case of a stateless-capable calculator through Compute, and every
 // case through a session, four ways: Observe with tensors, Observe with block
 // ranges reduced by the client, one ObserveStream shared by all cases, and
-// ObserveBatch (each forward a batch of one).
+// ObserveBatch (each forward a batch of one). The session cases of the NVFP4 vectors
+// (Nvfp4VectorsPath(), nvfp4.md §10) run the same ways.
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/range.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -43,37 +46,22 @@ std::string Judge(const VectorStep& step, const grpc::Status& status,
   return "";
 }
 
-class ServiceConformance : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    absl::StatusOr<std::vector<VectorCase>> cases = LoadVectors(VectorsPath());
-    ASSERT_TRUE(cases.ok()) << cases.status();
-    ASSERT_FALSE(cases->empty());
-    cases_ = new std::vector<VectorCase>(*std::move(cases));
+// Whether Compute runs case `c` (a dynamic or static one): its construction error,
+// its one forward, or (dynamic, which keeps no state) each of its forwards.
+bool RunsThroughCompute(const VectorCase& c) {
+  if (c.calculator != "dynamic" && c.calculator != "static") return false;
+  if (c.construct_error.has_value()) return true;
+  if (c.steps.size() == 1) return c.steps[0].op == VectorStep::Op::kForward;
+  if (c.calculator != "dynamic" || c.steps.empty()) return false;
+  for (const VectorStep& step : c.steps) {
+    if (step.op != VectorStep::Op::kForward) return false;
   }
-  static void TearDownTestSuite() { delete cases_; }
+  return true;
+}
 
-  void SetUp() override {
-    server_ = TestServer::Start();
-    ASSERT_NE(server_, nullptr);
-    stub_ = server_->NewStub();
-  }
-
-  // Runs one case through a session; "" on success, else what differed.
-  std::string RunSession(const VectorCase& c, const std::string& name, Mode mode,
-                         grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>* stream);
-
-  // Every single-forward case of dynamic/static through Compute.
-  std::string RunCompute(const VectorCase& c);
-
-  static std::vector<VectorCase>* cases_;
-  std::unique_ptr<TestServer> server_;
-  std::unique_ptr<v1::QParamsService::Stub> stub_;
-};
-
-std::vector<VectorCase>* ServiceConformance::cases_ = nullptr;
-
-std::string ServiceConformance::RunCompute(const VectorCase& c) {
+// Runs a case RunsThroughCompute accepts through Compute, one call per forward; ""
+// on success, else what differed.
+std::string RunCompute(v1::QParamsService::Stub& stub, const VectorCase& c) {
   v1::ComputeRequest request;
   request.set_calculator(c.calculator);
   *request.mutable_spec() = wire::SpecToProto(c.spec);
@@ -82,22 +70,31 @@ std::string ServiceConformance::RunCompute(const VectorCase& c) {
         TensorView::Create(DType::kFloat32, {1}, std::string(4, '\0')).value());
     grpc::ClientContext context;
     v1::ComputeResponse response;
-    grpc::Status status = stub_->Compute(&context, request, &response);
+    grpc::Status status = stub.Compute(&context, request, &response);
     VectorStep step;
     step.expect_error = c.construct_error;
     return Judge(step, status, std::nullopt, std::nullopt);
   }
-  const VectorStep& step = c.steps[0];
-  *request.mutable_tensor() = wire::TensorToProto(step.input.view());
-  grpc::ClientContext context;
-  v1::ComputeResponse response;
-  grpc::Status status = stub_->Compute(&context, request, &response);
-  return Judge(step, status, wire::QParamsFromProto(response.qparams()), std::nullopt);
+  for (size_t i = 0; i < c.steps.size(); ++i) {
+    const VectorStep& step = c.steps[i];
+    *request.mutable_tensor() = wire::TensorToProto(step.input.view());
+    grpc::ClientContext context;
+    v1::ComputeResponse response;
+    grpc::Status status = stub.Compute(&context, request, &response);
+    if (std::string d =
+            Judge(step, status, wire::QParamsFromProto(response.qparams()), std::nullopt);
+        !d.empty()) {
+      return c.steps.size() == 1 ? d : absl::StrCat("step ", i, " ", d);
+    }
+  }
+  return "";
 }
 
-std::string ServiceConformance::RunSession(
-    const VectorCase& c, const std::string& name, Mode mode,
-    grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>* stream) {
+// Runs one case through a session named `name`, `mode` (kStream on the open
+// `stream`); "" on success, else what differed. A failed step must leave the
+// session as it was.
+std::string RunSession(v1::QParamsService::Stub& stub, const VectorCase& c, const std::string& name,
+                       Mode mode, ObserveStreamRW* stream) {
   v1::CreateSessionRequest create;
   create.set_name(name);
   create.set_calculator(c.calculator);
@@ -105,7 +102,7 @@ std::string ServiceConformance::RunSession(
   if (c.averaging_constant) create.set_averaging_constant(*c.averaging_constant);
   grpc::ClientContext create_context;
   v1::Session session;
-  grpc::Status created = stub_->CreateSession(&create_context, create, &session);
+  grpc::Status created = stub.CreateSession(&create_context, create, &session);
   if (c.construct_error.has_value() || c.calculator == "dynamic") {
     // Sessions refuse the stateless calculator as they refuse a bad spec.
     if (created.error_code() == grpc::StatusCode::INVALID_ARGUMENT) return "";
@@ -121,7 +118,7 @@ std::string ServiceConformance::RunSession(
     v1::GetSessionRequest get;
     get.set_name(name);
     v1::Session before;
-    if (!stub_->GetSession(&before_context, get, &before).ok()) return where + "GetSession failed";
+    if (!stub.GetSession(&before_context, get, &before).ok()) return where + "GetSession failed";
 
     grpc::Status status;
     std::optional<QParams> qparams;
@@ -151,7 +148,7 @@ std::string ServiceConformance::RunSession(
         const ObserveWay way = mode == Mode::kStream  ? ObserveWay::kStream
                                : mode == Mode::kBatch ? ObserveWay::kBatch
                                                       : ObserveWay::kObserve;
-        const Observed observed = ObserveOnce(*stub_, way, stream, request);
+        const Observed observed = ObserveOnce(stub, way, stream, request);
         status = observed.status;
         if (status.ok()) qparams = wire::QParamsFromProto(observed.response.qparams());
         break;
@@ -161,41 +158,71 @@ std::string ServiceConformance::RunSession(
         v1::GetQParamsRequest request;
         request.set_name(name);
         v1::GetQParamsResponse response;
-        status = stub_->GetQParams(&context, request, &response);
+        status = stub.GetQParams(&context, request, &response);
         qparams = wire::QParamsFromProto(response.qparams());
         initialized = response.initialized();
         break;
       }
       case VectorStep::Op::kSetExportMode:
-        status = SetExportMode(*stub_, name, step.enabled);
+        status = SetExportMode(stub, name, step.enabled);
         break;
       case VectorStep::Op::kSetGranularity:
-        status = SetGranularity(*stub_, name, step.granularity);
+        status = SetGranularity(stub, name, step.granularity);
         break;
     }
     if (std::string d = Judge(step, status, qparams, initialized); !d.empty()) return where + d;
     if (!status.ok()) {
       grpc::ClientContext after_context;
       v1::Session after;
-      if (!stub_->GetSession(&after_context, get, &after).ok()) return where + "GetSession failed";
+      if (!stub.GetSession(&after_context, get, &after).ok()) return where + "GetSession failed";
       if (before.SerializeAsString() != after.SerializeAsString()) {
         return where + "state: a failed step changed the session";
       }
     }
   }
-  if (!DeleteSession(*stub_, name).ok()) return "DeleteSession failed";
+  if (!DeleteSession(stub, name).ok()) return "DeleteSession failed";
   return "";
 }
+
+// A server and a stub to run the cases of `path` through; the cases are read once
+// per suite.
+class VectorsThroughTheService : public ::testing::Test {
+ protected:
+  static std::vector<VectorCase>* Load(const std::string& path) {
+    absl::StatusOr<std::vector<VectorCase>> cases = LoadVectors(path);
+    EXPECT_TRUE(cases.ok()) << cases.status();
+    if (!cases.ok()) return new std::vector<VectorCase>();
+    EXPECT_FALSE(cases->empty()) << path << " holds no cases";
+    return new std::vector<VectorCase>(*std::move(cases));
+  }
+
+  void SetUp() override {
+    server_ = TestServer::Start();
+    ASSERT_NE(server_, nullptr);
+    stub_ = server_->NewStub();
+  }
+
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<v1::QParamsService::Stub> stub_;
+};
+
+class ServiceConformance : public VectorsThroughTheService {
+ protected:
+  static void SetUpTestSuite() { cases_ = Load(VectorsPath()); }
+  static void TearDownTestSuite() { delete cases_; }
+
+  static std::vector<VectorCase>* cases_;
+};
+
+std::vector<VectorCase>* ServiceConformance::cases_ = nullptr;
 
 TEST_F(ServiceConformance, SingleForwardCasesThroughCompute) {
   int run = 0, failed = 0;
   for (const VectorCase& c : *cases_) {
-    if (c.calculator != "dynamic" && c.calculator != "static") continue;
-    const bool single = c.construct_error.has_value() ||
-                        (c.steps.size() == 1 && c.steps[0].op == VectorStep::Op::kForward);
-    if (!single) continue;
+    if (!RunsThroughCompute(c)) continue;
+    if (!c.construct_error.has_value() && c.steps.size() != 1) continue;  // single forwards
     ++run;
-    if (std::string d = RunCompute(c); !d.empty()) {
+    if (std::string d = RunCompute(*stub_, c); !d.empty()) {
       ++failed;
       ADD_FAILURE() << "case " << c.id << " (Compute): " << d;
     }
@@ -212,7 +239,8 @@ TEST_F(ServiceConformance, EveryCaseThroughSessions) {
     int failed = 0;
     for (size_t i = 0; i < cases_->size(); ++i) {
       const VectorCase& c = (*cases_)[i];
-      if (std::string d = RunSession(c, absl::StrCat("case/", i), mode, nullptr); !d.empty()) {
+      if (std::string d = RunSession(*stub_, c, absl::StrCat("case/", i), mode, nullptr);
+          !d.empty()) {
         ++failed;
         ADD_FAILURE() << "case " << c.id << " (" << way << "): " << d;
       }
@@ -228,7 +256,8 @@ TEST_F(ServiceConformance, EveryCaseThroughOneStream) {
   int failed = 0;
   for (size_t i = 0; i < cases_->size(); ++i) {
     const VectorCase& c = (*cases_)[i];
-    if (std::string d = RunSession(c, absl::StrCat("stream/", i), Mode::kStream, stream.get());
+    if (std::string d =
+            RunSession(*stub_, c, absl::StrCat("stream/", i), Mode::kStream, stream.get());
         !d.empty()) {
       ++failed;
       ADD_FAILURE() << "case " << c.id << " (ObserveStream): " << d;
@@ -238,6 +267,64 @@ TEST_F(ServiceConformance, EveryCaseThroughOneStream) {
   EXPECT_TRUE(stream->Finish().ok());
   std::cout << "conformance via one ObserveStream: " << cases_->size() - failed << " of "
             << cases_->size() << " cases match\n";
+}
+
+// The NVFP4 vectors' session cases (those the core runs), every way at once: a case
+// matches when Compute (where RunsThroughCompute), Observe with tensors and with
+// block ranges, ObserveBatch and one ObserveStream shared by all cases each match.
+// The group cases need scale groups (nvfp4.md §4) and the qdq cases check the client
+// side (§5): both are counted apart.
+class ServiceNvfp4Conformance : public VectorsThroughTheService {
+ protected:
+  static void SetUpTestSuite() { cases_ = Load(Nvfp4VectorsPath()); }
+  static void TearDownTestSuite() { delete cases_; }
+  static std::vector<VectorCase>* cases_;
+};
+
+std::vector<VectorCase>* ServiceNvfp4Conformance::cases_ = nullptr;
+
+TEST_F(ServiceNvfp4Conformance, EverySessionCaseMatchesEveryWay) {
+  grpc::ClientContext context;
+  auto stream = stub_->ObserveStream(&context);
+  int run = 0, failed = 0;
+  std::map<std::string, int> not_run;  // by kind
+  for (size_t i = 0; i < cases_->size(); ++i) {
+    const VectorCase& c = (*cases_)[i];
+    if (!c.kind.empty()) {
+      ++not_run[c.kind];
+      continue;
+    }
+    ++run;
+    std::string diff;
+    if (RunsThroughCompute(c)) {
+      if (std::string d = RunCompute(*stub_, c); !d.empty()) diff = "Compute: " + d;
+    }
+    for (Mode mode : {Mode::kTensor, Mode::kRange, Mode::kBatch, Mode::kStream}) {
+      if (!diff.empty()) break;
+      const char* way = mode == Mode::kRange    ? "Observe (block ranges)"
+                        : mode == Mode::kBatch  ? "ObserveBatch"
+                        : mode == Mode::kStream ? "ObserveStream"
+                                                : "Observe";
+      const std::string name = absl::StrCat("nvfp4/", static_cast<int>(mode), "/", i);
+      if (std::string d = RunSession(*stub_, c, name, mode, stream.get()); !d.empty()) {
+        diff = absl::StrCat(way, ": ", d);
+      }
+    }
+    if (!diff.empty()) {
+      ++failed;
+      ADD_FAILURE() << "case " << c.id << " (" << diff << ")";
+    }
+  }
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_TRUE(stream->Finish().ok());
+  std::cout << "nvfp4 conformance: " << run - failed << " of " << run << " cases match\n";
+  std::vector<std::string> counts;
+  for (const auto& [kind, count] : not_run) counts.push_back(absl::StrCat(count, " ", kind));
+  if (!counts.empty()) {
+    std::cout << "nvfp4 conformance: " << absl::StrJoin(counts, " and ")
+              << " cases not run through the service (" << Nvfp4VectorsPath() << ")\n";
+  }
+  EXPECT_GT(run, 0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -326,6 +327,58 @@ TEST_F(ServiceTest, CreateSessionResolvesTheSpecAndCalculator) {
   ASSERT_OK_AND_ASSIGN(v1::Session again, Create("fp4-again", "static", fp4.spec()));
   EXPECT_TRUE(MessageDifferencer::Equals(again.spec(), fp4.spec()));
   EXPECT_EQ(again.description(), fp4.description());
+}
+
+// NVFP4 sessions (nvfp4.md §2, §3.5): the resolved spec names the convention, and
+// qparams carry the e4m3 codes, the global scale and the amax once computed (example
+// E1: blocks of amax 7 and 3.5), none of them before.
+TEST_F(ServiceTest, Nvfp4SessionsCarryTheConventionAndTheTwoLevelScales) {
+  v1::QuantSpec spec;
+  spec.set_dtype("float4_e2m1fn_x2");
+  spec.set_scale_dtype("float8_e4m3fn");
+  spec.mutable_granularity()->mutable_per_block()->set_axis(-1);
+  spec.mutable_granularity()->mutable_per_block()->add_block_size(16);
+  std::vector<double> values(32, 0.0);
+  values[3] = -7;
+  values[20] = 3.5;
+  const Tensor input = F32({1, 32}, values);
+  for (const auto& [convention, resolved, global_scale] :
+       {std::tuple{"", "compressed_tensors", 0x43C00001u},
+        std::tuple{"modelopt", "modelopt", 0x3B2AAAABu}}) {
+    SCOPED_TRACE(resolved);
+    spec.set_convention(convention);
+    const std::string name = absl::StrCat("nvfp4-", resolved);
+    ASSERT_OK_AND_ASSIGN(v1::Session s, Create(name, "global_minmax", spec));
+    EXPECT_EQ(s.spec().scale_dtype(), "float8_e4m3fn");
+    EXPECT_EQ(s.spec().convention(), resolved);
+    EXPECT_EQ(ShapeOf(s.qparams()), (Shape{0}));
+    EXPECT_TRUE(s.qparams().scale_e4m3().empty());
+    EXPECT_FALSE(s.qparams().has_global_scale());
+    EXPECT_FALSE(s.qparams().has_amax());
+
+    ASSERT_OK_AND_ASSIGN(v1::ObserveResponse r, ObserveTensor(name, input));
+    const v1::QParams& q = r.qparams();
+    EXPECT_EQ(ShapeOf(q), (Shape{1, 2}));
+    EXPECT_EQ(q.scale_e4m3(), std::string("\x7e\x76", 2));
+    ASSERT_EQ(q.scale_size(), 2);
+    EXPECT_EQ(q.scale(0), 448.0f);
+    EXPECT_EQ(q.scale(1), 224.0f);
+    ASSERT_TRUE(q.has_global_scale());
+    EXPECT_EQ(FloatBits(q.global_scale()), global_scale);
+    ASSERT_TRUE(q.has_amax());
+    EXPECT_EQ(q.amax(), 7.0f);
+    EXPECT_FALSE(q.has_zero_point());
+    EXPECT_FALSE(q.has_minval());
+
+    // The resolved spec sent back gives an identical session.
+    ASSERT_OK_AND_ASSIGN(v1::Session again, Create(name + "-again", "global_minmax", s.spec()));
+    EXPECT_TRUE(MessageDifferencer::Equals(again.spec(), s.spec()));
+  }
+  // Other results leave the NVFP4 fields unset.
+  ASSERT_OK_AND_ASSIGN(v1::QParams int8, Compute("dynamic", Int8Spec(), WireTensor(input)));
+  EXPECT_TRUE(int8.scale_e4m3().empty());
+  EXPECT_FALSE(int8.has_global_scale());
+  EXPECT_FALSE(int8.has_amax());
 }
 
 TEST_F(ServiceTest, CreateSessionErrors) {

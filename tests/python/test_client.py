@@ -169,6 +169,35 @@ def test_session_lifecycle(client, name) -> None:
         client.delete_session(name)
 
 
+@pytest.mark.parametrize("convention,global_scale", [("", 0x43C00001), ("modelopt", 0x3B2AAAAB)],
+                         ids=["compressed_tensors", "modelopt"])
+def test_nvfp4_sessions_expose_the_two_level_scales(client, name, convention, global_scale) -> None:
+    # nvfp4.md §3.6 E1: blocks of amax 7 and 3.5.
+    session = client.create_session(name, calculator="global_minmax", dtype="float4_e2m1fn_x2",
+                                    scale_dtype="float8_e4m3fn", convention=convention,
+                                    granularity="per_block:-1:16", target="weight")
+    assert session.spec.convention == (convention or "compressed_tensors")
+    empty = client.get_qparams(name)
+    assert empty.shape == (0,) and empty.scale_e4m3 is None
+    assert empty.global_scale is None and empty.amax is None
+    x = np.zeros((1, 32), np.float32)
+    x[0, 3], x[0, 20] = -7, 3.5
+    q = client.observe(name, x).qparams
+    assert q.scale_e4m3.dtype == np.uint8 and q.scale_e4m3.shape == (1, 2)
+    assert q.scale_e4m3.tolist() == [[0x7E, 0x76]]
+    assert q.scale.tolist() == [[448.0, 224.0]]
+    assert f32_bits(q.global_scale) == [global_scale] and q.amax == 7.0
+    assert q.zero_point is None and q.minval is None
+    assert q.to_torch().scale_e4m3.tolist() == [[0x7E, 0x76]]
+    assert client.get_qparams(name).to_proto() == q.to_proto()
+    with pytest.raises(qparams.InvalidArgument, match="spec.convention"):
+        client.create_session(name + "x", calculator="static", dtype="float4_e2m1fn_x2",
+                              scale_dtype="float8_e4m3fn", convention="ModelOpt",
+                              granularity="per_block:-1:16", target="weight")
+    plain = client.compute(x, calculator="dynamic")
+    assert plain.scale_e4m3 is None and plain.global_scale is None and plain.amax is None
+
+
 def test_moving_average_takes_its_constant(client, name) -> None:
     s = client.create_session(name, calculator="moving_average", averaging_constant=0.5,
                               target="activation")

@@ -29,6 +29,13 @@ class QParams:
         zero_point: int32 array of shape `shape`, or None for floating-point dtypes
             and e8m0 scales.
         minval: float32 array of shape `shape`, or None where there is none.
+        scale_e4m3: NVFP4 (scale_dtype "float8_e4m3fn") only: uint8 array of shape
+            `shape`, each block scale's float8_e4m3fn code (scale holds their values);
+            None where there are none (other scale dtypes, and before the first
+            computing forward).
+        global_scale: NVFP4 only: the float32 global scale (compressed_tensors: gs,
+            modelopt: scale_2), or None.
+        amax: NVFP4 only: the tensor amax, widened to float32, or None.
         precision: the dtype the values were computed in ("float32", "float16",
             "bfloat16", "float64"), or None while empty.
         initialized: whether a computing forward has filled the buffers (always True
@@ -86,10 +93,26 @@ class QParams:
     def minval(self) -> Any:
         return self._array("minval", np.float32) if self._q.has_minval else None
 
+    @property
+    def scale_e4m3(self) -> Any:
+        return self._array("scale_e4m3", np.uint8) if self._q.scale_e4m3 else None
+
+    @property
+    def global_scale(self) -> float | None:
+        return self._q.global_scale if self._q.HasField("global_scale") else None
+
+    @property
+    def amax(self) -> float | None:
+        return self._q.amax if self._q.HasField("amax") else None
+
     def _array(self, field: str, dtype: Any) -> Any:
         array = self._arrays.get(field)
         if array is None:
-            array = np.array(getattr(self._q, field), dtype=dtype).reshape(self.shape)
+            value = getattr(self._q, field)
+            if isinstance(value, bytes):  # the e4m3 codes
+                array = np.frombuffer(value, dtype=dtype).copy().reshape(self.shape)
+            else:
+                array = np.array(value, dtype=dtype).reshape(self.shape)
             if self._torch:
                 import torch
                 array = torch.from_numpy(array)
@@ -108,6 +131,8 @@ class QParams:
         return (f"QParams(shape={self.shape}, scale={self.scale!r}, "
                 f"zero_point={self.zero_point!r}, minval={self.minval!r}, "
                 f"precision={self.precision!r}, initialized={self.initialized}"
+                + (f", scale_e4m3={self.scale_e4m3!r}, global_scale={self.global_scale!r}, "
+                   f"amax={self.amax!r}" if self._q.HasField("global_scale") else "")
                 + (f", calibration={self.calibration!r})" if self.calibration else ")"))
 
     def __getstate__(self) -> tuple:

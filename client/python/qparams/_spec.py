@@ -33,7 +33,7 @@ _QSCHEMES = {"symmetric": pb.SYMMETRIC, "asymmetric": pb.ASYMMETRIC,
              "symmetric_with_clipping": pb.SYMMETRIC_WITH_CLIPPING}
 _TARGETS = {"weight": pb.WEIGHT, "activation": pb.ACTIVATION}
 _SPEC_KEYS = ("dtype", "qscheme", "granularity", "target", "quant_min", "quant_max",
-              "float_range", "scale_dtype", "range_calculator")
+              "float_range", "scale_dtype", "range_calculator", "convention")
 _GRANULARITY_SYNTAX = ("per_tensor, per_channel:AXIS, per_block:AXIS:SIZE or "
                        "per_block:B0,B1,... (-1 = the whole dim)")
 
@@ -139,8 +139,10 @@ def quant_spec(spec: SpecLike | None = None, **overrides: Any) -> pb.QuantSpec:
       target: "weight" (default) or "activation"
       quant_min, quant_max: numbers, both or neither
       float_range: (min or None, max or None)
-      scale_dtype: "" or "float8_e8m0fnu"
+      scale_dtype: "", "float8_e8m0fnu" or "float8_e4m3fn" (NVFP4: float4_e2m1fn_x2,
+          per_block)
       range_calculator: "" or "minmax"
+      convention: NVFP4 only: "" or "compressed_tensors" (the default), or "modelopt"
     A key whose value is None is not given: it neither sets nor overrides a field.
 
     Raises:
@@ -169,7 +171,7 @@ def quant_spec(spec: SpecLike | None = None, **overrides: Any) -> pb.QuantSpec:
     for key, value in given.items():
         if value is None:
             continue
-        if key in ("dtype", "scale_dtype", "range_calculator"):
+        if key in ("dtype", "scale_dtype", "range_calculator", "convention"):
             setattr(out, key, str(value))
         elif key == "qscheme":
             out.qscheme = _enum("qscheme", value, _QSCHEMES)
