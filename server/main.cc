@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/log.h"
 #include "common/slot_map.h"
 #include "core/tensor.h"
@@ -120,23 +122,23 @@ int main(int argc, char** argv) {
                            : *durability;
   const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
   if (options.engine.max_sessions < 0 || options.service.max_tensor_elements < 1 ||
-      absl::GetFlag(FLAGS_omp_threads) < 0 || grace < absl::ZeroDuration() ||
-      options.flush_interval <= absl::ZeroDuration() ||
+      grace < absl::ZeroDuration() || options.flush_interval <= absl::ZeroDuration() ||
       options.engine.session_ttl < absl::ZeroDuration()) {
     qparams::LogError(
-        "--max_sessions and --omp_threads must be >= 0, --max_tensor_elements >= 1, "
+        "--max_sessions must be >= 0, --max_tensor_elements >= 1, "
         "--shutdown_grace and --session_ttl >= 0, --flush_interval > 0");
     return 2;
   }
+  // Checked by QParamsServer::Start, with --listen and --max_message_bytes.
   options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_listen.empty()) {
-    std::string host;
-    int port = 0;
-    if (absl::Status s = qparams::ParseHostPort(metrics_listen, &host, &port); !s.ok()) {
-      qparams::LogError(absl::StrCat("--metrics_listen: ", s.message()));
+  std::optional<qparams::HostPort> metrics_listen;
+  if (const std::string flag = absl::GetFlag(FLAGS_metrics_listen); !flag.empty()) {
+    absl::StatusOr<qparams::HostPort> parsed = qparams::ParseHostPort(flag);
+    if (!parsed.ok()) {
+      qparams::LogError(absl::StrCat("--metrics_listen: ", parsed.status().message()));
       return 2;
     }
+    metrics_listen = *std::move(parsed);
   }
   const std::string replica_id = absl::GetFlag(FLAGS_replica_id);
   const std::string slot_map_path = absl::GetFlag(FLAGS_slot_map);
@@ -169,7 +171,7 @@ int main(int argc, char** argv) {
   qparams::LogInfo(absl::StrCat("starting: max_sessions=", options.engine.max_sessions,
                                 " max_message_bytes=", options.max_message_bytes,
                                 " max_tensor_elements=", options.service.max_tensor_elements,
-                                " omp_threads=", absl::GetFlag(FLAGS_omp_threads),
+                                " omp_threads=", options.omp_threads,
                                 " shutdown_grace=", absl::FormatDuration(grace),
                                 " session_ttl=", absl::FormatDuration(options.engine.session_ttl)));
   if (options.durability == qparams::Durability::kNone) {
@@ -196,9 +198,9 @@ int main(int argc, char** argv) {
 
   // After the gRPC server, whose metrics it serves; stopped once that has shut down.
   std::unique_ptr<qparams::MetricsHttpServer> metrics;
-  if (!metrics_listen.empty()) {
+  if (metrics_listen.has_value()) {
     absl::StatusOr<std::unique_ptr<qparams::MetricsHttpServer>> started =
-        qparams::MetricsHttpServer::Start(metrics_listen, &(*server)->metrics());
+        qparams::MetricsHttpServer::Start(*metrics_listen, &(*server)->metrics());
     if (!started.ok()) {
       qparams::LogError(
           absl::StrCat("cannot serve metrics: --metrics_listen: ", started.status().message()));

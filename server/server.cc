@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/host_port.h"
 #include "common/log.h"
 #include "core/range.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -64,13 +64,10 @@ QParamsServer::~QParamsServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     const ServerOptions& options) {
-  const size_t colon = options.listen.rfind(':');
-  int requested_port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(options.listen.substr(colon + 1), &requested_port) ||
-      requested_port < 0 || requested_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen address \"", options.listen, "\" is not host:port (e.g. 127.0.0.1:50051)"));
+  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
+  if (!listen.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address: ", listen.status().message()));
   }
   if (options.max_message_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -171,7 +168,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen, " (in use, or not a local address)"));
   }
-  server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", server->port_);
+  server->address_ = FormatHostPort(listen->host, server->port_);
   server->server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   {
     absl::MutexLock lock(&server->health_mu_);
