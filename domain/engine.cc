@@ -159,20 +159,21 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
   return out;
 }
 
-absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view tenant, absl::string_view name,
-                                              const Observation& x, bool omit_qparams) {
+ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
+                              const absl::StatusOr<Observation>& x, bool omit_qparams) {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<ObserveResult> result = (*session)->Observe(x, omit_qparams);
-  if (result.ok() && options_.observations != nullptr) options_.observations->Increment();
-  return result;
-}
-
-absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view tenant,
-                                                 absl::string_view name) const {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
-  if (!session.ok()) return session.status();
-  return (*session)->observation_count();
+  absl::Status status = x.ok() ? session.status() : x.status();
+  if (status.ok()) {
+    absl::StatusOr<ObserveResult> result = (*session)->Observe(*x, omit_qparams);
+    if (result.ok()) {
+      if (options_.observations != nullptr) options_.observations->Increment();
+      return {absl::OkStatus(), *std::move(result)};
+    }
+    status = result.status();
+  }
+  ObserveOutcome failed{std::move(status), {}};
+  if (session.ok()) failed.result.observation_count = (*session)->observation_count();
+  return failed;
 }
 
 absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,

@@ -50,6 +50,15 @@ struct EngineOptions {
 // owns: that replica's name, for the service to pass on as trailing metadata.
 inline constexpr absl::string_view kOwnerPayload = "type.qparams/owner";
 
+// Engine::Observe's answer, failed or not: the responses of ObserveStream and
+// ObserveBatch report the session's count beside a failure too.
+struct ObserveOutcome {
+  absl::Status status;
+  // On failure only observation_count is set: the session's count, which a failure
+  // leaves as it was (0 when no session was found).
+  ObserveResult result;
+};
+
 // One page of ListSessions.
 struct SessionPage {
   std::vector<SessionInfo> sessions;
@@ -102,13 +111,11 @@ class Engine {
                                            absl::string_view filter) const;
 
   // One forward on the session; `omit_qparams` as Session::Observe says (a
-  // histogram session then runs no search).
-  absl::StatusOr<ObserveResult> Observe(absl::string_view tenant, absl::string_view name,
-                                        const Observation& x, bool omit_qparams = false);
-
-  // The session's observation count (for responses that report it on failure).
-  absl::StatusOr<int64_t> ObservationCount(absl::string_view tenant,
-                                           absl::string_view name) const;
+  // histogram session then runs no search). `x` is the observation, or why the
+  // request holds none: that refusal comes before the name's. Whatever the status,
+  // the outcome carries the session's observation count.
+  ObserveOutcome Observe(absl::string_view tenant, absl::string_view name,
+                         const absl::StatusOr<Observation>& x, bool omit_qparams = false);
 
   // get_qparams: the buffers and the initialized flag (and a histogram session's
   // calibration, running its search if the histogram changed since it last ran).

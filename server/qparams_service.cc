@@ -206,23 +206,18 @@ absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
   if (options_.received_bytes != nullptr) {
     options_.received_bytes->Increment(ObservationBytes(request));
   }
-  absl::StatusOr<Observation> x =
-      wire::ObservationFromProto(request, options_.max_tensor_elements);
-  absl::StatusOr<ObserveResult> result =
-      x.ok() ? engine_->Observe(tenant, request.name(), *x, request.omit_qparams()) : x.status();
-  if (result.ok()) {
-    if (!request.omit_qparams()) {
-      *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
-      if (result->calibration) {
-        *response->mutable_calibration() = wire::CalibrationToProto(*result->calibration);
-      }
+  ObserveOutcome outcome = engine_->Observe(
+      tenant, request.name(), wire::ObservationFromProto(request, options_.max_tensor_elements),
+      request.omit_qparams());
+  response->set_observation_count(outcome.result.observation_count);
+  QPARAMS_RETURN_IF_ERROR(outcome.status);
+  if (!request.omit_qparams()) {
+    *response->mutable_qparams() = wire::QParamsToProto(outcome.result.qparams);
+    if (outcome.result.calibration) {
+      *response->mutable_calibration() = wire::CalibrationToProto(*outcome.result.calibration);
     }
-    response->set_observation_count(result->observation_count);
-    return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> count = engine_->ObservationCount(tenant, request.name());
-  response->set_observation_count(count.ok() ? *count : 0);
-  return result.status();
+  return absl::OkStatus();
 }
 
 void QParamsServiceImpl::ObserveItem(grpc::CallbackServerContext* context, absl::string_view method,
