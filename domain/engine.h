@@ -29,6 +29,8 @@
 #include "domain/session.h"
 #include "domain/session_store.h"
 #include "metrics/metrics.h"
+#include "storage/journal.h"
+#include "storage/session_log.h"
 
 namespace qparams {
 
@@ -44,6 +46,10 @@ struct EngineOptions {
   // Counts the observations applied (a session's count went up); null: not counted.
   // Must outlive the engine.
   Counter* observations = nullptr;
+  // Persistence, for Engine::Open: with a data_dir, the sessions are restored from
+  // that directory and every mutation is journaled to it (storage/journal.h); with
+  // none, nothing is persisted.
+  JournalOptions journal;
 };
 
 // The payload (absl::Status::GetPayload) of a refusal for a session another replica
@@ -70,10 +76,26 @@ class Engine {
   static constexpr int kDefaultPageSize = 50;
   static constexpr int kMaxPageSize = 1000;
 
-  // `journal` (null: nothing is persisted) must outlive the engine. With a
-  // session_ttl, a background thread evicts idle sessions.
-  explicit Engine(EngineOptions options = {}, Journal* journal = nullptr);
+  // A ready engine. With options.journal.data_dir: the directory opened and locked,
+  // its sessions restored (a record that does not restore, or a torn or corrupt
+  // piece of a file, is logged and set aside, and a snapshot then drops what was
+  // skipped), the journal started, and the restore logged. FAILED_PRECONDITION for
+  // a directory that cannot be opened, locked or read (Journal::Open, Recover),
+  // the journal's error if it cannot start. Without a data_dir, as the constructor.
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(EngineOptions options);
+
+  // Memory only (options.journal is not used: Open persists). With a session_ttl, a
+  // background thread evicts idle sessions.
+  explicit Engine(EngineOptions options = {});
+  // Closes the session log (Close).
   ~Engine();
+
+  // Makes every acknowledged mutation durable and stops the journal's background
+  // work (SessionLog::Close): call once no call is in flight. Idempotent.
+  absl::Status Close() { return log_->Close(); }
+
+  // Where the engine persists: a Journal, or a NullSessionLog that keeps nothing.
+  const SessionLog& log() const { return *log_; }
 
   // The registry's classes, sorted by key ("default" among them, stateful).
   std::vector<const CalculatorClass*> ListCalculators() const;
@@ -138,7 +160,7 @@ class Engine {
   int EvictIdle(absl::Time now);
 
   // The store as records and back (SessionStore's EmitRecords, Records, Replay and
-  // Restore): the journal's snapshots and recovery.
+  // Restore): the journal's snapshots and recovery (Open), the tests and fuzzers.
   absl::Status EmitRecords(const Journal::Emitter& emit) const { return store_.EmitRecords(emit); }
   std::vector<storage::v1::Record> Records() const { return store_.Records(); }
   std::optional<std::string> Replay(const storage::v1::Record& record) {
@@ -166,6 +188,11 @@ class Engine {
   const std::string& replica_id() const { return options_.replica_id; }
 
  private:
+  Engine(EngineOptions options, std::unique_ptr<SessionLog> log);
+
+  // Open's restore from `journal` (this engine's log) and the journal's start.
+  absl::Status Recover(Journal& journal);
+
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
                                                 absl::string_view name) const;
   // A valid name of a session this replica owns; INVALID_ARGUMENT or
@@ -175,6 +202,8 @@ class Engine {
   bool Owns(absl::string_view name) const;
 
   const EngineOptions options_;
+  // Before the store, whose sessions append to it: it outlives them.
+  const std::unique_ptr<SessionLog> log_;
   SessionStore store_;
   absl::Notification stop_;
   std::thread evictor_;
