@@ -16,8 +16,45 @@ const QParamsCalculatorRegistry& Registry() { return QParamsCalculatorRegistry::
 
 }  // namespace
 
-Engine::Engine(EngineOptions options, Journal* journal)
-    : options_(options), store_(options.max_sessions, journal) {
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(EngineOptions options) {
+  if (options.journal.data_dir.empty()) return std::make_unique<Engine>(std::move(options));
+  QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> owned, Journal::Open(options.journal));
+  Journal& journal = *owned;
+  std::unique_ptr<Engine> engine(new Engine(std::move(options), std::move(owned)));
+  QPARAMS_RETURN_IF_ERROR(engine->Recover(journal));
+  return engine;
+}
+
+absl::Status Engine::Recover(Journal& journal) {
+  const absl::Time start = absl::Now();
+  bool skipped = false;
+  QPARAMS_ASSIGN_OR_RETURN(
+      const Recovery recovery,
+      journal.Recover([this, &skipped](const storage::v1::Record& record) {
+        if (std::optional<std::string> problem = Replay(record)) {
+          LogError(*problem);
+          skipped = true;
+        }
+      }));
+  for (const std::string& problem : recovery.problems) LogError(problem);
+  // Records that were skipped are dropped for good by a snapshot, not met again at
+  // every start.
+  QPARAMS_RETURN_IF_ERROR(
+      journal.Start([this](const Journal::Emitter& emit) { return EmitRecords(emit); },
+                    /*snapshot=*/skipped));
+  LogInfo(absl::StrCat(
+      "restored ", session_count(), " session(s) from ", options_.journal.data_dir, " (",
+      recovery.files_read, " file(s), ", recovery.records, " record(s)) in ",
+      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+      "; durability ", DurabilityName(options_.journal.durability)));
+  return absl::OkStatus();
+}
+
+Engine::Engine(EngineOptions options)
+    : Engine(std::move(options), std::make_unique<NullSessionLog>()) {}
+
+Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
+    : options_(std::move(options)), log_(std::move(log)), store_(options_.max_sessions, *log_) {
   if (options_.session_ttl <= absl::ZeroDuration()) return;
   // Idle sessions are found within a tenth of the TTL (at most a minute) of it.
   const absl::Duration period = std::min(options_.session_ttl / 10, absl::Minutes(1));
@@ -34,6 +71,9 @@ Engine::Engine(EngineOptions options, Journal* journal)
 Engine::~Engine() {
   stop_.Notify();
   if (evictor_.joinable()) evictor_.join();
+  // Before the store goes, for the journal's compactions read it; as ~Journal does,
+  // the error is dropped (the server closes the engine first and logs it).
+  log_->Close().IgnoreError();
 }
 
 int Engine::EvictIdle(absl::Time now) {
@@ -159,20 +199,21 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
   return out;
 }
 
-absl::StatusOr<ObserveResult> Engine::Observe(absl::string_view tenant, absl::string_view name,
-                                              const Observation& x, bool omit_qparams) {
+ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
+                              const absl::StatusOr<Observation>& x, bool omit_qparams) {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
-  if (!session.ok()) return session.status();
-  absl::StatusOr<ObserveResult> result = (*session)->Observe(x, omit_qparams);
-  if (result.ok() && options_.observations != nullptr) options_.observations->Increment();
-  return result;
-}
-
-absl::StatusOr<int64_t> Engine::ObservationCount(absl::string_view tenant,
-                                                 absl::string_view name) const {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
-  if (!session.ok()) return session.status();
-  return (*session)->observation_count();
+  absl::Status status = x.ok() ? session.status() : x.status();
+  if (status.ok()) {
+    absl::StatusOr<ObserveResult> result = (*session)->Observe(*x, omit_qparams);
+    if (result.ok()) {
+      if (options_.observations != nullptr) options_.observations->Increment();
+      return {absl::OkStatus(), *std::move(result)};
+    }
+    status = result.status();
+  }
+  ObserveOutcome failed{std::move(status), {}};
+  if (session.ok()) failed.result.observation_count = (*session)->observation_count();
+  return failed;
 }
 
 absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,

@@ -29,6 +29,8 @@
 #include "domain/session.h"
 #include "domain/session_store.h"
 #include "metrics/metrics.h"
+#include "storage/journal.h"
+#include "storage/session_log.h"
 
 namespace qparams {
 
@@ -44,11 +46,24 @@ struct EngineOptions {
   // Counts the observations applied (a session's count went up); null: not counted.
   // Must outlive the engine.
   Counter* observations = nullptr;
+  // Persistence, for Engine::Open: with a data_dir, the sessions are restored from
+  // that directory and every mutation is journaled to it (storage/journal.h); with
+  // none, nothing is persisted.
+  JournalOptions journal;
 };
 
 // The payload (absl::Status::GetPayload) of a refusal for a session another replica
 // owns: that replica's name, for the service to pass on as trailing metadata.
 inline constexpr absl::string_view kOwnerPayload = "type.qparams/owner";
+
+// Engine::Observe's answer, failed or not: the responses of ObserveStream and
+// ObserveBatch report the session's count beside a failure too.
+struct ObserveOutcome {
+  absl::Status status;
+  // On failure only observation_count is set: the session's count, which a failure
+  // leaves as it was (0 when no session was found).
+  ObserveResult result;
+};
 
 // One page of ListSessions.
 struct SessionPage {
@@ -61,10 +76,26 @@ class Engine {
   static constexpr int kDefaultPageSize = 50;
   static constexpr int kMaxPageSize = 1000;
 
-  // `journal` (null: nothing is persisted) must outlive the engine. With a
-  // session_ttl, a background thread evicts idle sessions.
-  explicit Engine(EngineOptions options = {}, Journal* journal = nullptr);
+  // A ready engine. With options.journal.data_dir: the directory opened and locked,
+  // its sessions restored (a record that does not restore, or a torn or corrupt
+  // piece of a file, is logged and set aside, and a snapshot then drops what was
+  // skipped), the journal started, and the restore logged. FAILED_PRECONDITION for
+  // a directory that cannot be opened, locked or read (Journal::Open, Recover),
+  // the journal's error if it cannot start. Without a data_dir, as the constructor.
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(EngineOptions options);
+
+  // Memory only (options.journal is not used: Open persists). With a session_ttl, a
+  // background thread evicts idle sessions.
+  explicit Engine(EngineOptions options = {});
+  // Closes the session log (Close).
   ~Engine();
+
+  // Makes every acknowledged mutation durable and stops the journal's background
+  // work (SessionLog::Close): call once no call is in flight. Idempotent.
+  absl::Status Close() { return log_->Close(); }
+
+  // Where the engine persists: a Journal, or a NullSessionLog that keeps nothing.
+  const SessionLog& log() const { return *log_; }
 
   // The registry's classes, sorted by key ("default" among them, stateful).
   std::vector<const CalculatorClass*> ListCalculators() const;
@@ -102,13 +133,11 @@ class Engine {
                                            absl::string_view filter) const;
 
   // One forward on the session; `omit_qparams` as Session::Observe says (a
-  // histogram session then runs no search).
-  absl::StatusOr<ObserveResult> Observe(absl::string_view tenant, absl::string_view name,
-                                        const Observation& x, bool omit_qparams = false);
-
-  // The session's observation count (for responses that report it on failure).
-  absl::StatusOr<int64_t> ObservationCount(absl::string_view tenant,
-                                           absl::string_view name) const;
+  // histogram session then runs no search). `x` is the observation, or why the
+  // request holds none: that refusal comes before the name's. Whatever the status,
+  // the outcome carries the session's observation count.
+  ObserveOutcome Observe(absl::string_view tenant, absl::string_view name,
+                         const absl::StatusOr<Observation>& x, bool omit_qparams = false);
 
   // get_qparams: the buffers and the initialized flag (and a histogram session's
   // calibration, running its search if the histogram changed since it last ran).
@@ -131,7 +160,7 @@ class Engine {
   int EvictIdle(absl::Time now);
 
   // The store as records and back (SessionStore's EmitRecords, Records, Replay and
-  // Restore): the journal's snapshots and recovery.
+  // Restore): the journal's snapshots and recovery (Open), the tests and fuzzers.
   absl::Status EmitRecords(const Journal::Emitter& emit) const { return store_.EmitRecords(emit); }
   std::vector<storage::v1::Record> Records() const { return store_.Records(); }
   std::optional<std::string> Replay(const storage::v1::Record& record) {
@@ -159,6 +188,11 @@ class Engine {
   const std::string& replica_id() const { return options_.replica_id; }
 
  private:
+  Engine(EngineOptions options, std::unique_ptr<SessionLog> log);
+
+  // Open's restore from `journal` (this engine's log) and the journal's start.
+  absl::Status Recover(Journal& journal);
+
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
                                                 absl::string_view name) const;
   // A valid name of a session this replica owns; INVALID_ARGUMENT or
@@ -168,6 +202,8 @@ class Engine {
   bool Owns(absl::string_view name) const;
 
   const EngineOptions options_;
+  // Before the store, whose sessions append to it: it outlives them.
+  const std::unique_ptr<SessionLog> log_;
   SessionStore store_;
   absl::Notification stop_;
   std::thread evictor_;

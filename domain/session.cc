@@ -24,10 +24,10 @@ HistogramQParamsCalculator* AsHistogram(StatefulQParamsCalculatorBase& calculato
 }  // namespace
 
 Session::Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
-                 Journal* journal, absl::Time create_time, absl::Time update_time)
+                 SessionLog& log, absl::Time create_time, absl::Time update_time)
     : key_(std::move(key)),
       create_time_(create_time),
-      journal_(journal),
+      log_(log),
       last_access_ns_(absl::ToUnixNanos(absl::Now())),
       calculator_(std::move(calculator)),
       update_time_(update_time) {}
@@ -47,13 +47,14 @@ absl::Status Session::Mutate(
   Touch();
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
-  // Without a journal nothing can fail after `mutate`: it runs on the calculator.
-  if (journal_ == nullptr) {
+  // With a log that keeps nothing, nothing can fail after `mutate`: it runs on the
+  // calculator.
+  if (!log_.keeps_records()) {
     QPARAMS_RETURN_IF_ERROR(mutate(*calculator_));
     update_time_ = absl::Now();
     return absl::OkStatus();
   }
-  // With one, it runs on a copy that takes the calculator's place only once its
+  // Otherwise it runs on a copy that takes the calculator's place only once its
   // record is as durable as promised: a refused record leaves nothing to undo, and
   // the state is exported once, for the record. Synced under the session's lock, so
   // that no read sees a mutation before it is acknowledged; other sessions append
@@ -61,10 +62,9 @@ absl::Status Session::Mutate(
   std::unique_ptr<StatefulQParamsCalculatorBase> next = calculator_->Clone();
   QPARAMS_RETURN_IF_ERROR(mutate(*next));
   const absl::Time update_time = absl::Now();
-  storage::v1::Record record;
-  *record.mutable_put() = EncodeSession(key_, next->ExportState(), create_time_, update_time);
-  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence, journal_->Append(record));
-  QPARAMS_RETURN_IF_ERROR(journal_->Sync(sequence));
+  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
+                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time));
+  QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
   calculator_ = std::move(next);
   update_time_ = update_time;
   return absl::OkStatus();

@@ -32,8 +32,8 @@
 #include "core/qparams_calculator.h"
 #include "core/quant_spec.h"
 #include "qparams/storage/v1/storage.pb.h"
-#include "storage/journal.h"
 #include "storage/session_codec.h"
+#include "storage/session_log.h"
 
 namespace qparams {
 
@@ -71,24 +71,25 @@ struct ObserveResult {
   std::optional<CalibrationResult> calibration;  // histogram kinds, unless omitted
 };
 
-// With a journal, every successful mutation appends the session's new state under
-// the session's lock (so the journal holds one session's states in their order) and,
-// under Durability::kAlways, returns only once that record is on disk. The mutation
-// is made on a copy of the calculator that replaces it only then: if the journal
-// cannot take the record, the session is unchanged and the call fails.
+// Every successful mutation appends the session's new state to the session log
+// under the session's lock (so the log holds one session's states in their order)
+// and returns only once the log has synced it (on disk under Durability::kAlways).
+// With a log that keeps records the mutation is made on a copy of the calculator
+// that replaces it only then: if the log cannot take the record, the session is
+// unchanged and the call fails.
 class Session {
  public:
   // Takes over `calculator` (built from the session's spec, or restored with its
-  // times). `journal` may be null (durability none) and must outlive the session.
+  // times). `log` must outlive the session.
   Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
-          Journal* journal, absl::Time create_time, absl::Time update_time);
+          SessionLog& log, absl::Time create_time, absl::Time update_time);
 
   const SessionKey& key() const { return key_; }
   const std::string& name() const { return key_.name; }
 
   // forward(x). The calculator's errors (INVALID_ARGUMENT, FAILED_PRECONDITION,
   // RESOURCE_EXHAUSTED at a histogram's 2^62 values), NOT_FOUND once the session is
-  // deleted, or the journal's error; a failure changes nothing.
+  // deleted, or the session log's error; a failure changes nothing.
   //
   // The lazy-search rule of the histogram kinds (percentile, entropy, mse): with
   // `omit_qparams` the observation is only merged into the histogram and no search
@@ -140,17 +141,17 @@ class Session {
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void Touch() const;
   // Runs `mutate` on the calculator under the session's lock (the calculator is
-  // passed in: lock analysis cannot see into a lambda). With a journal, on a copy
-  // (Clone) whose state is journaled and made as durable as the journal promises
-  // (fsynced under kAlways), still under the lock, before it replaces the
-  // calculator; if any step fails the session is unchanged, so that no read ever
-  // sees a mutation that was not acknowledged.
+  // passed in: lock analysis cannot see into a lambda). With a log that keeps
+  // records, on a copy (Clone) whose state is appended to the log and made as
+  // durable as it promises (fsynced under kAlways), still under the lock, before it
+  // replaces the calculator; if any step fails the session is unchanged, so that no
+  // read ever sees a mutation that was not acknowledged.
   absl::Status Mutate(const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionKey key_;
   const absl::Time create_time_;
-  Journal* const journal_;
+  SessionLog& log_;
   mutable std::atomic<int64_t> last_access_ns_;
   mutable absl::Mutex mu_;
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator_ ABSL_GUARDED_BY(mu_);

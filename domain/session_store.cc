@@ -70,10 +70,9 @@ std::vector<std::pair<std::string, int64_t>> SessionStore::SessionsPerTenant() c
 absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
     SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator) {
   const absl::Time now = absl::Now();
-  auto session = std::make_shared<Session>(key, std::move(calculator), journal_, now, now);
+  const CalculatorState state = calculator->ExportState();  // for the log, outside the lock
+  auto session = std::make_shared<Session>(key, std::move(calculator), log_, now, now);
   std::string map_key = MapKey(key);
-  storage::v1::Record record;
-  if (journal_ != nullptr) *record.mutable_put() = session->Record();
   uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -86,17 +85,11 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
           absl::StrCat("the server holds ", sessions_.size(),
                        " sessions, its limit (--max_sessions); delete unused sessions first"));
     }
-    if (journal_ != nullptr) {
-      absl::StatusOr<uint64_t> appended = journal_->Append(record);
-      if (!appended.ok()) return appended.status();
-      sequence = *appended;
-    }
+    QPARAMS_ASSIGN_OR_RETURN(sequence, log_.AppendPut(key, state, now, now));
     Forget(map_key);
     Insert(map_key, session);
   }
-  if (journal_ != nullptr) {
-    QPARAMS_RETURN_IF_ERROR(journal_->Sync(sequence));
-  }
+  QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
   return session;
 }
 
@@ -110,30 +103,25 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const SessionKey& ke
 }
 
 absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
-                                  const storage::v1::Record& why) {
+                                  std::optional<absl::Time> evicted_at) {
   uint64_t sequence = 0;
   absl::Status gone =
-      why.has_evicted()
-          ? Evicted(session->key(), TimeFromTimestamp(why.evicted().evict_time()))
+      evicted_at.has_value()
+          ? Evicted(session->key(), *evicted_at)
           : absl::NotFoundError(absl::StrCat("session \"", session->name(), "\" was deleted"));
-  absl::Status status = session->Retire(
+  QPARAMS_RETURN_IF_ERROR(session->Retire(
       [&]() -> absl::Status {
         absl::MutexLock lock(&mu_);
-        if (journal_ != nullptr) {
-          absl::StatusOr<uint64_t> appended = journal_->Append(why);
-          if (!appended.ok()) return appended.status();
-          sequence = *appended;
-        }
+        QPARAMS_ASSIGN_OR_RETURN(sequence, evicted_at.has_value()
+                                               ? log_.AppendEviction(session->key(), *evicted_at)
+                                               : log_.AppendErase(session->key()));
         const std::string map_key = MapKey(session->key());
         EraseKey(map_key);
-        if (why.has_evicted()) {
-          Remember(map_key, TimeFromTimestamp(why.evicted().evict_time()));
-        }
+        if (evicted_at.has_value()) Remember(map_key, *evicted_at);
         return absl::OkStatus();
       },
-      gone);
-  if (!status.ok()) return status;
-  return journal_ == nullptr ? absl::OkStatus() : journal_->Sync(sequence);
+      gone));
+  return log_.Sync(sequence);
 }
 
 void SessionStore::Remember(std::string map_key, absl::Time evict_time) {
@@ -155,11 +143,8 @@ void SessionStore::Forget(const std::string& map_key) {
 }
 
 absl::Status SessionStore::Erase(const SessionKey& key) {
-  absl::StatusOr<std::shared_ptr<Session>> session = Find(key);
-  if (!session.ok()) return session.status();
-  storage::v1::Record why;
-  *why.mutable_erase() = EncodeKey(key);
-  absl::Status status = Remove(*session, why);
+  QPARAMS_ASSIGN_OR_RETURN(const std::shared_ptr<Session> session, Find(key));
+  absl::Status status = Remove(session, /*evicted_at=*/std::nullopt);
   // Retired meanwhile by another call: to this caller the session does not exist.
   if (absl::IsNotFound(status)) return NotFound(key);
   return status;
@@ -177,7 +162,7 @@ int SessionStore::EvictIdle(absl::Time idle_since) {
   for (const std::shared_ptr<Session>& session : idle) {
     // A call that named the session since the scan keeps it.
     if (session->last_access() >= idle_since) continue;
-    if (Remove(session, EncodeEviction(session->key(), absl::Now())).ok()) ++evicted;
+    if (Remove(session, /*evicted_at=*/absl::Now()).ok()) ++evicted;
   }
   return evicted;
 }
@@ -250,7 +235,7 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
         // The record's temporaries are gone: the buffers move out of their gaps.
         decoded->calculator->ReallocateBuffers();
         session = std::make_shared<Session>(std::move(decoded->key), std::move(decoded->calculator),
-                                            journal_, decoded->create_time, decoded->update_time);
+                                            log_, decoded->create_time, decoded->update_time);
       }
       absl::MutexLock lock(&mu_);
       Forget(key);

@@ -30,6 +30,7 @@
 #include "domain/session.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "storage/journal.h"
+#include "storage/session_log.h"
 
 namespace qparams {
 
@@ -43,15 +44,16 @@ class SessionStore {
   // forgetting the oldest eviction first.
   static constexpr size_t kDefaultMaxRememberedEvictions = 100000;
 
-  // `journal` may be null (nothing is persisted) and must outlive the store.
-  SessionStore(int64_t max_sessions, Journal* journal,
+  // Creations, deletions and evictions are appended to `log` (a NullSessionLog when
+  // nothing is persisted), which must outlive the store and its sessions.
+  SessionStore(int64_t max_sessions, SessionLog& log,
                size_t max_remembered_evictions = kDefaultMaxRememberedEvictions)
       : max_sessions_(max_sessions),
         max_remembered_evictions_(max_remembered_evictions),
-        journal_(journal) {}
+        log_(log) {}
 
   // Adds a new session: ALREADY_EXISTS if the key is taken, RESOURCE_EXHAUSTED if
-  // the store holds max_sessions already, or the journal's error.
+  // the store holds max_sessions already, or the session log's error.
   absl::StatusOr<std::shared_ptr<Session>> Create(
       SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator);
 
@@ -104,15 +106,16 @@ class SessionStore {
   void Insert(const std::string& map_key, std::shared_ptr<Session> session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseKey(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Remove(const std::shared_ptr<Session>& session, const storage::v1::Record& why)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Retires `session` and logs why: its eviction at `evicted_at`, else its erasure.
+  absl::Status Remove(const std::shared_ptr<Session>& session,
+                      std::optional<absl::Time> evicted_at) ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers an eviction, forgetting the oldest beyond the bound; Forget drops one.
   void Remember(std::string map_key, absl::Time evict_time) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_sessions_;
   const size_t max_remembered_evictions_;
-  Journal* const journal_;
+  SessionLog& log_;
   mutable absl::Mutex mu_;
   absl::btree_map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<std::string, int64_t> tenant_sessions_ ABSL_GUARDED_BY(mu_);

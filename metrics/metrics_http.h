@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "common/host_port.h"
 #include "metrics/metrics.h"
 
 namespace httplib {
@@ -21,16 +21,12 @@ class Server;
 
 namespace qparams {
 
-// "HOST:PORT" (or "[IPV6]:PORT") split into host (brackets removed) and port, which
-// is 0 to 65535. INVALID_ARGUMENT otherwise.
-absl::Status ParseHostPort(absl::string_view text, std::string* host, int* port);
-
 class MetricsHttpServer {
  public:
-  // Binds `listen` ("HOST:PORT"; port 0 picks a free one) and serves `registry`
-  // (which must outlive the server) on a thread of its own, two scrapes at a time.
-  // INVALID_ARGUMENT for a malformed address, UNAVAILABLE if it cannot be bound.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(absl::string_view listen,
+  // Binds `listen` (parsed by ParseHostPort; port 0 picks a free one) and serves
+  // `registry` (which must outlive the server) on a thread of its own, two scrapes at
+  // a time. UNAVAILABLE if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const HostPort& listen,
                                                                   const MetricsRegistry* registry);
 
   // Stops.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -15,13 +16,17 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/host_port.h"
 #include "common/log.h"
 #include "common/slot_map.h"
+#include "core/status_macros.h"
 #include "core/tensor.h"
 #include "metrics/metrics_http.h"
 #include "server/process_tuning.h"
@@ -74,6 +79,118 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
           "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
 
+namespace {
+
+// What the flags ask for, each checked here once (the server's own options are
+// checked by QParamsServer::Start).
+struct Flags {
+  qparams::ServerOptions server;
+  absl::Duration grace;
+  std::optional<qparams::HostPort> metrics_listen;
+};
+
+// --replica_id and --slot_map into `engine`: both or neither, and the map must give
+// the replica a slot.
+absl::Status ApplySharding(qparams::EngineOptions& engine) {
+  const std::string replica_id = absl::GetFlag(FLAGS_replica_id);
+  const std::string slot_map_path = absl::GetFlag(FLAGS_slot_map);
+  if (replica_id.empty() != slot_map_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--replica_id and --slot_map go together: give both or neither");
+  }
+  if (slot_map_path.empty()) return absl::OkStatus();
+  absl::StatusOr<qparams::SlotMap> slot_map = qparams::SlotMap::Load(slot_map_path);
+  if (!slot_map.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slot_map: ", slot_map.status().message()));
+  }
+  if (!slot_map->HasReplica(replica_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replica_id: ", replica_id, " owns no slot in ", slot_map_path,
+                     " (its replicas: ", absl::StrJoin(slot_map->replicas(), ", "), ")"));
+  }
+  std::vector<std::string> mine;
+  for (const qparams::SlotMap::Range& range : slot_map->Ranges()) {
+    if (range.replica == replica_id) mine.push_back(absl::StrCat(range.low, ":", range.high));
+  }
+  qparams::LogInfo(absl::StrCat("replica ", replica_id, " of ", slot_map->replicas().size(),
+                                ", owning slots ", absl::StrJoin(mine, " ")));
+  engine.slot_map = std::make_shared<const qparams::SlotMap>(*std::move(slot_map));
+  engine.replica_id = replica_id;
+  return absl::OkStatus();
+}
+
+// The flags, checked; INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<Flags> ReadFlags() {
+  Flags flags;
+  qparams::ServerOptions& options = flags.server;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.engine.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.service.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
+  options.service.log_failed_rpcs = absl::GetFlag(FLAGS_log_failed_rpcs);
+  options.engine.session_ttl = absl::GetFlag(FLAGS_session_ttl);
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  absl::StatusOr<qparams::Durability> durability =
+      qparams::ParseDurability(absl::GetFlag(FLAGS_durability));
+  if (!durability.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--durability: ", durability.status().message()));
+  }
+  options.durability = options.data_dir.empty() && *durability == qparams::Durability::kBatched
+                           ? qparams::Durability::kNone  // the default, without a directory
+                           : *durability;
+  flags.grace = absl::GetFlag(FLAGS_shutdown_grace);
+  if (options.engine.max_sessions < 0 || options.service.max_tensor_elements < 1 ||
+      flags.grace < absl::ZeroDuration() || options.flush_interval <= absl::ZeroDuration() ||
+      options.engine.session_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "--max_sessions must be >= 0, --max_tensor_elements >= 1, "
+        "--shutdown_grace and --session_ttl >= 0, --flush_interval > 0");
+  }
+  // Checked by QParamsServer::Start, with --listen and --max_message_bytes.
+  options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
+  if (const std::string flag = absl::GetFlag(FLAGS_metrics_listen); !flag.empty()) {
+    absl::StatusOr<qparams::HostPort> parsed = qparams::ParseHostPort(flag);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics_listen: ", parsed.status().message()));
+    }
+    flags.metrics_listen = *std::move(parsed);
+  }
+  QPARAMS_RETURN_IF_ERROR(ApplySharding(options.engine));
+  return flags;
+}
+
+// The settings and what is switched off, before the server starts.
+void LogStart(const Flags& flags) {
+  const qparams::ServerOptions& options = flags.server;
+  qparams::LogInfo(absl::StrCat("starting: max_sessions=", options.engine.max_sessions,
+                                " max_message_bytes=", options.max_message_bytes,
+                                " max_tensor_elements=", options.service.max_tensor_elements,
+                                " omp_threads=", options.omp_threads,
+                                " shutdown_grace=", absl::FormatDuration(flags.grace),
+                                " session_ttl=", absl::FormatDuration(options.engine.session_ttl)));
+  if (options.durability == qparams::Durability::kNone) {
+    qparams::LogWarning("no persistence (--data_dir unset or --durability=none): sessions "
+                        "are lost when the server stops");
+  }
+  if (options.auth_tokens_file.empty()) {
+    qparams::LogWarning("no --auth_tokens_file: the server is open, every caller reaches "
+                        "every session");
+  }
+  if (options.tls_cert.empty()) {
+    qparams::LogWarning("no --tls_cert: traffic is plaintext");
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   qparams::TuneProcessForServing();
   absl::SetProgramUsageMessage(
@@ -96,93 +213,14 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  qparams::ServerOptions options;
-  options.listen = absl::GetFlag(FLAGS_listen);
-  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.engine.max_sessions = absl::GetFlag(FLAGS_max_sessions);
-  options.service.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
-  options.service.log_failed_rpcs = absl::GetFlag(FLAGS_log_failed_rpcs);
-  options.engine.session_ttl = absl::GetFlag(FLAGS_session_ttl);
-  options.data_dir = absl::GetFlag(FLAGS_data_dir);
-  options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
-  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  options.tls_key = absl::GetFlag(FLAGS_tls_key);
-  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
-  options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
-  absl::StatusOr<qparams::Durability> durability =
-      qparams::ParseDurability(absl::GetFlag(FLAGS_durability));
-  if (!durability.ok()) {
-    qparams::LogError(absl::StrCat("--durability: ", durability.status().message()));
+  absl::StatusOr<Flags> flags = ReadFlags();
+  if (!flags.ok()) {
+    qparams::LogError(flags.status().message());
     return 2;
   }
-  options.durability = options.data_dir.empty() && *durability == qparams::Durability::kBatched
-                           ? qparams::Durability::kNone  // the default, without a directory
-                           : *durability;
-  const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
-  if (options.engine.max_sessions < 0 || options.service.max_tensor_elements < 1 ||
-      absl::GetFlag(FLAGS_omp_threads) < 0 || grace < absl::ZeroDuration() ||
-      options.flush_interval <= absl::ZeroDuration() ||
-      options.engine.session_ttl < absl::ZeroDuration()) {
-    qparams::LogError(
-        "--max_sessions and --omp_threads must be >= 0, --max_tensor_elements >= 1, "
-        "--shutdown_grace and --session_ttl >= 0, --flush_interval > 0");
-    return 2;
-  }
-  options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
-  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_listen.empty()) {
-    std::string host;
-    int port = 0;
-    if (absl::Status s = qparams::ParseHostPort(metrics_listen, &host, &port); !s.ok()) {
-      qparams::LogError(absl::StrCat("--metrics_listen: ", s.message()));
-      return 2;
-    }
-  }
-  const std::string replica_id = absl::GetFlag(FLAGS_replica_id);
-  const std::string slot_map_path = absl::GetFlag(FLAGS_slot_map);
-  if (replica_id.empty() != slot_map_path.empty()) {
-    qparams::LogError("--replica_id and --slot_map go together: give both or neither");
-    return 2;
-  }
-  if (!slot_map_path.empty()) {
-    absl::StatusOr<qparams::SlotMap> slot_map = qparams::SlotMap::Load(slot_map_path);
-    if (!slot_map.ok()) {
-      qparams::LogError(absl::StrCat("--slot_map: ", slot_map.status().message()));
-      return 2;
-    }
-    if (!slot_map->HasReplica(replica_id)) {
-      qparams::LogError(
-          absl::StrCat("--replica_id: ", replica_id, " owns no slot in ", slot_map_path,
-                       " (its replicas: ", absl::StrJoin(slot_map->replicas(), ", "), ")"));
-      return 2;
-    }
-    std::vector<std::string> mine;
-    for (const qparams::SlotMap::Range& range : slot_map->Ranges()) {
-      if (range.replica == replica_id) mine.push_back(absl::StrCat(range.low, ":", range.high));
-    }
-    qparams::LogInfo(absl::StrCat("replica ", replica_id, " of ", slot_map->replicas().size(),
-                                  ", owning slots ", absl::StrJoin(mine, " ")));
-    options.engine.slot_map = std::make_shared<const qparams::SlotMap>(*std::move(slot_map));
-    options.engine.replica_id = replica_id;
-  }
-
-  qparams::LogInfo(absl::StrCat("starting: max_sessions=", options.engine.max_sessions,
-                                " max_message_bytes=", options.max_message_bytes,
-                                " max_tensor_elements=", options.service.max_tensor_elements,
-                                " omp_threads=", absl::GetFlag(FLAGS_omp_threads),
-                                " shutdown_grace=", absl::FormatDuration(grace),
-                                " session_ttl=", absl::FormatDuration(options.engine.session_ttl)));
-  if (options.durability == qparams::Durability::kNone) {
-    qparams::LogWarning("no persistence (--data_dir unset or --durability=none): sessions "
-                        "are lost when the server stops");
-  }
-  if (options.auth_tokens_file.empty()) {
-    qparams::LogWarning("no --auth_tokens_file: the server is open, every caller reaches "
-                        "every session");
-  }
-  if (options.tls_cert.empty()) {
-    qparams::LogWarning("no --tls_cert: traffic is plaintext");
-  }
+  LogStart(*flags);
+  const qparams::ServerOptions& options = flags->server;
+  const absl::Duration grace = flags->grace;
   absl::StatusOr<std::unique_ptr<qparams::QParamsServer>> server =
       qparams::QParamsServer::Start(options);
   if (!server.ok()) {
@@ -196,9 +234,9 @@ int main(int argc, char** argv) {
 
   // After the gRPC server, whose metrics it serves; stopped once that has shut down.
   std::unique_ptr<qparams::MetricsHttpServer> metrics;
-  if (!metrics_listen.empty()) {
+  if (flags->metrics_listen.has_value()) {
     absl::StatusOr<std::unique_ptr<qparams::MetricsHttpServer>> started =
-        qparams::MetricsHttpServer::Start(metrics_listen, &(*server)->metrics());
+        qparams::MetricsHttpServer::Start(*flags->metrics_listen, &(*server)->metrics());
     if (!started.ok()) {
       qparams::LogError(
           absl::StrCat("cannot serve metrics: --metrics_listen: ", started.status().message()));

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/slot.h"
@@ -105,49 +106,47 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext
   return reactor;
 }
 
+grpc::ServerUnaryReactor* QParamsServiceImpl::Unary(
+    grpc::CallbackServerContext* context, absl::string_view method,
+    absl::FunctionRef<absl::Status(const std::string& tenant)> body) {
+  absl::StatusOr<std::string> tenant = Tenant(context);
+  return Finish(context, method, tenant.ok() ? body(*tenant) : tenant.status());
+}
+
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListCalculators(
     grpc::CallbackServerContext* context, const v1::ListCalculatorsRequest* /*request*/,
     v1::ListCalculatorsResponse* response) {
-  if (absl::StatusOr<std::string> tenant = Tenant(context); !tenant.ok()) {
-    return Finish(context, "ListCalculators", tenant.status());
-  }
-  for (const CalculatorClass* cls : engine_->ListCalculators()) {
-    v1::CalculatorInfo* info = response->add_calculators();
-    info->set_key(cls->key);
-    info->set_stateful(cls->stateful);
-    info->set_description(cls->description);
-  }
-  return Finish(context, "ListCalculators", absl::OkStatus());
+  return Unary(context, "ListCalculators", [&](const std::string& /*tenant*/) {
+    for (const CalculatorClass* cls : engine_->ListCalculators()) {
+      v1::CalculatorInfo* info = response->add_calculators();
+      info->set_key(cls->key);
+      info->set_stateful(cls->stateful);
+      info->set_description(cls->description);
+    }
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Compute(grpc::CallbackServerContext* context,
                                                       const v1::ComputeRequest* request,
                                                       v1::ComputeResponse* response) {
-  absl::Status status = [&]() -> absl::Status {
-    if (absl::StatusOr<std::string> tenant = Tenant(context); !tenant.ok()) {
-      return tenant.status();
-    }
-    absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
-    if (!spec.ok()) return spec.status();
-    absl::StatusOr<Observation> observation =
-        wire::ComputeObservationFromProto(*request, options_.max_tensor_elements);
-    if (!observation.ok()) return observation.status();
-    absl::StatusOr<QParams> qparams = engine_->Compute(request->calculator(), *spec, *observation);
-    if (!qparams.ok()) return qparams.status();
-    *response->mutable_qparams() = wire::QParamsToProto(*qparams);
+  return Unary(context, "Compute", [&](const std::string& /*tenant*/) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const QuantSpec spec, wire::SpecFromProto(request->spec()));
+    QPARAMS_ASSIGN_OR_RETURN(
+        const Observation observation,
+        wire::ComputeObservationFromProto(*request, options_.max_tensor_elements));
+    QPARAMS_ASSIGN_OR_RETURN(const QParams qparams,
+                             engine_->Compute(request->calculator(), spec, observation));
+    *response->mutable_qparams() = wire::QParamsToProto(qparams);
     return absl::OkStatus();
-  }();
-  return Finish(context, "Compute", status);
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::CreateSession(
     grpc::CallbackServerContext* context, const v1::CreateSessionRequest* request,
     v1::Session* response) {
-  absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<std::string> tenant = Tenant(context);
-    if (!tenant.ok()) return tenant.status();
-    absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(request->spec());
-    if (!spec.ok()) return spec.status();
+  return Unary(context, "CreateSession", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const QuantSpec spec, wire::SpecFromProto(request->spec()));
     CalculatorOptions options;
     if (request->has_averaging_constant()) {
       options.averaging_constant = request->averaging_constant();
@@ -156,48 +155,46 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::CreateSession(
       QPARAMS_ASSIGN_OR_RETURN(options.histogram,
                                wire::HistogramParamsFromProto(request->histogram()));
     }
-    absl::StatusOr<SessionInfo> session =
-        engine_->CreateSession(*tenant, request->name(), request->calculator(), *spec, options);
-    if (!session.ok()) return session.status();
-    SessionToProto(*session, response);
+    QPARAMS_ASSIGN_OR_RETURN(
+        const SessionInfo session,
+        engine_->CreateSession(tenant, request->name(), request->calculator(), spec, options));
+    SessionToProto(session, response);
     return absl::OkStatus();
-  }();
-  return Finish(context, "CreateSession", status);
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetSession(grpc::CallbackServerContext* context,
                                                          const v1::GetSessionRequest* request,
                                                          v1::Session* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  absl::StatusOr<SessionInfo> session =
-      tenant.ok() ? engine_->GetSession(*tenant, request->name()) : tenant.status();
-  if (session.ok()) SessionToProto(*session, response);
-  return Finish(context, "GetSession", session.status());
+  return Unary(context, "GetSession", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo session,
+                             engine_->GetSession(tenant, request->name()));
+    SessionToProto(session, response);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListSessions(
     grpc::CallbackServerContext* context, const v1::ListSessionsRequest* request,
     v1::ListSessionsResponse* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  absl::StatusOr<SessionPage> page =
-      tenant.ok() ? engine_->ListSessions(*tenant, request->page_size(), request->page_token(),
-                                          request->filter())
-                  : tenant.status();
-  if (page.ok()) {
-    for (const SessionInfo& session : page->sessions) {
+  return Unary(context, "ListSessions", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const SessionPage page,
+                             engine_->ListSessions(tenant, request->page_size(),
+                                                   request->page_token(), request->filter()));
+    for (const SessionInfo& session : page.sessions) {
       SessionToProto(session, response->add_sessions());
     }
-    response->set_next_page_token(page->next_page_token);
-  }
-  return Finish(context, "ListSessions", page.status());
+    response->set_next_page_token(page.next_page_token);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::DeleteSession(
     grpc::CallbackServerContext* context, const v1::DeleteSessionRequest* request,
     v1::DeleteSessionResponse* /*response*/) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  return Finish(context, "DeleteSession",
-                tenant.ok() ? engine_->DeleteSession(*tenant, request->name()) : tenant.status());
+  return Unary(context, "DeleteSession", [&](const std::string& tenant) {
+    return engine_->DeleteSession(tenant, request->name());
+  });
 }
 
 absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
@@ -206,23 +203,18 @@ absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
   if (options_.received_bytes != nullptr) {
     options_.received_bytes->Increment(ObservationBytes(request));
   }
-  absl::StatusOr<Observation> x =
-      wire::ObservationFromProto(request, options_.max_tensor_elements);
-  absl::StatusOr<ObserveResult> result =
-      x.ok() ? engine_->Observe(tenant, request.name(), *x, request.omit_qparams()) : x.status();
-  if (result.ok()) {
-    if (!request.omit_qparams()) {
-      *response->mutable_qparams() = wire::QParamsToProto(result->qparams);
-      if (result->calibration) {
-        *response->mutable_calibration() = wire::CalibrationToProto(*result->calibration);
-      }
+  ObserveOutcome outcome = engine_->Observe(
+      tenant, request.name(), wire::ObservationFromProto(request, options_.max_tensor_elements),
+      request.omit_qparams());
+  response->set_observation_count(outcome.result.observation_count);
+  QPARAMS_RETURN_IF_ERROR(outcome.status);
+  if (!request.omit_qparams()) {
+    *response->mutable_qparams() = wire::QParamsToProto(outcome.result.qparams);
+    if (outcome.result.calibration) {
+      *response->mutable_calibration() = wire::CalibrationToProto(*outcome.result.calibration);
     }
-    response->set_observation_count(result->observation_count);
-    return absl::OkStatus();
   }
-  absl::StatusOr<int64_t> count = engine_->ObservationCount(tenant, request.name());
-  response->set_observation_count(count.ok() ? *count : 0);
-  return result.status();
+  return absl::OkStatus();
 }
 
 void QParamsServiceImpl::ObserveItem(grpc::CallbackServerContext* context, absl::string_view method,
@@ -236,9 +228,9 @@ void QParamsServiceImpl::ObserveItem(grpc::CallbackServerContext* context, absl:
 grpc::ServerUnaryReactor* QParamsServiceImpl::Observe(grpc::CallbackServerContext* context,
                                                       const v1::ObserveRequest* request,
                                                       v1::ObserveResponse* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  return Finish(context, "Observe",
-                tenant.ok() ? ObserveOne(*tenant, *request, response) : tenant.status());
+  return Unary(context, "Observe", [&](const std::string& tenant) {
+    return ObserveOne(tenant, *request, response);
+  });
 }
 
 // Reads a request, answers it, and only then reads the next: responses leave in
@@ -293,17 +285,21 @@ QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
 
 // A server stream that produces each message only once the client has taken the
 // last, so that what it holds is what `produce` holds (a page of sessions, a piece of
-// an export), whatever the stream's length. `produce` fills the next message and
+// an export), whatever the stream's length. `start` gets the caller's tenant (Tenant,
+// resolved here once) and returns `produce`, which fills the next message and
 // returns true, or false at the end; an error ends the stream with it, as does a
-// `produce` that failed before the first message.
+// failed tenant or `start`, before the first message.
 template <typename Message>
 class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReactor<Message> {
  public:
   using Produce = std::function<absl::StatusOr<bool>(Message*)>;
+  using Start = absl::FunctionRef<absl::StatusOr<Produce>(std::string tenant)>;
 
   PullWriteReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
-                   absl::string_view method, absl::StatusOr<Produce> produce)
+                   absl::string_view method, Start start)
       : service_(service), context_(context), method_(method) {
+    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    absl::StatusOr<Produce> produce = tenant.ok() ? start(*std::move(tenant)) : tenant.status();
     if (!produce.ok()) {
       End(produce.status());
       return;
@@ -348,146 +344,137 @@ class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReact
 grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
     grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) {
   using Reactor = PullWriteReactor<v1::Session>;
-  absl::StatusOr<Reactor::Produce> produce = [&]() -> absl::StatusOr<Reactor::Produce> {
-    QPARAMS_ASSIGN_OR_RETURN(std::string tenant, Tenant(context));
-    if (!request->prefix().empty()) {
-      QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request->prefix(), "prefix"));
-    }
-    auto cursor = std::make_shared<SessionCursor>(engine_, std::move(tenant), request->prefix());
-    return [cursor](v1::Session* session) -> absl::StatusOr<bool> {
-      QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* next, cursor->Next());
-      if (next == nullptr) return false;
-      SessionToProto(*next, session);
-      return true;
-    };
-  }();
-  return new Reactor(this, context, "ReadSessions", std::move(produce));
+  return new Reactor(
+      this, context, "ReadSessions", [&](std::string tenant) -> absl::StatusOr<Reactor::Produce> {
+        if (!request->prefix().empty()) {
+          QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request->prefix(), "prefix"));
+        }
+        auto cursor =
+            std::make_shared<SessionCursor>(engine_, std::move(tenant), request->prefix());
+        return [cursor](v1::Session* session) -> absl::StatusOr<bool> {
+          QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* next, cursor->Next());
+          if (next == nullptr) return false;
+          SessionToProto(*next, session);
+          return true;
+        };
+      });
 }
 
 // Every session is checked before the first message (Exporter::Start).
 grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
     grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) {
   using Reactor = PullWriteReactor<v1::ExportChunk>;
-  absl::StatusOr<Reactor::Produce> produce = [&]() -> absl::StatusOr<Reactor::Produce> {
-    QPARAMS_ASSIGN_OR_RETURN(std::string tenant, Tenant(context));
-    QPARAMS_ASSIGN_OR_RETURN(
-        std::shared_ptr<Exporter> exporter,
-        Exporter::Start(engine_, std::move(tenant),
-                        {request->prefix(), request->format(), request->allow_uninitialized(),
-                         {request->tensor_names().begin(), request->tensor_names().end()}}));
-    return [exporter](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
-      QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
-      if (piece.empty()) return false;
-      chunk->set_data(std::move(piece));
-      return true;
-    };
-  }();
-  return new Reactor(this, context, "ExportSessions", std::move(produce));
+  return new Reactor(
+      this, context, "ExportSessions",
+      [&](std::string tenant) -> absl::StatusOr<Reactor::Produce> {
+        QPARAMS_ASSIGN_OR_RETURN(
+            std::shared_ptr<Exporter> exporter,
+            Exporter::Start(engine_, std::move(tenant),
+                            {request->prefix(), request->format(), request->allow_uninitialized(),
+                             {request->tensor_names().begin(), request->tensor_names().end()}}));
+        return [exporter](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
+          QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
+          if (piece.empty()) return false;
+          chunk->set_data(std::move(piece));
+          return true;
+        };
+      });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetTopology(grpc::CallbackServerContext* context,
                                                           const v1::GetTopologyRequest* /*request*/,
                                                           v1::Topology* response) {
-  if (absl::StatusOr<std::string> tenant = Tenant(context); !tenant.ok()) {
-    return Finish(context, "GetTopology", tenant.status());
-  }
-  response->set_slot_count(kSlotCount);
-  response->set_replica_id(engine_->replica_id());
-  const SlotMap* map = engine_->slot_map();
-  if (map == nullptr) {
-    v1::SlotRange* all = response->add_ranges();
-    all->set_low(0);
-    all->set_high(kSlotCount - 1);
-    response->add_replicas("");
-    return Finish(context, "GetTopology", absl::OkStatus());
-  }
-  for (const SlotMap::Range& range : map->Ranges()) {
-    v1::SlotRange* out = response->add_ranges();
-    out->set_low(range.low);
-    out->set_high(range.high);
-    out->set_replica(range.replica);
-  }
-  for (const std::string& replica : map->replicas()) response->add_replicas(replica);
-  return Finish(context, "GetTopology", absl::OkStatus());
+  return Unary(context, "GetTopology", [&](const std::string& /*tenant*/) {
+    response->set_slot_count(kSlotCount);
+    response->set_replica_id(engine_->replica_id());
+    const SlotMap* map = engine_->slot_map();
+    if (map == nullptr) {
+      v1::SlotRange* all = response->add_ranges();
+      all->set_low(0);
+      all->set_high(kSlotCount - 1);
+      response->add_replicas("");
+      return absl::OkStatus();
+    }
+    for (const SlotMap::Range& range : map->Ranges()) {
+      v1::SlotRange* out = response->add_ranges();
+      out->set_low(range.low);
+      out->set_high(range.high);
+      out->set_replica(range.replica);
+    }
+    for (const std::string& replica : map->replicas()) response->add_replicas(replica);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,
                                                            const v1::ObserveBatchRequest* request,
                                                            v1::ObserveBatchResponse* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  if (!tenant.ok()) return Finish(context, "ObserveBatch", tenant.status());
-  if (request->observations_size() > wire::kMaxBatchObservations) {
-    return Finish(
-        context, "ObserveBatch",
-        absl::ResourceExhaustedError(absl::StrCat(
-            "observations: ", request->observations_size(), " in one ObserveBatch; at most ",
-            wire::kMaxBatchObservations, " (send more batches, or use ObserveStream)")));
-  }
-  response->mutable_responses()->Reserve(request->observations_size());
-  for (const v1::ObserveRequest& observation : request->observations()) {
-    ObserveItem(context, "ObserveBatch", *tenant, observation, response->add_responses());
-  }
-  return Finish(context, "ObserveBatch", absl::OkStatus());
+  return Unary(context, "ObserveBatch", [&](const std::string& tenant) {
+    if (request->observations_size() > wire::kMaxBatchObservations) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "observations: ", request->observations_size(), " in one ObserveBatch; at most ",
+          wire::kMaxBatchObservations, " (send more batches, or use ObserveStream)"));
+    }
+    response->mutable_responses()->Reserve(request->observations_size());
+    for (const v1::ObserveRequest& observation : request->observations()) {
+      ObserveItem(context, "ObserveBatch", tenant, observation, response->add_responses());
+    }
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetQParams(grpc::CallbackServerContext* context,
                                                          const v1::GetQParamsRequest* request,
                                                          v1::GetQParamsResponse* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  absl::StatusOr<CachedQParams> qparams =
-      tenant.ok() ? engine_->GetQParams(*tenant, request->name()) : tenant.status();
-  if (qparams.ok()) {
-    *response->mutable_qparams() = wire::QParamsToProto(qparams->qparams);
-    response->set_initialized(qparams->initialized);
-    if (qparams->calibration) {
-      *response->mutable_calibration() = wire::CalibrationToProto(*qparams->calibration);
+  return Unary(context, "GetQParams", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const CachedQParams qparams,
+                             engine_->GetQParams(tenant, request->name()));
+    *response->mutable_qparams() = wire::QParamsToProto(qparams.qparams);
+    response->set_initialized(qparams.initialized);
+    if (qparams.calibration) {
+      *response->mutable_calibration() = wire::CalibrationToProto(*qparams.calibration);
     }
-  }
-  return Finish(context, "GetQParams", qparams.status());
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetHistogram(grpc::CallbackServerContext* context,
                                                            const v1::GetHistogramRequest* request,
                                                            v1::HistogramObservation* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  absl::StatusOr<Histogram> histogram =
-      tenant.ok() ? engine_->GetHistogram(*tenant, request->name()) : tenant.status();
-  if (histogram.ok()) *response = wire::HistogramToProto(*histogram);
-  return Finish(context, "GetHistogram", histogram.status());
+  return Unary(context, "GetHistogram", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const Histogram histogram,
+                             engine_->GetHistogram(tenant, request->name()));
+    *response = wire::HistogramToProto(histogram);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetExportMode(
     grpc::CallbackServerContext* context, const v1::SetExportModeRequest* request,
     v1::Session* response) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  absl::StatusOr<SessionInfo> session =
-      tenant.ok() ? engine_->SetExportMode(*tenant, request->name(), request->enabled())
-                  : tenant.status();
-  if (session.ok()) SessionToProto(*session, response);
-  return Finish(context, "SetExportMode", session.status());
+  return Unary(context, "SetExportMode", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo session,
+                             engine_->SetExportMode(tenant, request->name(), request->enabled()));
+    SessionToProto(session, response);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
     grpc::CallbackServerContext* context, const v1::SetGranularityRequest* request,
     v1::Session* response) {
-  absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<std::string> tenant = Tenant(context);
-    if (!tenant.ok()) return tenant.status();
+  return Unary(context, "SetGranularity", [&](const std::string& tenant) -> absl::Status {
     std::optional<Granularity> granularity;
     if (request->has_granularity() &&
         request->granularity().kind_case() != v1::Granularity::KIND_NOT_SET) {
-      absl::StatusOr<Granularity> parsed =
-          wire::GranularityFromProto(request->granularity(), "granularity");
-      if (!parsed.ok()) return parsed.status();
-      granularity = *std::move(parsed);
+      QPARAMS_ASSIGN_OR_RETURN(granularity,
+                               wire::GranularityFromProto(request->granularity(), "granularity"));
     }
-    absl::StatusOr<SessionInfo> session =
-        engine_->SetGranularity(*tenant, request->name(), granularity);
-    if (!session.ok()) return session.status();
-    SessionToProto(*session, response);
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo session,
+                             engine_->SetGranularity(tenant, request->name(), granularity));
+    SessionToProto(session, response);
     return absl::OkStatus();
-  }();
-  return Finish(context, "SetGranularity", status);
+  });
 }
 
 }  // namespace qparams

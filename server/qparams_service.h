@@ -6,7 +6,9 @@
 #define QPARAMS_SERVER_QPARAMS_SERVICE_H_
 
 #include <cstdint>
+#include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "core/tensor.h"
@@ -91,7 +93,7 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one); FAILED_PRECONDITION for a call addressed
   // to another replica (x-qparams-replica, Engine::CheckAddressedTo). Every method
-  // asks it first.
+  // asks it first, once: Unary, PullWriteReactor and ObserveStreamReactor do.
   absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context) const;
 
   // The one path of an observation into the Engine, for Observe, ObserveStream and
@@ -105,6 +107,11 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                    absl::string_view tenant, const v1::ObserveRequest& request,
                    v1::ObserveResponse* response);
 
+  // Every unary method: resolves the caller's tenant once (Tenant), runs `body` with
+  // it, and finishes the call with the first failure, or OK. A body fails through
+  // the status macros (core/status_macros.h) and writes the response as it goes.
+  grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, absl::string_view method,
+                                  absl::FunctionRef<absl::Status(const std::string& tenant)> body);
   // Finishes a unary call with `status`, logging failures if asked to.
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, absl::string_view method,
                                    const absl::Status& status);

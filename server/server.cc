@@ -5,11 +5,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/host_port.h"
 #include "common/log.h"
 #include "core/range.h"
+#include "core/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
@@ -36,15 +37,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     return grpc::InsecureServerCredentials();
   }
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  absl::StatusOr<std::string> cert = ReadPem(options.tls_cert, "--tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(options.tls_key, "--tls_key");
-  if (!key.ok()) return key.status();
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  QPARAMS_ASSIGN_OR_RETURN(const std::string cert, ReadPem(options.tls_cert, "--tls_cert"));
+  QPARAMS_ASSIGN_OR_RETURN(const std::string key, ReadPem(options.tls_key, "--tls_key"));
+  ssl.pem_key_cert_pairs.push_back({key, cert});
   if (!options.tls_client_ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(options.tls_client_ca, "--tls_client_ca");
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
+    QPARAMS_ASSIGN_OR_RETURN(const std::string ca,
+                             ReadPem(options.tls_client_ca, "--tls_client_ca"));
+    ssl.pem_root_certs = ca;
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
@@ -64,13 +63,10 @@ QParamsServer::~QParamsServer() { Shutdown(absl::ZeroDuration()); }
 
 absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     const ServerOptions& options) {
-  const size_t colon = options.listen.rfind(':');
-  int requested_port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(options.listen.substr(colon + 1), &requested_port) ||
-      requested_port < 0 || requested_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "listen address \"", options.listen, "\" is not host:port (e.g. 127.0.0.1:50051)"));
+  absl::StatusOr<HostPort> listen = ParseHostPort(options.listen);
+  if (!listen.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address: ", listen.status().message()));
   }
   if (options.max_message_bytes <= 0) {
     return absl::InvalidArgumentError(
@@ -84,71 +80,41 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "--durability=", DurabilityName(options.durability), " needs --data_dir"));
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = Credentials(options);
-  if (!credentials.ok()) return credentials.status();
+  QPARAMS_ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ServerCredentials> credentials,
+                           Credentials(options));
 
   SetRangeThreads(options.omp_threads);
   std::unique_ptr<QParamsServer> server(new QParamsServer());
   ServiceOptions service_options = options.service;
   service_options.received_bytes = server->server_metrics_.received_bytes();
   if (!options.auth_tokens_file.empty()) {
-    absl::StatusOr<TokenAuthenticator> auth = TokenAuthenticator::Load(options.auth_tokens_file);
-    if (!auth.ok()) return auth.status();
-    server->authenticator_ = std::make_unique<TokenAuthenticator>(*std::move(auth));
+    QPARAMS_ASSIGN_OR_RETURN(TokenAuthenticator auth,
+                             TokenAuthenticator::Load(options.auth_tokens_file));
+    server->authenticator_ = std::make_unique<TokenAuthenticator>(std::move(auth));
     service_options.authenticator = server->authenticator_.get();
   }
 
+  EngineOptions engine_options = options.engine;
+  engine_options.observations = server->server_metrics_.observations();
   if (options.durability != Durability::kNone) {
-    JournalOptions journal_options;
-    journal_options.data_dir = options.data_dir;
-    journal_options.durability = options.durability;
-    journal_options.flush_interval = options.flush_interval;
-    journal_options.compact_min_bytes = options.compact_min_bytes;
-    journal_options.env = options.env;
-    journal_options.metrics = server->server_metrics_.journal();
+    JournalOptions& journal = engine_options.journal;
+    journal.data_dir = options.data_dir;
+    journal.durability = options.durability;
+    journal.flush_interval = options.flush_interval;
+    journal.compact_min_bytes = options.compact_min_bytes;
+    journal.env = options.env;
+    journal.metrics = server->server_metrics_.journal();
     QParamsServer* self = server.get();
-    journal_options.on_failure = [self](const absl::Status&) {
+    journal.on_failure = [self](const absl::Status&) {
       absl::MutexLock lock(&self->health_mu_);
       self->storage_failed_ = true;
       if (self->server_ != nullptr && !self->health_closed_) {
         self->server_->GetHealthCheckService()->SetServingStatus(kStorageHealthName, false);
       }
     };
-    absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(journal_options);
-    if (!journal.ok()) return journal.status();
-    server->journal_ = *std::move(journal);
   }
-  EngineOptions engine_options = options.engine;
-  engine_options.observations = server->server_metrics_.observations();
-  server->engine_ = std::make_unique<Engine>(engine_options, server->journal_.get());
-  server->server_metrics_.Watch(server->engine_.get(), server->journal_.get());
-  if (server->journal_ != nullptr) {
-    Engine* engine = server->engine_.get();
-    const absl::Time start = absl::Now();
-    bool skipped = false;
-    absl::StatusOr<Recovery> recovery =
-        server->journal_->Recover([engine, &skipped](const storage::v1::Record& record) {
-          if (std::optional<std::string> problem = engine->Replay(record)) {
-            LogError(*problem);
-            skipped = true;
-          }
-        });
-    if (!recovery.ok()) return recovery.status();
-    for (const std::string& problem : recovery->problems) LogError(problem);
-    // Records that were skipped are dropped for good by a snapshot, not met again at
-    // every start.
-    if (absl::Status s = server->journal_->Start(
-            [engine](const Journal::Emitter& emit) { return engine->EmitRecords(emit); },
-            /*snapshot=*/skipped);
-        !s.ok()) {
-      return s;
-    }
-    LogInfo(
-        absl::StrCat("restored ", engine->session_count(), " session(s) from ", options.data_dir,
-                     " (", recovery->files_read, " file(s), ", recovery->records, " record(s)) in ",
-                     absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
-                     "; durability ", DurabilityName(options.durability)));
-  }
+  QPARAMS_ASSIGN_OR_RETURN(server->engine_, Engine::Open(std::move(engine_options)));
+  server->server_metrics_.Watch(server->engine_.get());
   server->service_ =
       std::make_unique<QParamsServiceImpl>(server->engine_.get(), service_options);
 
@@ -157,7 +123,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, *credentials, &server->port_);
+  builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   ApplyTransportSettings(options.max_message_bytes, &builder);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
@@ -171,7 +137,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen, " (in use, or not a local address)"));
   }
-  server->address_ = absl::StrCat(options.listen.substr(0, colon), ":", server->port_);
+  server->address_ = FormatHostPort(listen->host, server->port_);
   server->server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   {
     absl::MutexLock lock(&server->health_mu_);
@@ -194,8 +160,8 @@ void QParamsServer::Shutdown(absl::Duration grace) {
     }
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
-  if (journal_ != nullptr) {
-    if (absl::Status s = journal_->Close(); !s.ok()) LogError(s.message());
+  if (engine_ != nullptr) {
+    if (absl::Status s = engine_->Close(); !s.ok()) LogError(s.message());
   }
 }
 

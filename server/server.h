@@ -1,6 +1,7 @@
 // A running qparams server: QParamsService, gRPC health and server reflection on
-// one listening address, with its sessions restored from and journaled to a data
-// directory. main() only parses flags and wires signals to Shutdown.
+// one listening address, over an Engine that Engine::Open restored from (and
+// journals to) a data directory; the server only wires them up. main() only parses
+// flags and wires signals to Shutdown.
 
 #ifndef QPARAMS_SERVER_SERVER_H_
 #define QPARAMS_SERVER_SERVER_H_
@@ -83,8 +84,8 @@ class QParamsServer {
   const std::string& address() const { return address_; }
 
   // Health turns NOT_SERVING, new calls are refused, in-flight calls get until
-  // `grace` to finish and are cancelled after it; then the journal is fsynced and
-  // closed. Returns when all that is done. Idempotent and thread-safe.
+  // `grace` to finish and are cancelled after it; then the engine's journal is
+  // fsynced and closed (Engine::Close). Returns when all that is done. Idempotent and thread-safe.
   void Shutdown(absl::Duration grace);
 
   // Blocks until Shutdown has completed.
@@ -105,13 +106,12 @@ class QParamsServer {
   ServerMetrics server_metrics_;
 
   std::unique_ptr<TokenAuthenticator> authenticator_;
-  std::unique_ptr<Journal> journal_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QParamsServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
-  // Lock order: shutdown_mu_, then health_mu_ (the journal, closed under
+  // Lock order: shutdown_mu_, then health_mu_ (the engine's journal, closed under
   // shutdown_mu_, reports a failure under health_mu_).
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;

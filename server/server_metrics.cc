@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/slot.h"
+#include "storage/session_log.h"
 
 namespace qparams {
 
@@ -58,7 +59,7 @@ ServerMetrics::ServerMetrics(MetricsRegistry* registry)
                                    ->WithLabels({});
 }
 
-void ServerMetrics::Watch(const Engine* engine, const Journal* journal) {
+void ServerMetrics::Watch(const Engine* engine) {
   registry_->AddGaugeCallback(
       "qparams_sessions", "Sessions held, by tenant (\"\" when authentication is off).", {"tenant"},
       [engine] {
@@ -73,10 +74,11 @@ void ServerMetrics::Watch(const Engine* engine, const Journal* journal) {
       "1 for the state the storage is in, 0 for the others: ok (the journal takes "
       "mutations), read_only (a write or fsync failed: mutations are refused until "
       "restart), memory_only (no --data_dir, or --durability=none).",
-      {"state"}, [journal] {
-        const char* state = journal == nullptr       ? "memory_only"
-                            : journal->health().ok() ? "ok"
-                                                     : "read_only";
+      {"state"}, [engine] {
+        const SessionLog& log = engine->log();
+        const char* state = !log.keeps_records() ? "memory_only"
+                            : log.health().ok()  ? "ok"
+                                                 : "read_only";
         std::vector<GaugeSample> samples;
         for (const char* s : {"ok", "read_only", "memory_only"}) {
           samples.push_back({{s}, std::string(s) == state ? 1.0 : 0.0});

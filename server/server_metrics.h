@@ -32,10 +32,10 @@ class ServerMetrics {
   Counter* received_bytes() const { return received_bytes_; }
   const JournalMetrics& journal() const { return journal_; }
 
-  // Binds the scrape-time gauges: sessions per tenant and the replica's slots of
-  // `engine`, and the storage state of `journal` (null: memory only). Both must
-  // outlive the registry's last Render.
-  void Watch(const Engine* engine, const Journal* journal);
+  // Binds the scrape-time gauges: sessions per tenant, the replica's slots and the
+  // storage state (its session log's) of `engine`, which must outlive the
+  // registry's last Render.
+  void Watch(const Engine* engine);
 
  private:
   MetricsRegistry* const registry_;

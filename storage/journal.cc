@@ -242,6 +242,23 @@ void Journal::Background() {
   }
 }
 
+absl::StatusOr<uint64_t> Journal::AppendPut(const SessionKey& key, const CalculatorState& state,
+                                            absl::Time create_time, absl::Time update_time) {
+  storage::v1::Record record;
+  *record.mutable_put() = EncodeSession(key, state, create_time, update_time);
+  return Append(record);
+}
+
+absl::StatusOr<uint64_t> Journal::AppendErase(const SessionKey& key) {
+  storage::v1::Record record;
+  *record.mutable_erase() = EncodeKey(key);
+  return Append(record);
+}
+
+absl::StatusOr<uint64_t> Journal::AppendEviction(const SessionKey& key, absl::Time evict_time) {
+  return Append(EncodeEviction(key, evict_time));
+}
+
 absl::Status Journal::Close() {
   if (closed_) return absl::OkStatus();
   closed_ = true;

@@ -45,6 +45,8 @@
 #include "metrics/metrics.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "storage/env.h"
+#include "storage/session_codec.h"
+#include "storage/session_log.h"
 
 namespace qparams {
 
@@ -93,7 +95,9 @@ struct Recovery {
   std::vector<std::string> problems;
 };
 
-class Journal {
+// The SessionLog of a data directory: AppendPut, AppendErase and AppendEviction
+// encode their record (storage/session_codec.h) and Append it.
+class Journal final : public SessionLog {
  public:
   // Takes each record found on disk, in order (snapshot first); the last record of a
   // session wins.
@@ -108,7 +112,7 @@ class Journal {
   // if the directory cannot be created or listed, or another server holds it.
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const JournalOptions& options);
 
-  ~Journal();
+  ~Journal() override;
 
   // Streams the newest snapshot and the journals after it through `replay`, on the
   // calling thread, while a thread of its own reads and parses ahead (memory: a read
@@ -130,15 +134,23 @@ class Journal {
   // a write error every append fails: the journal cannot promise order any more.
   absl::StatusOr<uint64_t> Append(const storage::v1::Record& record);
 
+  // SessionLog: the record of each, encoded and appended as Append says.
+  bool keeps_records() const override { return true; }
+  absl::StatusOr<uint64_t> AppendPut(const SessionKey& key, const CalculatorState& state,
+                                     absl::Time create_time, absl::Time update_time) override;
+  absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) override;
+  absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key, absl::Time evict_time) override;
+
   // OK while the journal takes appends, else the failure that broke it.
-  absl::Status health() const;
+  absl::Status health() const override;
 
   // Under kAlways: returns once every record up to `sequence` is fsynced (one fsync
-  // serves all appends made meanwhile). Otherwise returns at once.
-  absl::Status Sync(uint64_t sequence);
+  // serves all appends made meanwhile). Otherwise returns at once (the failure that
+  // broke the journal, if it is broken).
+  absl::Status Sync(uint64_t sequence) override;
 
   // Fsyncs what was appended and stops the background thread. Idempotent.
-  absl::Status Close();
+  absl::Status Close() override;
 
   // Rotates to a new journal file and writes a snapshot of `collect()` before it,
   // then removes the files they replace. The background thread calls it once the

@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "storage/session_codec.h"
+#include "storage/session_log.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 
@@ -665,7 +666,8 @@ TEST(SessionStoreEvictions, TheOldestIsForgottenFirst) {
   // order is the times'.
   const std::vector<storage::v1::Record> records = {
       evicted("x3", 3), evicted("z1", 1), evicted("v5", 5), evicted("y2", 2), evicted("w4", 4)};
-  SessionStore store(/*max_sessions=*/10, /*journal=*/nullptr, /*max_remembered_evictions=*/3);
+  NullSessionLog log;
+  SessionStore store(/*max_sessions=*/10, log, /*max_remembered_evictions=*/3);
   EXPECT_TRUE(store.Restore(records).empty());
   for (const char* name : {"z1", "y2"}) EXPECT_FALSE(remembered(store, name)) << name;
   for (const char* name : {"x3", "w4", "v5"}) EXPECT_TRUE(remembered(store, name)) << name;
@@ -675,7 +677,7 @@ TEST(SessionStoreEvictions, TheOldestIsForgottenFirst) {
   EXPECT_EQ(order, (std::vector<std::string>{"x3", "w4", "v5"}));
 
   // A newer eviction pushes out x3, the oldest left.
-  SessionStore again(10, nullptr, 3);
+  SessionStore again(10, log, 3);
   std::vector<storage::v1::Record> more = store.Records();
   more.push_back(evicted("u6", 6));
   EXPECT_TRUE(again.Restore(more).empty());
