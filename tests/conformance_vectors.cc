@@ -430,6 +430,17 @@ std::string RunCoreCase(const VectorCase& c, ObservationMode mode) {
   return "";
 }
 
+std::string CoreCaseFailure(const VectorCase& c) {
+  for (ObservationMode mode : {ObservationMode::kTensor, ObservationMode::kRange}) {
+    const std::string diff = RunCoreCase(c, mode);
+    if (diff.empty()) continue;
+    return absl::StrCat("case ", c.id,
+                        mode == ObservationMode::kRange ? " (range observations)" : "", ": ",
+                        diff);
+  }
+  return "";
+}
+
 std::string ErrorStepDifference(absl::StatusCode expected, const absl::Status& status,
                                 bool unchanged) {
   if (status.code() != expected) {

@@ -83,6 +83,10 @@ enum class ObservationMode { kTensor, kRange };
 // must leave the calculator's exported state unchanged.
 std::string RunCoreCase(const VectorCase& c, ObservationMode mode);
 
+// Runs a session case both ways (whole tensors, then reduced ranges); "" if both
+// match, else "case ID: ..." naming the first way that differed and what did.
+std::string CoreCaseFailure(const VectorCase& c);
+
 // "invalid_argument" / "failed_precondition" / ...: the FORMAT name of a status code.
 std::string CodeName(absl::StatusCode code);
 
