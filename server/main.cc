@@ -73,8 +73,10 @@ ABSL_FLAG(std::string, slot_map, "",
           "every replica and the balancer read. Both or neither.");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics over HTTP at GET /metrics on this host:port (e.g. "
-          "0.0.0.0:9100; port 0 picks a free one, the log says which). Empty: no metrics "
-          "server.");
+          "0.0.0.0:9100; port 0 picks a free one, the log says which), and health checks: "
+          "GET /healthz is 200 while the server is SERVING and its storage takes writes, "
+          "else 503 saying why; GET /livez is 503 only once a restart is needed. Empty: no "
+          "metrics server.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
           "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
@@ -232,11 +234,15 @@ int main(int argc, char** argv) {
                                 options.tls_client_ca.empty() ? "" : " (client certificates required)",
                                 options.auth_tokens_file.empty() ? "" : " (bearer tokens required)"));
 
-  // After the gRPC server, whose metrics it serves; stopped once that has shut down.
+  // After the gRPC server, whose metrics and health it serves; stopped once that has
+  // shut down, so that health checks see 503 while it drains.
   std::unique_ptr<qparams::MetricsHttpServer> metrics;
   if (flags->metrics_listen.has_value()) {
     absl::StatusOr<std::unique_ptr<qparams::MetricsHttpServer>> started =
-        qparams::MetricsHttpServer::Start(*flags->metrics_listen, &(*server)->metrics());
+        qparams::MetricsHttpServer::Start(
+            *flags->metrics_listen, &(*server)->metrics(),
+            {[s = server->get()] { return s->Readiness(); },
+             [s = server->get()] { return s->Liveness(); }});
     if (!started.ok()) {
       qparams::LogError(
           absl::StrCat("cannot serve metrics: --metrics_listen: ", started.status().message()));
@@ -244,7 +250,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     metrics = *std::move(started);
-    qparams::LogInfo(absl::StrCat("serving metrics on http://", metrics->address(), "/metrics"));
+    qparams::LogInfo(absl::StrCat("serving metrics on http://", metrics->address(),
+                                  "/metrics, health on /healthz and /livez"));
   }
 
   std::thread signal_waiter([&signals, s = server->get(), grace] {

@@ -114,6 +114,10 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     };
   }
   QPARAMS_ASSIGN_OR_RETURN(server->engine_, Engine::Open(std::move(engine_options)));
+  if (options.durability != Durability::kNone) {
+    server->write_probe_ = std::make_unique<WriteProbe>(options.env, options.data_dir,
+                                                        options.storage_probe_max_age);
+  }
   server->server_metrics_.Watch(server->engine_.get());
   server->service_ =
       std::make_unique<QParamsServiceImpl>(server->engine_.get(), service_options);
@@ -166,5 +170,30 @@ void QParamsServer::Shutdown(absl::Duration grace) {
 }
 
 void QParamsServer::Wait() { server_->Wait(); }
+
+absl::Status QParamsServer::Readiness() {
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (health_closed_) {
+      return absl::UnavailableError(
+          "shutting down: health is NOT_SERVING, in-flight calls are draining");
+    }
+  }
+  QPARAMS_RETURN_IF_ERROR(engine_->log().health());
+  if (write_probe_ != nullptr) {
+    if (absl::Status probe = write_probe_->Check(); !probe.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the data directory does not take writes (", probe.message(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QParamsServer::Liveness() const {
+  if (absl::Status journal = engine_->log().health(); !journal.ok()) {
+    return absl::UnavailableError(absl::StrCat("only a restart helps: ", journal.message()));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace qparams

@@ -21,6 +21,7 @@
 #include "server/qparams_service.h"
 #include "server/server_metrics.h"
 #include "storage/journal.h"
+#include "storage/write_probe.h"
 
 namespace qparams {
 
@@ -46,6 +47,9 @@ struct ServerOptions {
   int64_t compact_min_bytes = int64_t{64} << 20;
   // The file system of the data directory (tests inject faults through it).
   Env* env = Env::Posix();
+  // How long Readiness reuses a write probe of the data directory: health checks
+  // from several balancers and the kubelet then cost one fsync a second at most.
+  absl::Duration storage_probe_max_age = absl::Seconds(1);
 
   // TLS: PEM files of the server's certificate chain and key; with a client CA,
   // clients must present a certificate it signed (mutual TLS). Empty: plaintext.
@@ -91,6 +95,20 @@ class QParamsServer {
   // Blocks until Shutdown has completed.
   void Wait();
 
+  // Whether the server should be sent calls (GET /healthz; docs/operations.md,
+  // "Health checks"): OK while it is SERVING and its storage takes writes, else
+  // UNAVAILABLE saying why: shutting down (from the moment Shutdown begins); the
+  // journal broke (its failure: refused until restart); or, with a data directory,
+  // a write probe (storage/write_probe.h, reused for storage_probe_max_age) failed,
+  // which clears when a later probe succeeds. Thread-safe; it may block on the disk
+  // for as long as the probe's fsync does.
+  absl::Status Readiness() ABSL_LOCKS_EXCLUDED(health_mu_);
+
+  // Whether the process is worth keeping (GET /livez): OK but once the journal
+  // broke, when only a restart brings mutations back (UNAVAILABLE with its
+  // failure). Draining and a failed probe are not reasons to restart. Thread-safe.
+  absl::Status Liveness() const;
+
   Engine& engine() { return *engine_; }
 
   // The server's metrics (server/server_metrics.h), recorded from the start whether
@@ -108,6 +126,7 @@ class QParamsServer {
   std::unique_ptr<TokenAuthenticator> authenticator_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QParamsServiceImpl> service_;
+  std::unique_ptr<WriteProbe> write_probe_;  // with a journal only
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

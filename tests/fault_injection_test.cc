@@ -22,6 +22,8 @@
 #include "client/client.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "metrics/metrics_http.h"
 #include "storage/journal.h"
 #include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"
@@ -58,6 +60,7 @@ class StorageFaultTest : public ::testing::TestWithParam<Durability> {
     options.data_dir = dir_;
     options.durability = GetParam();
     options.env = env;
+    options.storage_probe_max_age = absl::ZeroDuration();  // every health check probes
     server_ = TestServer::Start(options);
     if (server_ == nullptr) return false;
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(server_->address());
@@ -226,6 +229,100 @@ TEST_P(StorageFaultTest, AFullFileSystemRefusesTheMutationThatDoesNotFit) {
   ASSERT_TRUE(Start(Env::Posix()));
   EXPECT_EQ(State(), acknowledged);
   Stop();
+}
+
+// GET /healthz and /livez of the server's health endpoint, as HAProxy and the
+// kubelet ask them.
+struct HttpAnswer {
+  int status = -1;
+  std::string body;
+};
+HttpAnswer HttpGet(const MetricsHttpServer& http, const char* path) {
+  httplib::Client client("127.0.0.1", http.port());
+  HttpAnswer answer;
+  if (httplib::Result result = client.Get(path)) {
+    answer.status = result->status;
+    answer.body = result->body;
+  }
+  return answer;
+}
+
+std::unique_ptr<MetricsHttpServer> HealthEndpoint(QParamsServer& server) {
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start(
+      HostPort{"127.0.0.1", 0}, &server.metrics(),
+      {[&server] { return server.Readiness(); }, [&server] { return server.Liveness(); }});
+  EXPECT_OK(http.status());
+  return http.ok() ? *std::move(http) : nullptr;
+}
+
+// The write probe meets each kind of failure in turn: 503 naming it, while mutations
+// still go on (a probe breaks nothing), and 200 again with the next probe that
+// succeeds. Then the journal breaks: 503 and a failed liveness until restart. Then
+// shutdown: 503 from its start, liveness unaffected.
+TEST_P(StorageFaultTest, HealthzIs503WhileTheDataDirectoryRefusesWritesAnd200Again) {
+  FaultInjectionEnv env;
+  ASSERT_TRUE(Start(&env));
+  Populate();
+  // Under kBatched, so that no flush of the journal is pending to meet the faults
+  // meant for the probe: every state durable first, and no mutation until the end.
+  Stop();
+  ASSERT_TRUE(Start(&env));
+  std::unique_ptr<MetricsHttpServer> http = HealthEndpoint(server_->server());
+  ASSERT_NE(http, nullptr);
+  HttpAnswer ok = HttpGet(*http, "/healthz");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, "SERVING\n");
+  EXPECT_EQ(HttpGet(*http, "/livez").status, 200);
+
+  for (auto [op, what] : {std::pair{Op::kNewFile, "cannot create"}, std::pair{Op::kAppend, "cannot write"},
+                          std::pair{Op::kSync, "cannot fsync"}, std::pair{Op::kRemove, "cannot remove"}}) {
+    SCOPED_TRACE(what);
+    env.FailNext(op);
+    const HttpAnswer refused = HttpGet(*http, "/healthz");
+    EXPECT_EQ(refused.status, 503);
+    EXPECT_TRUE(absl::StartsWith(refused.body, "NOT_SERVING: the data directory does not take writes ("))
+        << refused.body;
+    EXPECT_TRUE(absl::StrContains(refused.body, absl::StrCat(what, " ", dir_, "/health-probe (injected)")))
+        << refused.body;
+    EXPECT_EQ(HttpGet(*http, "/livez").status, 200) << "a failed probe needs no restart";
+    EXPECT_EQ(HttpGet(*http, "/healthz").status, 200) << "the next probe succeeds";
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/health-probe"));
+  EXPECT_OK(Observe("a", {5}));  // the probes broke nothing
+
+  env.FailNext(Op::kAppend);
+  EXPECT_CODE(Observe("a", {6}), absl::StatusCode::kUnavailable);
+  for (const char* path : {"/healthz", "/livez"}) {
+    const HttpAnswer broken = HttpGet(*http, path);
+    EXPECT_EQ(broken.status, 503) << path;
+    EXPECT_TRUE(absl::StrContains(broken.body, "the journal cannot be written")) << broken.body;
+    EXPECT_TRUE(absl::StrContains(broken.body, "until it restarts")) << broken.body;
+  }
+  EXPECT_EQ(HttpGet(*http, "/healthz").status, 503) << "a broken journal stays broken";
+
+  ASSERT_TRUE(Start(Env::Posix()));
+  http = HealthEndpoint(server_->server());
+  ASSERT_NE(http, nullptr);
+  EXPECT_EQ(HttpGet(*http, "/healthz").status, 200) << "the restart brings it back";
+  server_->server().Shutdown(absl::ZeroDuration());
+  const HttpAnswer draining = HttpGet(*http, "/healthz");
+  EXPECT_EQ(draining.status, 503);
+  EXPECT_TRUE(absl::StartsWith(draining.body, "NOT_SERVING: shutting down")) << draining.body;
+  EXPECT_EQ(HttpGet(*http, "/livez").status, 200) << "shutting down is no reason to restart";
+  http.reset();  // before the server it asks
+}
+
+// Without a data directory nothing is probed: SERVING is the whole answer.
+TEST(HealthEndpoint, WithoutADataDirectoryStorageIsTriviallyOk) {
+  std::unique_ptr<TestServer> server = TestServer::Start();
+  ASSERT_NE(server, nullptr);
+  std::unique_ptr<MetricsHttpServer> http = HealthEndpoint(server->server());
+  ASSERT_NE(http, nullptr);
+  EXPECT_EQ(HttpGet(*http, "/healthz").status, 200);
+  EXPECT_EQ(HttpGet(*http, "/livez").status, 200);
+  server->server().Shutdown(absl::ZeroDuration());
+  EXPECT_EQ(HttpGet(*http, "/healthz").status, 503);
+  http.reset();
 }
 
 INSTANTIATE_TEST_SUITE_P(Durability, StorageFaultTest,

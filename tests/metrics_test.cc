@@ -16,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "metrics/metrics_http.h"
 #include "proto/convert.h"
 #include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"
@@ -102,6 +104,58 @@ TEST(Metrics, RecordingFromManyThreadsLosesNothing) {
   EXPECT_EQ(counters->WithLabels({"odd"})->value(), 2 * kEach);
   EXPECT_EQ(h->BucketCounts(), (std::vector<uint64_t>{2 * kEach, 2 * kEach}));
   EXPECT_DOUBLE_EQ(h->sum(), kThreads * kEach / 2 * 2.5);
+}
+
+// The endpoint serves what its checks say, as they say it at each request: 200
+// "SERVING" or 503 "NOT_SERVING: why", plain text never cached; other paths 404.
+TEST(MetricsHttp, HealthPathsAnswerTheirChecksAtEachRequest) {
+  MetricsRegistry registry;
+  absl::Mutex mu;
+  absl::Status ready, live;
+  auto read = [&mu](const absl::Status& status) {
+    return [&mu, &status] {
+      absl::MutexLock lock(&mu);
+      return status;
+    };
+  };
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start(
+      HostPort{"127.0.0.1", 0}, &registry, {read(ready), read(live)});
+  ASSERT_OK(http.status());
+  httplib::Client client("127.0.0.1", (*http)->port());
+  auto expect = [&client](const char* path, int status, const std::string& body) {
+    httplib::Result result = client.Get(path);
+    ASSERT_TRUE(result) << path;
+    EXPECT_EQ(result->status, status) << path;
+    EXPECT_EQ(result->body, body) << path;
+    EXPECT_EQ(result->get_header_value("Content-Type"), "text/plain; charset=utf-8");
+    EXPECT_EQ(result->get_header_value("Cache-Control"), "no-store");
+  };
+  expect("/healthz", 200, "SERVING\n");
+  expect("/livez", 200, "SERVING\n");
+  {
+    absl::MutexLock lock(&mu);
+    ready = absl::UnavailableError("shutting down");
+  }
+  expect("/healthz", 503, "NOT_SERVING: shutting down\n");
+  expect("/livez", 200, "SERVING\n");
+  {
+    absl::MutexLock lock(&mu);
+    ready = absl::OkStatus();
+    live = absl::UnavailableError("only a restart helps");
+  }
+  expect("/healthz", 200, "SERVING\n");
+  expect("/livez", 503, "NOT_SERVING: only a restart helps\n");
+  httplib::Result other = client.Get("/readyz");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+}
+
+TEST(MetricsHttp, RefusesToStartWithoutBothChecks) {
+  MetricsRegistry registry;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Start(
+      HostPort{"127.0.0.1", 0}, &registry, {[] { return absl::OkStatus(); }, nullptr});
+  EXPECT_CODE(http.status(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(http.status().message(), "live")) << http.status();
 }
 
 TEST(ServerMetrics, EveryKindOfCallIsCountedOnceAndTheStorageStateFollowsTheDisk) {

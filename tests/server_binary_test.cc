@@ -83,6 +83,9 @@ class ServerProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // Sends `signal` and returns at once.
+  void Signal(int signal) { kill(pid_, signal); }
+
   // Kills the process at once (SIGKILL) and reaps it.
   void Kill() { Stop(SIGKILL); }
 
@@ -364,6 +367,59 @@ TEST(ServerBinary, ServesPrometheusMetricsOfCallsSessionsStorageAndSlots) {
   EXPECT_EQ(server.Stop(SIGTERM), 0);
   EXPECT_NE(server.WaitForLine("shut down"), "");
   EXPECT_EQ(Get(metrics, "/metrics").status, -1);  // nothing listens any more
+  std::filesystem::remove_all(dir);
+}
+
+// GET /healthz on the metrics listener: 200 while SERVING with a data directory that
+// takes writes, 503 from the moment SIGTERM starts the drain (an open ObserveStream
+// holds it), while /livez stays 200; nothing listens once the process is gone.
+TEST(ServerBinary, HealthzIsServingThen503WhileDraining) {
+  char pattern[] = "/tmp/qparams-healthz-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  ServerProcess server({"--metrics_listen=127.0.0.1:0", "--data_dir=" + dir,
+                        "--shutdown_grace=60s"});
+  ASSERT_TRUE(server.started());
+  const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
+  const std::string line = server.WaitForLine("serving metrics on http://");
+  EXPECT_TRUE(absl::StrContains(line, "health on /healthz and /livez")) << line;
+  const std::string metrics = MetricsAddressFrom(line);
+  ASSERT_FALSE(metrics.empty()) << server.log_text();
+
+  const Scrape ready = Get(metrics, "/healthz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(ready.body, "SERVING\n");
+  EXPECT_EQ(ready.content_type, "text/plain; charset=utf-8");
+  EXPECT_EQ(Get(metrics, "/livez").status, 200);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/health-probe")) << "the probe cleans up";
+
+  auto stub =
+      v1::QParamsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ObserveRequest, v1::ObserveResponse>> stream =
+      stub->ObserveStream(&context);
+  // One item answered: the call is in flight on the server before the signal.
+  v1::ObserveRequest item;
+  item.set_name("missing");
+  v1::ObserveResponse answer;
+  ASSERT_TRUE(stream->Write(item));
+  ASSERT_TRUE(stream->Read(&answer));
+  server.Signal(SIGTERM);
+  ASSERT_NE(server.WaitForLine("received SIGTERM"), "");
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  Scrape draining;
+  while ((draining = Get(metrics, "/healthz")).status == 200 && absl::Now() < deadline) {
+  }
+  EXPECT_EQ(draining.status, 503);
+  EXPECT_TRUE(absl::StartsWith(draining.body, "NOT_SERVING: shutting down")) << draining.body;
+  EXPECT_EQ(Get(metrics, "/livez").status, 200);
+
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  stream.reset();
+  stub.reset();
+  EXPECT_EQ(server.Stop(0), 0);
+  EXPECT_EQ(Get(metrics, "/healthz").status, -1);
   std::filesystem::remove_all(dir);
 }
 
