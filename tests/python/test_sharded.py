@@ -9,8 +9,10 @@ Checked: sessions created through HAProxy land on their owner (crc32(name) mod 2
 in the map) and only there; a replica refuses another's session with
 FAILED_PRECONDITION naming the owner (message and x-qparams-owner trailer); a killed
 replica's sessions answer UNAVAILABLE through HAProxy while the others' keep working;
-the replica restarted on its data dir (on a new port, which HAProxy learns through
-its runtime API) has its sessions back bit for bit; observe_many, observe_batch and
+the replica restarted on its data dir (on new ports, which HAProxy learns through
+its runtime API) has its sessions back bit for bit; HAProxy checks each replica's
+GET /healthz (on its --metrics_listen port) and takes a draining replica out while
+it still runs; observe_many, observe_batch and
 observe_async over sessions of every replica end bit for bit as on one server, and so
 do histogram sessions (percentile, entropy, mse; tensors and local histograms);
 list_sessions, read_sessions and qparams-cli list/report span every replica in name
@@ -21,9 +23,12 @@ Every process is started here and stopped by its PID in fixture finalizers.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import pathlib
+import re
+import threading
 import signal
 import socket
 import subprocess
@@ -48,6 +53,7 @@ REPLICAS = ("r0", "r1", "r2")
 SLOT_MAP = "0:84 r0\n85:169 r1\n170:255 r2\n"
 SESSIONS = [f"run/layer{i}.weight" for i in range(60)]
 TIMEOUT = 10  # seconds: the deadline of every wait below
+METRICS_LINE = re.compile(r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics")
 
 
 def owner_of(name: str) -> str:
@@ -72,7 +78,8 @@ def wait_for(what: str, condition: Callable[[], bool], timeout: float = TIMEOUT)
 class HAProxy:
     """HAProxy in the foreground (-db) on the shipped configuration; stopped by its PID."""
 
-    def __init__(self, directory: pathlib.Path, servers: dict[str, str]) -> None:
+    def __init__(self, directory: pathlib.Path, servers: dict[str, str],
+                 check_ports: dict[str, int]) -> None:
         self.socket = directory / "grpc.sock"
         self.admin = directory / "admin.sock"
         # sun_path holds 108 bytes, its terminating NUL included.
@@ -85,6 +92,7 @@ class HAProxy:
                      "QPARAMS_SLOT_MAP": str(directory / "slots.map")}
         for i, replica in enumerate(REPLICAS):
             variables[f"QPARAMS_R{i}"] = servers[replica]
+            variables[f"QPARAMS_R{i}_CHECK_PORT"] = str(check_ports[replica])
         config = self.config.read_text()
         for name in variables:
             assert f"${{{name}-" in config, name
@@ -143,6 +151,7 @@ class Cluster:
         self.slot_map = directory / "slots.map"
         self.slot_map.write_text(SLOT_MAP)
         self.replicas: dict[str, LocalServer] = {}
+        self.check_ports: dict[str, int] = {}  # each replica's --metrics_listen port
         self.haproxy: HAProxy | None = None
         self.stopped: list[LocalServer] = []
 
@@ -150,8 +159,14 @@ class Cluster:
         data = self.directory / f"data-{replica}"
         data.mkdir(exist_ok=True)
         server = start_local_server(f"--replica_id={replica}", f"--slot_map={self.slot_map}",
-                                    f"--data_dir={data}", "--durability=always")
+                                    f"--data_dir={data}", "--durability=always",
+                                    "--metrics_listen=127.0.0.1:0")
         self.replicas[replica] = server
+        # Logged right after the "listening on" line LocalServer waited for.
+        wait_for(f"{replica}'s metrics port in its log",
+                 lambda: any(METRICS_LINE.search(line) for line in server.log))
+        self.check_ports[replica] = int(next(
+            m[1] for line in server.log if (m := METRICS_LINE.search(line))))
         return server
 
     def kill_replica(self, replica: str) -> None:
@@ -180,7 +195,8 @@ def cluster() -> Iterator[Cluster]:
         try:
             for replica in REPLICAS:
                 c.start_replica(replica)
-            c.haproxy = HAProxy(c.directory, {r: s.target for r, s in c.replicas.items()})
+            c.haproxy = HAProxy(c.directory, {r: s.target for r, s in c.replicas.items()},
+                                c.check_ports)
             wait_for("haproxy to listen", c.haproxy.listening)
             wait_for("every replica UP in haproxy",
                      lambda: all(c.haproxy.status(r) == "UP" for r in REPLICAS))
@@ -273,12 +289,14 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
             own = {n for n, o in owners.items() if o == replica}
             assert local_names(server, replica) == own, replica
 
-        # r1 restarts on its data dir, on a new port; HAProxy's runtime API points its
-        # backend there, and the health check brings it UP.
+        # r1 restarts on its data dir, on new ports; HAProxy's runtime API points its
+        # backend and its health check there, and the health check brings it UP.
         server = cluster.start_replica("r1")
         host, port = server.target.rsplit(":", 1)
         answer = cluster.haproxy.command(f"set server r1/r1 addr {host} port {port}")
         assert "changed" in answer, answer
+        answer = cluster.haproxy.command(f"set server r1/r1 check-port {cluster.check_ports['r1']}")
+        assert answer.strip() == "", answer  # HAProxy 2.6 says nothing when it worked
         wait_for("haproxy to mark r1 UP", lambda: cluster.haproxy.status("r1") == "UP")
 
         assert local_names(server, "r1") == {n for n, o in owners.items() if o == "r1"}
@@ -287,6 +305,55 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
                 assert snapshot(client, name) == before[name], name
             else:
                 assert client.get_session(name).observation_count == 2, name
+
+
+def healthz(port: int) -> tuple[int, str]:
+    """GET /healthz of a replica's metrics listener: the status and the body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+    try:
+        connection.request("GET", "/healthz")
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def test_haproxy_takes_a_draining_replica_out(cluster: Cluster) -> None:
+    """Health means serving: on SIGTERM a replica turns NOT_SERVING and drains (an
+    ObserveStream left open holds the drain here), its /healthz answers 503 saying
+    so, and HAProxy marks it DOWN while the process still runs, so that its sessions
+    answer UNAVAILABLE at once instead of reaching a replica that is going away."""
+    assert all(healthz(port) == (200, "SERVING\n") for port in cluster.check_ports.values())
+    name = next(n for n in SESSIONS if owner_of(n) == "r2")
+    r2 = cluster.replicas["r2"]
+    release = threading.Event()
+
+    def requests():
+        yield pb.ObserveRequest(name=name)  # refused (no observation), but answered: the call is open
+        release.wait(TIMEOUT)
+
+    with qparams.Client(f"unix:{cluster.haproxy.socket}") as client, \
+            grpc.insecure_channel(r2.target) as channel:
+        client.create_session(name, dtype="int8", target="weight")
+        responses = pb_grpc.QParamsServiceStub(channel).ObserveStream(requests(), timeout=3 * TIMEOUT)
+        try:
+            assert next(responses).status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+            r2.process.send_signal(signal.SIGTERM)
+            wait_for("r2's /healthz to answer 503", lambda: healthz(cluster.check_ports["r2"])[0] == 503)
+            status, body = healthz(cluster.check_ports["r2"])
+            assert body.startswith("NOT_SERVING: shutting down"), body
+            wait_for("haproxy to mark the draining r2 DOWN",
+                     lambda: cluster.haproxy.status("r2").startswith("DOWN"))
+            assert r2.process.poll() is None, "r2 should still be draining"
+            with pytest.raises(qparams.Unavailable):
+                client.get_session(name)
+            other = next(n for n in SESSIONS if owner_of(n) == "r0")
+            client.create_session(other, dtype="int8", target="weight")
+            assert cluster.haproxy.status("r0") == "UP"
+        finally:
+            release.set()
+        assert list(responses) == []  # the stream ends cleanly once released
+    assert r2.process.wait(timeout=TIMEOUT) == 0
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
