@@ -1,8 +1,10 @@
 // The C++ client against sharded replicas behind the real HAProxy (Debian's, run
 // on docker/haproxy/haproxy.cfg as shipped): calls over many sessions split into one
 // call per owner, listings merged from every replica, and the results bit for bit
-// those of one unsharded server. tests/python/test_sharded.py covers the Python
-// client, a killed replica and a restart.
+// those of one unsharded server; and HAProxy's health check taking out a replica
+// whose data directory refuses writes, and bringing it back once writes work.
+// tests/python/test_sharded.py covers the Python client, a killed replica, a
+// restart and a draining replica.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +29,8 @@
 #include "client/client.h"
 #include "common/slot_map.h"
 #include "gtest/gtest.h"
+#include "metrics/metrics_http.h"
+#include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"
 #include "tests/subprocess.h"
 #include "tests/test_util.h"
@@ -37,17 +42,20 @@ constexpr char kHAProxy[] = "/usr/sbin/haproxy";
 constexpr char kSlotMap[] = "0:84 r0\n85:169 r1\n170:255 r2\n";
 constexpr std::array<const char*, 3> kReplicas = {"r0", "r1", "r2"};
 
-// HAProxy in the foreground on the repository's configuration, its addresses given
-// through the environment as the configuration documents; stopped by its PID.
+// HAProxy in the foreground on the repository's configuration, its addresses (each
+// replica's gRPC address and the port of its health endpoint) given through the
+// environment as the configuration documents; stopped by its PID.
 class HAProxyProcess {
  public:
-  HAProxyProcess(const std::string& dir, const std::vector<std::string>& replicas) {
+  HAProxyProcess(const std::string& dir, const std::vector<std::string>& replicas,
+                 const std::vector<int>& check_ports) {
     std::vector<std::string> variables = {
         absl::StrCat("QPARAMS_BIND=unix@", dir, "/grpc.sock"),
         absl::StrCat("QPARAMS_SLOT_MAP=", dir, "/slots.map"),
         absl::StrCat("QPARAMS_ADMIN_SOCKET=", dir, "/admin.sock")};
     for (size_t i = 0; i < replicas.size(); ++i) {
       variables.push_back(absl::StrCat("QPARAMS_R", i, "=", replicas[i]));
+      variables.push_back(absl::StrCat("QPARAMS_R", i, "_CHECK_PORT=", check_ports[i]));
     }
     std::vector<std::string> env = EnvironmentWith({}, variables);
     std::vector<std::string> argv = {kHAProxy, "-db", "-f", QPARAMS_HAPROXY_CONFIG};
@@ -92,15 +100,26 @@ class ShardedClientTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(SlotMap map, SlotMap::Parse(kSlotMap));
     map_ = std::make_shared<const SlotMap>(std::move(map));
     std::vector<std::string> addresses;
-    for (const char* replica : kReplicas) {
+    std::vector<int> check_ports;
+    for (size_t r = 0; r < kReplicas.size(); ++r) {
       ServerOptions options;
       options.engine.slot_map = map_;
-      options.engine.replica_id = replica;
+      options.engine.replica_id = kReplicas[r];
+      Customize(r, options);
       replicas_.push_back(TestServer::Start(options));
       ASSERT_NE(replicas_.back(), nullptr);
       addresses.push_back(replicas_.back()->address());
+      // The health endpoint main() serves with --metrics_listen, which HAProxy checks.
+      QParamsServer* server = &replicas_.back()->server();
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsHttpServer> health,
+                           MetricsHttpServer::Start(
+                               HostPort{"127.0.0.1", 0}, &server->metrics(),
+                               {[server] { return server->Readiness(); },
+                                [server] { return server->Liveness(); }}));
+      check_ports.push_back(health->port());
+      health_.push_back(std::move(health));
     }
-    haproxy_ = std::make_unique<HAProxyProcess>(dir_, addresses);
+    haproxy_ = std::make_unique<HAProxyProcess>(dir_, addresses, check_ports);
     ASSERT_TRUE(haproxy_->running());
     target_ = absl::StrCat("unix:", dir_, "/grpc.sock");
     // Ready once each replica answers through it, addressed by name.
@@ -122,6 +141,7 @@ class ShardedClientTest : public ::testing::Test {
 
   void TearDown() override {
     haproxy_.reset();
+    health_.clear();  // before the servers they ask
     replicas_.clear();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
@@ -168,9 +188,13 @@ class ShardedClientTest : public ::testing::Test {
     return out;
   }
 
+  // What a test changes in replica `r`'s options before it starts.
+  virtual void Customize(size_t /*r*/, ServerOptions& /*options*/) {}
+
   std::string dir_;
   std::shared_ptr<const SlotMap> map_;
   std::vector<std::unique_ptr<TestServer>> replicas_;
+  std::vector<std::unique_ptr<MetricsHttpServer>> health_;  // replicas_[i]'s endpoint
   std::unique_ptr<HAProxyProcess> haproxy_;
   std::string target_;
   std::vector<std::string> names_;
@@ -263,6 +287,65 @@ TEST_F(ShardedClientTest, ListingsMergeEveryReplicaAndExportsRefuse) {
       client->ExportSessions(exported, [](absl::string_view) { return absl::OkStatus(); });
   EXPECT_CODE(refused, absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(refused.message(), "r0, r1, r2")) << refused;
+}
+
+// r1 keeps its sessions in a data directory whose file system the test breaks.
+class ShardedStorageTest : public ShardedClientTest {
+ protected:
+  void Customize(size_t r, ServerOptions& options) override {
+    if (r != 1) return;
+    options.data_dir = dir_ + "/r1";
+    options.durability = Durability::kAlways;
+    options.env = &env_;
+    options.storage_probe_max_age = absl::ZeroDuration();
+  }
+
+  // Polls `call` through HAProxy until its code is `code`; false after 10 s (HAProxy
+  // checks every second and needs two failures for DOWN, one success for UP).
+  static bool Becomes(const std::function<absl::Status()>& call, absl::StatusCode code) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (call().code() != code) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return true;
+  }
+
+  FaultInjectionEnv env_;  // outlives the replicas, which TearDown stops
+};
+
+TEST_F(ShardedStorageTest, HAProxyTakesOutAReplicaWhoseDiskRefusesWritesUntilItTakesThemAgain) {
+  std::string name;
+  for (const std::string& n : names_) {
+    if (map_->OwnerOfSession(n) == "r1") name = n;
+  }
+  ASSERT_FALSE(name.empty());
+  ClientOptions options;
+  options.timeout = absl::Seconds(2);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_, options));
+  v1::CreateSessionRequest create;
+  create.set_name(name);
+  create.set_calculator("global_minmax");
+  ASSERT_OK(client->CreateSession(create).status());
+  auto get = [&] { return client->GetSession(name).status(); };
+
+  // Every write of r1's file system fails from now on: its /healthz turns 503 at the
+  // next probe, HAProxy marks it DOWN, and its sessions answer UNAVAILABLE through
+  // HAProxy; r1 itself still serves reads to whoever reaches it.
+  env_.CrashAfter(0);
+  EXPECT_TRUE(Becomes(get, absl::StatusCode::kUnavailable)) << "r1 never went DOWN";
+  ClientOptions direct_options;
+  direct_options.replica = "r1";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> direct,
+                       Client::Connect(replicas_[1]->address(), direct_options));
+  EXPECT_OK(direct->GetSession(name).status());
+  EXPECT_CODE(replicas_[1]->server().Readiness(), absl::StatusCode::kUnavailable);
+  EXPECT_OK(replicas_[1]->server().Liveness()) << "no write was refused: no restart needed";
+
+  // Writes work again: UP at the next good probe, and the session takes observations.
+  env_.DropUnsyncedData();
+  EXPECT_TRUE(Becomes(get, absl::StatusCode::kOk)) << "r1 never came back UP";
+  EXPECT_OK(client->Observe(name, Values(1).view()).status());
 }
 
 }  // namespace
