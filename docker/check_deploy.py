@@ -14,8 +14,11 @@
 Checked, for the sharded form (issue 16) against docker/haproxy/slots.map:
 - the slot map gives every slot 0..255 exactly one owner, as qparams' parser reads it;
 - haproxy.cfg has one backend per replica of the map, each server's address from
-  QPARAMS_R<i>, and reads the slot map through QPARAMS_SLOT_MAP;
-- compose.yaml: the single server `qparams` unchanged (no profile, 127.0.0.1:50051); the
+  QPARAMS_R<i> and its health checked with GET /healthz over HTTP/1.1 on port
+  QPARAMS_R<i>_CHECK_PORT (default 9100, the replicas' --metrics_listen), and reads the
+  slot map through QPARAMS_SLOT_MAP;
+- compose.yaml: the single server `qparams` unchanged (no profile, 127.0.0.1:50051) but
+  for --metrics_listen on 9100 and the health check asking GET /healthz there; the
   profile sharded is exactly r0, r1, r2 (one per replica of the map, named after it,
   with its own volume, the map mounted read-only, --metrics_listen, and the single
   server's image, health check, stop grace and hardening) and haproxy (the config and map
@@ -23,8 +26,9 @@ Checked, for the sharded form (issue 16) against docker/haproxy/slots.map:
   with a tmpfs for its socket);
 - kubernetes-sharded.yaml: its ConfigMaps hold slots.map and haproxy.cfg verbatim; the
   StatefulSet's replicas equal the map's, its pods name themselves r<ordinal>, read the
-  map from the ConfigMap, serve metrics on the annotated port; the Services select the
-  right pods; HAProxy's QPARAMS_R<i> are the pods' DNS names under the headless Service;
+  map from the ConfigMap, serve metrics on the annotated port, and are probed with HTTP
+  GET /healthz (readiness) and /livez (startup, liveness) on it (kubernetes.yaml's pod
+  too); the Services select the right pods; HAProxy's QPARAMS_R<i> are the pods' DNS names under the headless Service;
 - kubernetes.yaml: the single-replica form still stands, and no selector of either file
   matches the other's pods.
 """
@@ -32,6 +36,7 @@ Checked, for the sharded form (issue 16) against docker/haproxy/slots.map:
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import re
 import shlex
@@ -48,6 +53,8 @@ K8S_SHARDED = DOCKER / "kubernetes-sharded.yaml"
 SLOTS = 256
 MAP_IN_CONTAINER = "/etc/qparams/slots.map"
 CFG_IN_CONTAINER = "/etc/haproxy/haproxy.cfg"  # docker/haproxy/Dockerfile's -f
+METRICS_PORT = 9100  # --metrics_listen in compose and Kubernetes: /metrics, /healthz, /livez
+METRICS_LISTEN = f"--metrics_listen=0.0.0.0:{METRICS_PORT}"
 
 failures: list[str] = []
 
@@ -104,6 +111,14 @@ def check_haproxy_cfg(replicas: list[str]) -> None:
     for i, replica in enumerate(replicas):
         check(re.search(rf'^\s*server {replica} "\$\{{QPARAMS_R{i}-{replica}:50051\}}"', cfg, re.M)
               is not None, f"haproxy.cfg: backend {replica}'s server is not \"${{QPARAMS_R{i}-...}}\"")
+        check(re.search(rf'^\s*server {replica} .* port "\$\{{QPARAMS_R{i}_CHECK_PORT-{METRICS_PORT}\}}"'
+                        r" check-proto h1$", cfg, re.M) is not None,
+              f"haproxy.cfg: backend {replica} is not checked on port \"${{QPARAMS_R{i}_CHECK_PORT-"
+              f"{METRICS_PORT}}}\" with check-proto h1")
+    check(re.search(r"^\s*http-check send meth GET uri /healthz ver HTTP/1.1\b", cfg, re.M) is not None
+          and re.search(r"^\s*http-check expect status 200$", cfg, re.M) is not None
+          and re.search(r"^\s*option httpchk$", cfg, re.M) is not None,
+          "haproxy.cfg: the replicas' health check is not GET /healthz expecting 200")
     check(f"map_int(${{QPARAMS_SLOT_MAP-{MAP_IN_CONTAINER}}})" in cfg,
           "haproxy.cfg: the slot map is not map_int(${QPARAMS_SLOT_MAP-...})")
     check(re.search(r'^\s*bind "\$\{QPARAMS_BIND-:50051\}"', cfg, re.M) is not None,
@@ -143,6 +158,10 @@ def check_compose(replicas: list[str]) -> None:
     single = services.get("qparams", {})
     check("profiles" not in single, "compose: the service qparams got a profile")
     check(single.get("ports") == ["127.0.0.1:50051:50051"], "compose: qparams is not on 127.0.0.1:50051")
+    check(METRICS_LISTEN in single.get("command", []), f"compose: qparams lacks {METRICS_LISTEN}")
+    test = " ".join(single.get("healthcheck", {}).get("test", []))
+    check(f"/dev/tcp/127.0.0.1/{METRICS_PORT}" in test and "GET /healthz" in test and " 200 " in test,
+          f"compose: qparams's health check does not ask GET /healthz on {METRICS_PORT} for 200")
     check(named_volumes(single) == {"/data": "qparams-data"}, "compose: qparams's volume changed")
     sharded = sorted(name for name, s in services.items() if "sharded" in s.get("profiles", []))
     check(sharded == sorted(replicas + ["haproxy"]),
@@ -155,7 +174,7 @@ def check_compose(replicas: list[str]) -> None:
         command = s.get("command", [])
         check(f"--replica_id={replica}" in command, f"compose: {replica} is not --replica_id={replica}")
         check(f"--slot_map={MAP_IN_CONTAINER}" in command, f"compose: {replica} lacks --slot_map")
-        check("--metrics_listen=0.0.0.0:9100" in command, f"compose: {replica} lacks --metrics_listen")
+        check(METRICS_LISTEN in command, f"compose: {replica} lacks {METRICS_LISTEN}")
         check(bind_mounts(s).get(MAP_IN_CONTAINER) == ("./haproxy/slots.map", "ro"),
               f"compose: {replica} does not mount ./haproxy/slots.map read-only")
         data = named_volumes(s).get("/data")
@@ -188,7 +207,7 @@ def check_compose(replicas: list[str]) -> None:
         check(h.get("tmpfs") == ["/run/haproxy"], "compose: haproxy has no tmpfs for its socket")
     for path in {m[0] for s in services.values() for m in bind_mounts(s).values()}:
         check((DOCKER / path).is_file(), f"compose: {path} does not exist")
-    print(f"compose.yaml: qparams unchanged; profile sharded: {sharded}")
+    print(f"compose.yaml: qparams as before, with /healthz on {METRICS_PORT}; profile sharded: {sharded}")
 
 
 def podman_args(service_name: str, image: str, volume_prefix: str, host_port: str | None,
@@ -203,6 +222,11 @@ def podman_args(service_name: str, image: str, volume_prefix: str, host_port: st
     args += [f"--tmpfs={t}" for t in s.get("tmpfs", [])]
     if "stop_signal" in s:
         args.append(f"--stop-signal={s['stop_signal']}")
+    # The health check as compose runs it (`podman healthcheck run` runs it on demand).
+    if test := s.get("healthcheck", {}).get("test"):
+        if test[0] != "CMD":
+            raise SystemExit(f"{service_name}: a healthcheck test that is not [\"CMD\", ...]")
+        args.append("--health-cmd=" + json.dumps(test[1:]))
     for key, value in (s.get("environment") or {}).items():
         args += ["-e", f"{key}={value}"]
     for volume in s.get("volumes", []):
@@ -230,13 +254,27 @@ def matches(selector: dict, labels: dict) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
+def check_probes(where: str, container: dict) -> None:
+    """The pod's probes are HTTP GETs on its metrics port: /healthz for readiness, /livez
+    for startup and liveness, and the port is --metrics_listen's."""
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    check(ports.get("metrics") == METRICS_PORT and METRICS_LISTEN in container.get("args", []),
+          f"{where}: no metrics port {METRICS_PORT} with {METRICS_LISTEN}")
+    for probe, path in (("startupProbe", "/livez"), ("readinessProbe", "/healthz"),
+                        ("livenessProbe", "/livez")):
+        get = container.get(probe, {}).get("httpGet", {})
+        check(get.get("path") == path and get.get("port") == "metrics",
+              f"{where}: {probe} is not an httpGet of {path} on the port metrics")
+
+
 def check_kubernetes(replicas: list[str]) -> None:
     single = by_kind(list(yaml.safe_load_all(K8S.read_text())))
     docs = by_kind(list(yaml.safe_load_all(K8S_SHARDED.read_text())))
     print(f"kubernetes.yaml: {sorted(single)}")
     print(f"kubernetes-sharded.yaml: {sorted(docs)}")
     one = single.get(("StatefulSet", "qparams"))
-    check(one is not None and one["spec"]["replicas"] == 1, "kubernetes.yaml: no one-replica StatefulSet qparams")
+    if check(one is not None and one["spec"]["replicas"] == 1, "kubernetes.yaml: no one-replica StatefulSet qparams"):
+        check_probes("kubernetes.yaml", one["spec"]["template"]["spec"]["containers"][0])
 
     slot_cm = docs.get(("ConfigMap", "qparams-slot-map"), {}).get("data", {})
     cfg_cm = docs.get(("ConfigMap", "qparams-haproxy"), {}).get("data", {})
@@ -269,7 +307,8 @@ def check_kubernetes(replicas: list[str]) -> None:
           "StatefulSet: the pods lack the prometheus.io annotations")
     container = pod["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    check(ports == {"grpc": 50051, "metrics": 9100}, f"StatefulSet: container ports {ports}")
+    check(ports == {"grpc": 50051, "metrics": METRICS_PORT}, f"StatefulSet: container ports {ports}")
+    check_probes("StatefulSet qparams-shard", container)
     env = {e["name"]: e for e in container.get("env", [])}
     check(env.get("POD_INDEX", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
           == "metadata.labels['apps.kubernetes.io/pod-index']",

@@ -6,7 +6,9 @@
 # haproxy -c on haproxy.cfg with its variables set), builds the HAProxy image
 # (docker/haproxy/Dockerfile) and runs compose's profile sharded with podman alone (a
 # network, the three replicas and HAProxy, run with the arguments check_deploy.py derives
-# from compose.yaml): sessions created and observed through HAProxy are each found on
+# from compose.yaml, its health check among them): each replica's compose health check
+# (GET /healthz on 9100) is healthy, HAProxy (which checks the same /healthz) reaches
+# every replica, and sessions created and observed through HAProxy are each found on
 # their owner, with the same qparams, and refused by the other replicas. Needs root (apt, podman as root); no container registry: the base image
 # debian:bookworm-slim is made locally with debootstrap from the host's apt mirror and
 # cached under ${XDG_CACHE_HOME:-$HOME/.cache}/qparams, so reruns skip debootstrap.
@@ -355,16 +357,6 @@ pm run --rm "${ulimits[@]}" --read-only --read-only-tmpfs=false "$haproxy_image"
 echo "haproxy -c inside the image: valid"
 
 step "sharded: compose's profile sharded on network $net (r0, r1, r2, haproxy)"
-# --metrics_listen is in compose's replica commands; an image whose server does not know
-# the flag yet runs without it.
-drop=()
-if pm run --rm "${ulimits[@]}" --entrypoint qparams-server "$image" --help 2>/dev/null | grep -q metrics_listen; then
-  metrics=1
-else
-  metrics=0
-  drop=(--drop=--metrics_listen)
-  echo "note: this image's qparams-server has no --metrics_listen yet; the replicas run without it"
-fi
 hport=$(free_port) || fail "no free port"
 shard_started=1
 pm network create "$net" >/dev/null || fail "podman network create"
@@ -375,7 +367,7 @@ podman_args() {  # the `podman run` arguments of compose's service $1 (shell-quo
   eval "args=($words)"
 }
 for r in r0 r1 r2; do
-  podman_args "$r" --image="$image" --volume-prefix="$shard" "${drop[@]}"
+  podman_args "$r" --image="$image" --volume-prefix="$shard"
   echo "podman run ... ${args[*]}"
   pm run -d --name "$shard$r" --network "$net" "${ulimits[@]}" "${args[@]}" >/dev/null || fail "podman run $r"
 done
@@ -394,6 +386,16 @@ for r in r0 r1 r2; do
   done
 done
 echo "r0, r1, r2: SERVING"
+# compose's health check (GET /healthz on the metrics port 9100), which podman_args passes
+# as --health-cmd: healthy once the metrics listener, started just after gRPC's, answers.
+for r in r0 r1 r2; do
+  for i in $(seq 1 20); do
+    pm healthcheck run "$shard$r" >/dev/null 2>&1 && break
+    [ "$i" = 20 ] && fail "$r: compose's health check (GET /healthz on 9100) is not healthy"
+    sleep 0.5
+  done
+done
+echo "r0, r1, r2: compose's health check (GET /healthz on 9100) healthy"
 
 # The sessions and their owners: qparams-cli slot, then the slot map.
 names=()
@@ -473,11 +475,9 @@ for r in r0 r1 r2; do
   hq get "$n" >/dev/null || fail "get $n through 127.0.0.1:$hport"
 done
 echo "host CLI through 127.0.0.1:$hport: a session of each replica found"
-if [ "$metrics" = 1 ]; then
-  out=$(pm exec "${shard}r0" bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 &&
-    printf "GET /metrics HTTP/1.0\r\nHost: r0\r\n\r\n" >&3 && head -n1 <&3') || fail "r0: metrics"
-  case $out in *" 200"*) echo "r0 /metrics on 9100: $out" ;; *) fail "r0 /metrics: $out" ;; esac
-fi
+out=$(pm exec "${shard}r0" bash -c 'exec 3<>/dev/tcp/127.0.0.1/9100 &&
+  printf "GET /metrics HTTP/1.0\r\nHost: r0\r\n\r\n" >&3 && head -n1 <&3') || fail "r0: metrics"
+case $out in *" 200"*) echo "r0 /metrics on 9100: $out" ;; *) fail "r0 /metrics: $out" ;; esac
 
 step "sharded: SIGTERM stops haproxy, then the replicas, cleanly"
 t0=$SECONDS
