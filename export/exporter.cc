@@ -19,6 +19,7 @@ namespace {
 
 constexpr size_t kListedNames = 20;  // uninitialized sessions named in the refusal
 constexpr absl::string_view kEntryIndent = "    ";
+constexpr absl::string_view kQParamsVersion = QPARAMS_VERSION;
 
 }  // namespace
 
@@ -73,8 +74,20 @@ absl::Status Exporter::Check() {
     const TensorBinding binding = Bind(*session);
     QPARAMS_RETURN_IF_ERROR(RenderSession(format_, *session, binding, kEntryIndent).status());
     std::string key = binding.tensor;
+    if (format_ == ExportFormat::kModelOpt) {
+      key = absl::StrCat(binding.module, " as ", RoleName(binding.role));
+    }
     if (format_ == ExportFormat::kCompressedTensors) {
       key = absl::StrCat(binding.module, " as ", RoleName(binding.role));
+      // One document is one checkpoint format: nvfp4-pack-quantized or naive-quantized.
+      std::string& first_of_kind = IsNvfp4(*session) ? first_nvfp4_ : first_other_;
+      if (first_of_kind.empty()) first_of_kind = session->name;
+      if (!first_nvfp4_.empty() && !first_other_.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sessions ", first_nvfp4_, " (NVFP4) and ", first_other_,
+            " (not NVFP4) cannot share one compressed-tensors export: its format is "
+            "nvfp4-pack-quantized or naive-quantized; export them under separate prefixes"));
+      }
       QPARAMS_ASSIGN_OR_RETURN(std::string args, CompressedTensorsArgs(*session, binding));
       auto [index, added] = args_index.try_emplace(args, static_cast<int>(args_.size()));
       if (added) args_.push_back(std::move(args));
@@ -121,6 +134,7 @@ std::string Exporter::Opening() const {
     case ExportFormat::kOnnx:
       return "{\n  \"version\": \"2.0.0\",\n  \"encodings\": [";
     case ExportFormat::kCompressedTensors:
+    case ExportFormat::kModelOpt:
       return "{\n  \"tensors\": {";
   }
   return "";
@@ -136,8 +150,20 @@ std::string Exporter::Closing() const {
       return "\n  ]\n}\n";
     case ExportFormat::kCompressedTensors:
       return absl::StrCat("\n  },\n  \"quantization_config\": ", QuantizationConfig(), "\n}\n");
+    case ExportFormat::kModelOpt:
+      return absl::StrCat("\n  },\n  \"hf_quant_config\": ", HfQuantConfig(), "\n}\n");
   }
   return "";
+}
+
+std::string Exporter::HfQuantConfig() {
+  // ModelOpt's export (export/quant_utils.py get_quant_config): the service knows only
+  // the sessions, so it excludes no module; the checkpoint's writer lists the ones it
+  // leaves unquantized.
+  return absl::StrCat(
+      "{\n    \"producer\": {\"name\": \"qparams\", \"version\": \"", kQParamsVersion,
+      "\"},\n    \"quantization\": {\"quant_algo\": \"NVFP4\", \"kv_cache_quant_algo\": null, "
+      "\"group_size\": 16, \"exclude_modules\": []}\n  }");
 }
 
 std::string Exporter::QuantizationConfig() const {
@@ -149,9 +175,14 @@ std::string Exporter::QuantizationConfig() const {
     if (modules.empty()) order.push_back(args.by_role);
     modules.push_back(module);
   }
-  std::string out =
-      "{\n    \"quant_method\": \"compressed-tensors\",\n    \"format\": \"naive-quantized\",\n"
-      "    \"quantization_status\": \"frozen\",\n    \"config_groups\": {";
+  // An NVFP4 checkpoint holds the packed weights (weight_packed), the compressed
+  // form; the naive form's user saves fake-quantized weights with their own tooling.
+  const bool nvfp4 = !first_nvfp4_.empty();
+  std::string out = absl::StrCat(
+      "{\n    \"quant_method\": \"compressed-tensors\",\n    \"format\": \"",
+      nvfp4 ? "nvfp4-pack-quantized" : "naive-quantized",
+      "\",\n    \"quantization_status\": \"", nvfp4 ? "compressed" : "frozen",
+      "\",\n    \"config_groups\": {");
   for (size_t g = 0; g < order.size(); ++g) {
     const std::vector<std::string>& modules = groups[order[g]];
     const std::array<int, 3>& args = order[g];

@@ -23,7 +23,7 @@ namespace qparams {
 
 struct ExportOptions {
   std::string prefix;  // "" = every session
-  std::string format;  // "aimet", "onnx" or "compressed-tensors"
+  std::string format;  // "aimet", "onnx", "compressed-tensors" or "modelopt"
   bool allow_uninitialized = false;
   // The exported name of a session's tensor by its name without the prefix (see
   // BindTensor); others keep theirs. At most kMaxTensorNames entries, each value 1 to
@@ -73,6 +73,7 @@ class Exporter {
   std::string BetweenPasses() const;
   std::string Closing() const;
   std::string QuantizationConfig() const;
+  static std::string HfQuantConfig();
 
   const Engine* const engine_;
   const std::string tenant_;
@@ -80,6 +81,10 @@ class Exporter {
   const ExportFormat format_;
   std::map<std::string, ModuleArgs> modules_;  // compressed-tensors only, by module name
   std::vector<std::string> args_;              // distinct args, as JSON objects
+  // compressed-tensors: the first NVFP4 session and the first other one (a document
+  // holds one kind).
+  std::string first_nvfp4_;
+  std::string first_other_;
 
   enum class Stage { kOpening, kSessions, kClosing, kDone };
   Stage stage_ = Stage::kOpening;

@@ -3,6 +3,7 @@
 // message. The Python tests (tests/python/test_export.py) drive independent
 // consumers (torch, onnx.checker, AIMET's published convention) with the output.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/client.h"
 #include "export/export_format.h"
 #include "export/exporter.h"
@@ -61,11 +63,12 @@ absl::StatusOr<std::string> Render(ExportFormat format, const SessionInfo& sessi
   return RenderSession(format, session, BindTensor(session.name, prefix, session.spec.target), "");
 }
 
-TEST(ExportFormat, ParsesTheThreeNamesOnly) {
+TEST(ExportFormat, ParsesTheFourNamesOnly) {
   EXPECT_EQ(*ParseExportFormat("aimet"), ExportFormat::kAimet);
   EXPECT_EQ(*ParseExportFormat("onnx"), ExportFormat::kOnnx);
   EXPECT_EQ(*ParseExportFormat("compressed-tensors"), ExportFormat::kCompressedTensors);
-  for (const char* bad : {"", "AIMET", "json", "compressed_tensors"}) {
+  EXPECT_EQ(*ParseExportFormat("modelopt"), ExportFormat::kModelOpt);
+  for (const char* bad : {"", "AIMET", "json", "compressed_tensors", "ModelOpt", "model-opt"}) {
     const absl::StatusOr<ExportFormat> format = ParseExportFormat(bad);
     EXPECT_CODE(format, kInvalid);
     EXPECT_TRUE(absl::StrContains(format.status().message(), "format")) << format.status();
@@ -226,6 +229,106 @@ TEST(ExportFormat, CompressedTensorsNamesShapesAndArgs) {
   }
 }
 
+// An NVFP4 session (float4_e2m1fn_x2, e4m3 scales) of `convention` with the block
+// bytes `bytes` of shape `shape` and global scale `global_scale`.
+SessionInfo Nvfp4(const std::string& name, const std::string& convention, Shape shape,
+                  std::vector<uint8_t> bytes, float global_scale,
+                  Granularity granularity = Granularity::PerBlock(-1, 16),
+                  Target target = Target::kWeight) {
+  QuantSpec spec = Spec("float4_e2m1fn_x2", granularity, QScheme::kSymmetric, target);
+  spec.scale_dtype = "float8_e4m3fn";
+  spec.convention = convention;
+  SessionInfo session = Initialized(name, spec, shape);
+  session.qparams.scale_e4m3 = std::move(bytes);
+  session.qparams.global_scale = global_scale;
+  return session;
+}
+
+SessionInfo Nvfp4Input(const std::string& name, const std::string& convention,
+                       float global_scale) {
+  return Nvfp4(name, convention, {1, 2}, {0x7E, 0x70}, global_scale,
+               Granularity::PerBlock({-1, 16}), Target::kActivation);
+}
+
+// nvfp4.md section 6, compressed-tensors: e4m3 bytes [out, in/16], a [1] global
+// scale, the NVFP4 preset's args (E1's gs 0x43C00001 prints as 384.00003).
+TEST(ExportFormat, Nvfp4CompressedTensorsTensorsAndArgs) {
+  const SessionInfo weight = Nvfp4("run/l0.q_proj.weight", "compressed_tensors", {2, 2},
+                                   {0x7E, 0x76, 0x68, 0x20}, FloatFromBits(0x43C00001));
+  EXPECT_EQ(*Render(ExportFormat::kCompressedTensors, weight),
+            "\"l0.q_proj.weight_scale\": {\"dtype\": \"float8_e4m3fn\", \"shape\": [2, 2], "
+            "\"data\": [126, 118, 104, 32]},\n\"l0.q_proj.weight_global_scale\": {\"dtype\": "
+            "\"float32\", \"shape\": [1], \"data\": [384.00003]}");
+  const SessionInfo input = Nvfp4Input("run/l0.q_proj.input", "compressed_tensors", 896);
+  EXPECT_EQ(*Render(ExportFormat::kCompressedTensors, input),
+            "\"l0.q_proj.input_global_scale\": {\"dtype\": \"float32\", \"shape\": [1], "
+            "\"data\": [896]}");
+  const std::string args =
+      "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\": "
+      "\"tensor_group\", \"group_size\": 16, \"block_structure\": null, \"dynamic\": %s, "
+      "\"observer\": \"minmax\", \"scale_dtype\": \"torch.float8_e4m3fn\"}";
+  EXPECT_EQ(*CompressedTensorsArgs(weight, BindTensor(weight.name, "run", Target::kWeight)),
+            absl::StrReplaceAll(args, {{"%s", "false"}}));
+  EXPECT_EQ(*CompressedTensorsArgs(input, BindTensor(input.name, "run", Target::kActivation)),
+            absl::StrReplaceAll(args, {{"%s", "\"local\""}}));
+}
+
+// ModelOpt: the same bytes, scale_2 and input_scale as scalars (shape []).
+TEST(ExportFormat, Nvfp4ModelOptTensors) {
+  const SessionInfo weight = Nvfp4("run/l0.q_proj.weight", "modelopt", {2, 2},
+                                   {0x7E, 0x76, 0x68, 0x38}, FloatFromBits(0x3B2AAAAB));
+  EXPECT_EQ(*Render(ExportFormat::kModelOpt, weight),
+            "\"l0.q_proj.weight_scale\": {\"dtype\": \"float8_e4m3fn\", \"shape\": [2, 2], "
+            "\"data\": [126, 118, 104, 56]},\n\"l0.q_proj.weight_scale_2\": {\"dtype\": "
+            "\"float32\", \"shape\": [], \"data\": [0.0026041667]}");
+  EXPECT_EQ(*Render(ExportFormat::kModelOpt,
+                    Nvfp4Input("run/l0.q_proj.input", "modelopt", FloatFromBits(0x3A924925))),
+            "\"l0.q_proj.input_scale\": {\"dtype\": \"float32\", \"shape\": [], "
+            "\"data\": [0.0011160715]}");
+}
+
+TEST(ExportFormat, Nvfp4FormatsRefuseWhatTheirCheckpointsCannotHold) {
+  const std::vector<uint8_t> four = {0x7E, 0x76, 0x68, 0x38};
+  struct Case {
+    ExportFormat format;
+    SessionInfo session;
+    std::string reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {ExportFormat::kCompressedTensors, Nvfp4("run/mo.weight", "modelopt", {2, 2}, four, 1),
+            "convention is modelopt"},
+           {ExportFormat::kCompressedTensors, Nvfp4("run/mo.weight", "modelopt", {2, 2}, four, 1),
+            "--format=modelopt"},
+           {ExportFormat::kModelOpt, Nvfp4("run/ct.weight", "compressed_tensors", {2, 2}, four, 1),
+            "--format=compressed-tensors"},
+           {ExportFormat::kModelOpt, Initialized("run/i8.weight", Spec("int8"), {1}),
+            "not NVFP4's"},
+           {ExportFormat::kModelOpt,
+            Initialized("run/mx.weight", Spec("float4_e2m1fn_x2", Granularity::PerBlock(1, 32)),
+                        {1, 1}),
+            "scale_dtype float8_e8m0fnu"},
+           {ExportFormat::kCompressedTensors,
+            Nvfp4("run/b32.weight", "compressed_tensors", {2, 1}, {0x7E, 0x76}, 1,
+                  Granularity::PerBlock(-1, 32)),
+            "blocks of 16 along the last axis"},
+           {ExportFormat::kModelOpt,
+            Nvfp4("run/moe.weight", "modelopt", {2, 2, 1}, four, 1),
+            "2-D weight [out, in]"},
+           {ExportFormat::kModelOpt,
+            Nvfp4("run/fc.output", "modelopt", {1, 2}, {0x7E, 0x70}, 1,
+                  Granularity::PerBlock({-1, 16}), Target::kActivation),
+            "not a module's output"},
+           {ExportFormat::kOnnx, Nvfp4("run/ct.weight", "compressed_tensors", {2, 2}, four, 1),
+            "two levels"},
+       }) {
+    const absl::StatusOr<std::string> rendered = Render(c.format, c.session);
+    EXPECT_CODE(rendered, kInvalid);
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), c.session.name))
+        << rendered.status();
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), c.reason)) << rendered.status();
+  }
+}
+
 // JSON holds no Inf, and no format a zero point quantizing would never give: a
 // float32 range wider than float32's largest value overflows the scale.
 TEST(ExportFormat, EveryFormatRefusesInfiniteScalesAndStrayZeroPoints) {
@@ -267,6 +370,43 @@ class ExportTest : public ::testing::Test {
     std::vector<double> values(channels * 2);
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) - 7.25;
     ASSERT_OK(client_->Observe(name, F32({channels, 2}, values).view()));
+  }
+
+  // An NVFP4 session of `convention` (global_minmax): a weight in blocks of 16 along
+  // its last axis, or an activation in the tuple form [-1, 16].
+  void CreateNvfp4(const std::string& name, const std::string& convention, bool weight) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    v1::QuantSpec& spec = *request.mutable_spec();
+    spec.set_dtype("float4_e2m1fn_x2");
+    spec.set_scale_dtype("float8_e4m3fn");
+    spec.set_convention(convention);
+    spec.set_target(weight ? v1::WEIGHT : v1::ACTIVATION);
+    v1::PerBlock& blocks = *spec.mutable_granularity()->mutable_per_block();
+    if (weight) {
+      blocks.set_axis(-1);
+      blocks.add_block_size(16);
+    } else {
+      blocks.add_block_size(-1);
+      blocks.add_block_size(16);
+    }
+    ASSERT_OK(client_->CreateSession(request));
+  }
+
+  // nvfp4.md E1 and more: a [2, 32] weight whose block amaxes are 7, 3.5, 1 and 0,
+  // and a [2, 32] input of amax 3.
+  void CalibrateNvfp4Layer(const std::string& module, const std::string& convention) {
+    CreateNvfp4(module + ".weight", convention, true);
+    CreateNvfp4(module + ".input", convention, false);
+    std::vector<double> w(64, 0.0);
+    w[3] = -7;
+    w[20] = 3.5;
+    w[32 + 7] = 1;
+    ASSERT_OK(client_->Observe(module + ".weight", F32({2, 32}, w).view()));
+    std::vector<double> x(64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i % 7) - 3;
+    ASSERT_OK(client_->Observe(module + ".input", F32({2, 32}, x).view()));
   }
 
   absl::StatusOr<std::string> Export(const std::string& prefix, const std::string& format,
@@ -404,6 +544,66 @@ TEST_F(ExportTest, CompressedTensorsGroupsModulesWithEqualArgs) {
   };
   EXPECT_EQ(targets("group_0"), (std::vector<std::string>{"fc1", "fc2"}));
   EXPECT_EQ(targets("group_1"), (std::vector<std::string>{"fc3"}));
+}
+
+// nvfp4.md section 6 through ExportSessions: both checkpoint forms of one layer, and
+// the refusals of the convention the format does not hold and of mixed documents.
+TEST_F(ExportTest, Nvfp4LayersInBothCheckpointForms) {
+  CalibrateNvfp4Layer("ct/l0.q_proj", "compressed_tensors");
+  CalibrateNvfp4Layer("mo/l0.q_proj", "modelopt");
+  ASSERT_OK_AND_ASSIGN(const std::string ct, Export("ct", "compressed-tensors"));
+  EXPECT_EQ(ct, R"({
+  "tensors": {
+    "l0.q_proj.input_global_scale": {"dtype": "float32", "shape": [1], "data": [896]},
+    "l0.q_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [126, 118, 104, 32]},
+    "l0.q_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]}
+  },
+  "quantization_config": {
+    "quant_method": "compressed-tensors",
+    "format": "nvfp4-pack-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+      "group_0": {
+        "targets": ["l0.q_proj"],
+        "weights": {"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "block_structure": null, "dynamic": false, "observer": "minmax", "scale_dtype": "torch.float8_e4m3fn"},
+        "input_activations": {"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "block_structure": null, "dynamic": "local", "observer": "minmax", "scale_dtype": "torch.float8_e4m3fn"},
+        "output_activations": null
+      }
+    },
+    "ignore": []
+  }
+}
+)");
+  ASSERT_OK_AND_ASSIGN(const std::string mo, Export("mo", "modelopt"));
+  EXPECT_EQ(mo, R"({
+  "tensors": {
+    "l0.q_proj.input_scale": {"dtype": "float32", "shape": [], "data": [0.0011160715]},
+    "l0.q_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [126, 118, 104, 56]},
+    "l0.q_proj.weight_scale_2": {"dtype": "float32", "shape": [], "data": [0.0026041667]}
+  },
+  "hf_quant_config": {
+    "producer": {"name": "qparams", "version": "0.1.0"},
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": []}
+  }
+}
+)");
+  for (const auto& [prefix, format, reason] : std::vector<std::array<std::string, 3>>{
+           {"ct", "modelopt", "--format=compressed-tensors"},
+           {"mo", "compressed-tensors", "--format=modelopt"}}) {
+    const absl::StatusOr<std::string> refused = Export(prefix, format);
+    EXPECT_CODE(refused, kInvalid);
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), prefix + "/l0.q_proj"))
+        << refused.status();
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), reason)) << refused.status();
+  }
+  CreateObserved("ct/l1.weight", 2);
+  const absl::StatusOr<std::string> mixed = Export("ct", "compressed-tensors");
+  EXPECT_CODE(mixed, kInvalid);
+  EXPECT_TRUE(absl::StrContains(mixed.status().message(), "ct/l1.weight (not NVFP4)"))
+      << mixed.status();
+  const absl::StatusOr<std::string> int8 = Export("ct/l1", "modelopt");
+  EXPECT_CODE(int8, kInvalid);
+  EXPECT_TRUE(absl::StrContains(int8.status().message(), "ct/l1.weight")) << int8.status();
 }
 
 // Histogram sessions export their qparams like any other per-tensor session: those
