@@ -534,6 +534,12 @@ absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name) {
                    "\" is not an export format; use aimet, onnx, compressed-tensors or modelopt"));
 }
 
+std::string FloatText(float value) {
+  std::string text;
+  AppendFloat(&text, value);
+  return text;
+}
+
 bool IsNvfp4(const SessionInfo& session) { return session.spec.nvfp4_scale(); }
 
 absl::string_view RoleName(TensorRole role) {

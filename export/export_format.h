@@ -54,6 +54,10 @@ struct TensorBinding {
 TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target,
                          const std::map<std::string, std::string>& renames = {});
 
+// The shortest decimal that reads back as `value` (std::to_chars): how every format
+// writes a float32.
+std::string FloatText(float value);
+
 // The session's scales are NVFP4's two levels (a resolved spec with scale_dtype
 // float8_e4m3fn): e4m3 block bytes and a global scale.
 bool IsNvfp4(const SessionInfo& session);

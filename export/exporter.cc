@@ -1,6 +1,8 @@
 #include "export/exporter.h"
 
 #include <array>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_string.h"
+#include "core/dtype.h"
 #include "core/status_macros.h"
 #include "domain/session_cursor.h"
+#include "export/fused_siblings.h"
 #include "domain/session_store.h"
 
 namespace qparams {
@@ -20,6 +24,41 @@ namespace {
 constexpr size_t kListedNames = 20;  // uninitialized sessions named in the refusal
 constexpr absl::string_view kEntryIndent = "    ";
 constexpr absl::string_view kQParamsVersion = QPARAMS_VERSION;
+
+// An exported NVFP4 weight among fused siblings, with the global scale it exports.
+struct FusedWeight {
+  std::string module;
+  std::string session;
+  float global_scale = 0;
+};
+
+// FAILED_PRECONDITION naming the first siblings (by parent module) whose exported
+// global scales differ: an engine fusing them would take one (vLLM the max) and
+// silently misscale the others' blocks.
+absl::Status CheckFusedSiblings(
+    const std::map<std::pair<std::string, int>, std::vector<FusedWeight>>& fused) {
+  for (const auto& [slot, weights] : fused) {
+    bool equal = true;
+    for (const FusedWeight& w : weights) {
+      equal = equal && FloatBits(w.global_scale) == FloatBits(weights[0].global_scale);
+    }
+    if (equal) continue;
+    std::vector<std::string> listed, sessions;
+    for (const FusedWeight& w : weights) {
+      listed.push_back(absl::StrCat(w.session, " (", FloatText(w.global_scale), ")"));
+      sessions.push_back(w.session);
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the NVFP4 weights of the ", FusedSiblingTable()[slot.second].what, " siblings under ",
+        slot.first.empty() ? "the top level" : slot.first,
+        ", which engines fuse into one GEMM with one global scale, have different "
+        "global scales and no GLOBAL_AMAX scale group covers them: ",
+        absl::StrJoin(listed, ", "),
+        "; declare a scale group of them (CreateScaleGroup with share GLOBAL_AMAX and members ",
+        absl::StrJoin(sessions, ", "), ") and export again"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -62,6 +101,8 @@ absl::Status Exporter::Check() {
   // Tensor name (compressed-tensors: module and role) -> the session that has it.
   absl::flat_hash_map<std::string, std::string> owners;
   absl::flat_hash_map<std::string, int> args_index;  // args_ by value
+  // NVFP4 weights among fused siblings, by parent module and sibling set.
+  std::map<std::pair<std::string, int>, std::vector<FusedWeight>> fused;
   for (;;) {
     QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* session, cursor.Next());
     if (session == nullptr) break;
@@ -93,6 +134,12 @@ absl::Status Exporter::Check() {
       if (added) args_.push_back(std::move(args));
       modules_[binding.module].by_role[static_cast<int>(binding.role)] = index->second;
     }
+    if (IsNvfp4(*session) && binding.role == TensorRole::kWeight) {
+      if (std::optional<FusedSiblingSlot> slot = FusedSiblingOf(binding.module)) {
+        fused[{slot->parent, slot->set}].push_back(
+            {binding.module, session->name, *session->qparams.global_scale});
+      }
+    }
     auto [owner, inserted] = owners.try_emplace(key, session->name);
     if (!inserted) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -115,7 +162,7 @@ absl::Status Exporter::Check() {
                      "; observe them, delete them, or allow_uninitialized (qparams-cli "
                      "--allow-uninitialized) to leave them out"));
   }
-  return absl::OkStatus();
+  return CheckFusedSiblings(fused);
 }
 
 TensorBinding Exporter::Bind(const SessionInfo& session) const {

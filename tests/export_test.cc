@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "client/client.h"
 #include "export/export_format.h"
 #include "export/exporter.h"
+#include "export/fused_siblings.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -409,6 +411,15 @@ class ExportTest : public ::testing::Test {
     ASSERT_OK(client_->Observe(module + ".input", F32({2, 32}, x).view()));
   }
 
+  // An NVFP4 weight [2, 32] of `convention` whose amax is `amax`.
+  void CalibrateNvfp4Weight(const std::string& name, const std::string& convention,
+                            double amax) {
+    CreateNvfp4(name, convention, true);
+    std::vector<double> w(64, 0.25);
+    w[5] = -amax;
+    ASSERT_OK(client_->Observe(name, F32({2, 32}, w).view()));
+  }
+
   absl::StatusOr<std::string> Export(const std::string& prefix, const std::string& format,
                                      bool allow_uninitialized = false, int* messages = nullptr) {
     v1::ExportSessionsRequest request;
@@ -604,6 +615,62 @@ TEST_F(ExportTest, Nvfp4LayersInBothCheckpointForms) {
   const absl::StatusOr<std::string> int8 = Export("ct/l1", "modelopt");
   EXPECT_CODE(int8, kInvalid);
   EXPECT_TRUE(absl::StrContains(int8.status().message(), "ct/l1.weight")) << int8.status();
+}
+
+TEST(FusedSiblings, TheTableOfNvfp4Section7UnderOneParent) {
+  struct Case {
+    std::string module;
+    std::optional<std::pair<std::string, std::string>> slot;  // parent, set
+  };
+  for (const Case& c : std::vector<Case>{
+           {"model.layers.0.self_attn.q_proj", {{"model.layers.0.self_attn", "attention"}}},
+           {"l0.v_proj", {{"l0", "attention"}}},
+           {"model.layers.3.mlp.up_proj", {{"model.layers.3.mlp", "MLP"}}},
+           {"a.q_a_proj", {{"a", "MLA"}}},
+           {"a.kv_a_proj_with_mqa", {{"a", "MLA"}}},
+           {"mlp.experts.7.w3", {{"mlp.experts.7", "expert"}}},
+           {"mlp.experts.7.w2", std::nullopt},
+           {"l0.o_proj", std::nullopt},
+           {"q_proj", {{"", "attention"}}},
+           {"l0.q_proj_x", std::nullopt},
+       }) {
+    const std::optional<FusedSiblingSlot> slot = FusedSiblingOf(c.module);
+    ASSERT_EQ(slot.has_value(), c.slot.has_value()) << c.module;
+    if (!slot.has_value()) continue;
+    EXPECT_EQ(slot->parent, c.slot->first) << c.module;
+    EXPECT_EQ(FusedSiblingTable()[slot->set].what, c.slot->second) << c.module;
+  }
+}
+
+// nvfp4.md section 7: fused siblings with different global scales and no group are
+// refused in both NVFP4 forms, naming them and how to declare a group; siblings
+// whose scales agree, and modules engines do not fuse, export.
+TEST_F(ExportTest, Nvfp4FusedSiblingsMustShareTheirGlobalScale) {
+  for (const auto& [convention, format] : std::vector<std::pair<std::string, std::string>>{
+           {"compressed_tensors", "compressed-tensors"}, {"modelopt", "modelopt"}}) {
+    const std::string run = convention + "/";
+    CalibrateNvfp4Weight(run + "l0.self_attn.q_proj.weight", convention, 1);
+    CalibrateNvfp4Weight(run + "l0.self_attn.k_proj.weight", convention, 3);
+    CalibrateNvfp4Weight(run + "l0.self_attn.v_proj.weight", convention, 7);
+    CalibrateNvfp4Weight(run + "l0.self_attn.o_proj.weight", convention, 5);
+    CalibrateNvfp4Weight(run + "l0.mlp.gate_proj.weight", convention, 2);
+    CalibrateNvfp4Weight(run + "l0.mlp.up_proj.weight", convention, 2);
+    const absl::StatusOr<std::string> refused = Export(run, format);
+    EXPECT_CODE(refused, kPrecondition);
+    for (const char* needle :
+         {"attention siblings under l0.self_attn,", "/l0.self_attn.q_proj.weight (",
+          "/l0.self_attn.k_proj.weight (", "/l0.self_attn.v_proj.weight (", "GLOBAL_AMAX",
+          "CreateScaleGroup"}) {
+      EXPECT_TRUE(absl::StrContains(refused.status().message(), needle))
+          << needle << " in " << refused.status();
+    }
+    EXPECT_FALSE(absl::StrContains(refused.status().message(), "o_proj")) << refused.status();
+    EXPECT_FALSE(absl::StrContains(refused.status().message(), "gate_proj")) << refused.status();
+    // Without the attention siblings (gate/up agree, o_proj fuses with nothing).
+    ASSERT_OK(client_->DeleteSession(run + "l0.self_attn.k_proj.weight"));
+    ASSERT_OK(client_->DeleteSession(run + "l0.self_attn.v_proj.weight"));
+    EXPECT_OK(Export(run, format));
+  }
 }
 
 // Histogram sessions export their qparams like any other per-tensor session: those
