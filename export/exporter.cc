@@ -1,5 +1,6 @@
 #include "export/exporter.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
@@ -9,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_string.h"
@@ -63,15 +65,17 @@ absl::Status CheckFusedSiblings(
 }  // namespace
 
 Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions options,
-                   ExportFormat format)
+                   ExportFormat format, const ExportGroupSource* groups)
     : engine_(engine),
       tenant_(std::move(tenant)),
       options_(std::move(options)),
       format_(format),
+      groups_(groups),
       cursor_(std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix)) {}
 
 absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
-                                                          ExportOptions options) {
+                                                          ExportOptions options,
+                                                          const ExportGroupSource* groups) {
   if (!options.prefix.empty()) {
     QPARAMS_RETURN_IF_ERROR(ValidateSessionName(options.prefix, "prefix"));
   }
@@ -88,9 +92,63 @@ absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, 
     }
   }
   std::unique_ptr<Exporter> exporter(
-      new Exporter(engine, std::move(tenant), std::move(options), format));
+      new Exporter(engine, std::move(tenant), std::move(options), format, groups));
+  QPARAMS_RETURN_IF_ERROR(exporter->LoadGroups());
   QPARAMS_RETURN_IF_ERROR(exporter->Check());
   return exporter;
+}
+
+absl::Status Exporter::LoadGroups() {
+  if (groups_ == nullptr ||
+      (format_ != ExportFormat::kCompressedTensors && format_ != ExportFormat::kModelOpt)) {
+    return absl::OkStatus();
+  }
+  QPARAMS_ASSIGN_OR_RETURN(const std::vector<ExportGroupSource::Group> groups,
+                           groups_->GlobalAmaxGroups(tenant_));
+  auto exported = [&](const std::string& name) {
+    return absl::StartsWith(name, options_.prefix);
+  };
+  for (const ExportGroupSource::Group& group : groups) {
+    if (std::none_of(group.members.begin(), group.members.end(), exported)) continue;
+    absl::StatusOr<ExportGroupSource::Result> result = groups_->GroupResult(tenant_, group.name);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(), absl::StrCat("scale group ", group.name, ": ",
+                                                               result.status().message()));
+    }
+    if (!result->initialized) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scale group ", group.name, " (members ", absl::StrJoin(group.members, ", "),
+          ") has uncalibrated members ", absl::StrJoin(result->uncalibrated, ", "),
+          ", so it has no shared global scale to export: observe them",
+          group.fill_uncalibrated
+              ? " (fill_uncalibrated fills them only from a calibrated member)"
+              : ", or create the group with fill_uncalibrated to give uncalibrated inputs its "
+                "global scale"));
+    }
+    for (const ExportGroupSource::Member& member : result->members) {
+      if (!exported(member.name)) continue;
+      auto [it, added] = grouped_.try_emplace(member.name, Grouped{group.name, member});
+      const std::optional<float>& kept = it->second.member.qparams.global_scale;
+      const std::optional<float>& other = member.qparams.global_scale;
+      if (!added && FloatBits(kept.value_or(0)) != FloatBits(other.value_or(0))) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "session ", member.name, " is a member of the GLOBAL_AMAX scale groups ",
+            it->second.group, " and ", group.name, ", whose global scales differ (",
+            FloatText(kept.value_or(0)), " and ", FloatText(other.value_or(0)),
+            "): a checkpoint holds one; delete one of the groups"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+const SessionInfo& Exporter::Exported(const SessionInfo& session, SessionInfo* scratch) const {
+  const auto grouped = grouped_.find(session.name);
+  if (grouped == grouped_.end()) return session;
+  *scratch = session;
+  scratch->qparams = grouped->second.member.qparams;
+  scratch->initialized = true;  // a filled member has the group's global scale
+  return *scratch;
 }
 
 absl::Status Exporter::Check() {
@@ -104,9 +162,19 @@ absl::Status Exporter::Check() {
   // NVFP4 weights among fused siblings, by parent module and sibling set.
   std::map<std::pair<std::string, int>, std::vector<FusedWeight>> fused;
   for (;;) {
-    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* session, cursor.Next());
-    if (session == nullptr) break;
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* read, cursor.Next());
+    if (read == nullptr) break;
     ++sessions;
+    SessionInfo scratch;
+    const SessionInfo* session = &Exported(*read, &scratch);
+    if (const auto grouped = grouped_.find(read->name);
+        grouped != grouped_.end() && grouped->second.member.filled &&
+        read->spec.target == Target::kWeight) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scale group ", grouped->second.group, " fills session ", read->name,
+          ", which never saw data, with the group's global scale; but it is a weight, with no "
+          "block scales to export: observe it"));
+    }
     if (!session->initialized) {
       if (uninitialized.size() < kListedNames) uninitialized.push_back(session->name);
       ++uninitialized_count;
@@ -268,7 +336,8 @@ absl::StatusOr<std::string> Exporter::Next() {
           }
           break;
         }
-        const SessionInfo& session = *next;
+        SessionInfo scratch;
+        const SessionInfo& session = Exported(*next, &scratch);
         if (!session.initialized) break;  // refused by Check unless allowed
         const TensorBinding binding = Bind(session);
         if (!InPass(binding)) break;

@@ -17,6 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "client/client.h"
+#include "core/observation.h"
+#include "core/status_macros.h"
+#include "domain/engine.h"
 #include "export/export_format.h"
 #include "export/exporter.h"
 #include "export/fused_siblings.h"
@@ -351,6 +354,188 @@ TEST(ExportFormat, EveryFormatRefusesInfiniteScalesAndStrayZeroPoints) {
       EXPECT_TRUE(absl::StrContains(rendered.status().message(), reason)) << rendered.status();
     }
   }
+}
+
+// ---------------------------------------------------------------- scale groups
+
+// Groups as a test states them: the exporter writes the group's result, which the
+// domain computes (nvfp4.md 4.2), so the fake's results are given, not computed.
+class FakeGroups : public ExportGroupSource {
+ public:
+  std::vector<Group> groups;
+  std::map<std::string, absl::StatusOr<Result>> results;
+
+  absl::StatusOr<std::vector<Group>> GlobalAmaxGroups(const std::string& tenant) const override {
+    EXPECT_EQ(tenant, "t");
+    return groups;
+  }
+  absl::StatusOr<Result> GroupResult(const std::string& tenant,
+                                     const std::string& group) const override {
+    EXPECT_EQ(tenant, "t");
+    return results.at(group);
+  }
+};
+
+class ExportGroupsTest : public ::testing::Test {
+ protected:
+  // An NVFP4 session of convention compressed_tensors; a weight [2, 32] of amax
+  // `amax` (observed unless 0), or an activation in [-1, 16] blocks.
+  void Create(const std::string& name, bool weight, double amax) {
+    QuantSpec spec;
+    spec.dtype = "float4_e2m1fn_x2";
+    spec.scale_dtype = "float8_e4m3fn";
+    spec.target = weight ? Target::kWeight : Target::kActivation;
+    spec.granularity = weight ? Granularity::PerBlock(-1, 16) : Granularity::PerBlock({-1, 16});
+    ASSERT_OK(engine_.CreateSession("t", name, "global_minmax", spec, {}));
+    if (amax == 0) return;
+    std::vector<double> values(64, 0.25);
+    values[5] = -amax;
+    const Tensor x = F32({2, 32}, values);
+    ASSERT_OK(engine_.Observe("t", name, Observation::FromTensor(x.view())).status);
+  }
+
+  // A member's result: its blocks, under the group's global scale.
+  static ExportGroupSource::Member Member(const std::string& name, std::vector<uint8_t> bytes,
+                                          float global_scale) {
+    ExportGroupSource::Member member;
+    member.name = name;
+    member.qparams.shape = {2, 2};
+    for (uint8_t b : bytes) member.qparams.scale.push_back(static_cast<float>(b));
+    member.qparams.scale_e4m3 = std::move(bytes);
+    member.qparams.global_scale = global_scale;
+    return member;
+  }
+  static ExportGroupSource::Member Filled(const std::string& name, float global_scale) {
+    ExportGroupSource::Member member;
+    member.name = name;
+    member.filled = true;
+    member.qparams.global_scale = global_scale;
+    return member;
+  }
+
+  absl::StatusOr<std::string> Export(const std::string& format, const std::string& prefix = "run/") {
+    QPARAMS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Exporter> exporter,
+        Exporter::Start(&engine_, "t", {prefix, format, false, {}}, &groups_));
+    std::string document;
+    for (;;) {
+      QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
+      if (piece.empty()) return document;
+      document += piece;
+    }
+  }
+
+  Engine engine_;
+  FakeGroups groups_;
+};
+
+// Members of a GLOBAL_AMAX group export the group's global scale and their own
+// blocks under it, so that fused siblings agree; a filled input exports the
+// group's global scale.
+TEST_F(ExportGroupsTest, MembersExportTheGroupsResult) {
+  Create("run/l0.q_proj.weight", true, 1);
+  Create("run/l0.k_proj.weight", true, 3);
+  Create("run/l0.v_proj.weight", true, 7);
+  Create("run/l0.q_proj.input", false, 0);  // filled
+  Create("run/l1.q_proj.input", false, 0);  // in no group: refused as uninitialized
+  const absl::StatusOr<std::string> ungrouped = Export("compressed-tensors");
+  EXPECT_CODE(ungrouped, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(ungrouped.status().message(), "2 of the 5 sessions"))
+      << ungrouped.status();
+
+  const float g = FloatFromBits(0x43C00001);
+  groups_.groups = {{"qkv", {"run/l0.q_proj.weight", "run/l0.k_proj.weight", "run/l0.v_proj.weight"}},
+                    {"inputs", {"run/l0.q_proj.input", "elsewhere/x.input"}, true}};
+  groups_.results["qkv"] = ExportGroupSource::Result{
+      true, {}, g,
+      {Member("run/l0.q_proj.weight", {0x68, 0x08, 0x20, 0x20}, g),
+       Member("run/l0.k_proj.weight", {0x76, 0x08, 0x20, 0x20}, g),
+       Member("run/l0.v_proj.weight", {0x7E, 0x08, 0x20, 0x20}, g)}};
+  groups_.results["inputs"] = ExportGroupSource::Result{
+      true, {"run/l0.q_proj.input"}, 768,
+      {Filled("run/l0.q_proj.input", 768), Member("elsewhere/x.input", {1, 2, 3, 4}, 768)}};
+  const absl::StatusOr<std::string> uninitialized = Export("compressed-tensors");
+  EXPECT_CODE(uninitialized, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(uninitialized.status().message(), "1 of the 5 sessions"))
+      << uninitialized.status();
+  EXPECT_TRUE(absl::StrContains(uninitialized.status().message(), "run/l1.q_proj.input"))
+      << uninitialized.status();
+
+  ASSERT_OK(engine_.DeleteSession("t", "run/l1.q_proj.input"));
+  ASSERT_OK_AND_ASSIGN(const std::string document, Export("compressed-tensors"));
+  EXPECT_TRUE(absl::StrContains(
+      document,
+      R"("l0.k_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [118, 8, 32, 32]},
+    "l0.k_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]},
+    "l0.q_proj.input_global_scale": {"dtype": "float32", "shape": [1], "data": [768]},
+    "l0.q_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [104, 8, 32, 32]},
+    "l0.q_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]},
+    "l0.v_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [126, 8, 32, 32]},
+    "l0.v_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]})"))
+      << document;
+  EXPECT_FALSE(absl::StrContains(document, "elsewhere")) << document;
+  // Formats other than the NVFP4 ones read no group.
+  EXPECT_CODE(Export("onnx"), kInvalid);
+}
+
+TEST_F(ExportGroupsTest, RefusesGroupsWithoutAResultToExport) {
+  Create("run/l0.q_proj.weight", true, 1);
+  Create("run/l0.k_proj.weight", true, 0);
+  const std::vector<std::string> members = {"run/l0.q_proj.weight", "run/l0.k_proj.weight"};
+  struct Case {
+    std::string what;
+    bool fill;
+    absl::StatusOr<ExportGroupSource::Result> result;
+    std::vector<std::string> needles;
+  };
+  const float g = 2688;
+  for (const Case& c : std::vector<Case>{
+           {"uncalibrated, no fill", false,
+            ExportGroupSource::Result{false, {"run/l0.k_proj.weight"}, 0, {}},
+            {"scale group qk", "run/l0.q_proj.weight, run/l0.k_proj.weight",
+             "uncalibrated members run/l0.k_proj.weight", "fill_uncalibrated"}},
+           {"a filled weight", true,
+            ExportGroupSource::Result{true,
+                                      {"run/l0.k_proj.weight"},
+                                      g,
+                                      {Member("run/l0.q_proj.weight", {1, 2, 3, 4}, g),
+                                       Filled("run/l0.k_proj.weight", g)}},
+            {"scale group qk fills session run/l0.k_proj.weight", "no block scales"}},
+           {"the group's own error", false,
+            absl::FailedPreconditionError("member run/l0.k_proj.weight was deleted"),
+            {"scale group qk: member run/l0.k_proj.weight was deleted"}},
+       }) {
+    groups_.groups = {{"qk", members, c.fill}};
+    groups_.results.clear();
+    groups_.results.emplace("qk", c.result);
+    for (const std::string format : {"compressed-tensors", "modelopt"}) {
+      // Before the sessions' own checks: modelopt would refuse their convention.
+      const absl::StatusOr<std::string> refused = Export(format);
+      EXPECT_CODE(refused, kPrecondition) << c.what << " in " << format;
+      for (const std::string& needle : c.needles) {
+        EXPECT_TRUE(absl::StrContains(refused.status().message(), needle))
+            << c.what << ": " << needle << " in " << refused.status();
+      }
+    }
+  }
+  // One session in two groups whose global scales differ.
+  ASSERT_OK(engine_.Observe("t", "run/l0.k_proj.weight",
+                            Observation::FromTensor(F32({2, 32}, std::vector<double>(64, 1)).view()))
+                .status);
+  groups_.groups = {{"a", members}, {"b", {"run/l0.q_proj.weight"}}};
+  groups_.results.clear();
+  groups_.results.emplace("a", ExportGroupSource::Result{
+                                   true, {}, g,
+                                   {Member("run/l0.q_proj.weight", {1, 2, 3, 4}, g),
+                                    Member("run/l0.k_proj.weight", {1, 2, 3, 4}, g)}});
+  groups_.results.emplace("b", ExportGroupSource::Result{
+                                   true, {}, 896, {Member("run/l0.q_proj.weight", {1, 2, 3, 4}, 896)}});
+  const absl::StatusOr<std::string> two = Export("compressed-tensors");
+  EXPECT_CODE(two, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(two.status().message(),
+                                "run/l0.q_proj.weight is a member of the GLOBAL_AMAX scale groups a "
+                                "and b, whose global scales differ (2688 and 896)"))
+      << two.status();
 }
 
 // ---------------------------------------------------------------- the service
