@@ -590,3 +590,17 @@ def test_e4m3_entries_hold_bytes(client, name) -> None:
             decode_tensor({"dtype": "float8_e4m3fn", "shape": [2], "data": bad})
     scalar = decode_tensor({"dtype": "float32", "shape": [], "data": [0.5]})
     assert tuple(scalar.shape) == () and scalar.item() == 0.5
+
+
+@pytest.mark.parametrize("convention, fmt", [("compressed_tensors", "compressed-tensors"),
+                                             ("modelopt", "modelopt")])
+def test_nvfp4_fused_siblings_with_different_global_scales_are_refused(client, convention,
+                                                                       fmt) -> None:
+    prefix = f"t/siblings-{convention}/"  # the test's own name is too long for these
+    nvfp4_layer(client, prefix + "l0.attn.q_proj", convention, seed=7)
+    nvfp4_layer(client, prefix + "l0.attn.k_proj", convention, seed=8)
+    with pytest.raises(qparams.FailedPrecondition) as e:
+        client.export(prefix, fmt)
+    for needle in ("attention siblings under l0.attn", prefix + "l0.attn.q_proj.weight (",
+                   prefix + "l0.attn.k_proj.weight (", "GLOBAL_AMAX"):
+        assert needle in e.value.message, (needle, e.value.message)
