@@ -483,8 +483,8 @@ int Export(Invocation& in) {
   const Options& options = in.options();
   if (options.format == "json" || options.format == "table") {
     return Usage(in.err(),
-                 "export needs --format=aimet, --format=onnx or "
-                 "--format=compressed-tensors");
+                 "export needs --format=aimet, --format=onnx, "
+                 "--format=compressed-tensors or --format=modelopt");
   }
   v1::ExportSessionsRequest request;
   request.set_prefix(options.prefix);
@@ -608,7 +608,8 @@ constexpr Command kCommands[] = {
   {"export", "", 0, 0, Export,
    "Every session under --prefix in a deployment format (--format=aimet: AIMET\n"
    "encodings 1.0.0; onnx: QuantizeLinear inputs, AIMET encodings 2.0.0's layout;\n"
-   "compressed-tensors: scale tensors and quantization_config), to -o FILE or\n"
+   "compressed-tensors: scale tensors and quantization_config, NVFP4's too;\n"
+   "modelopt: NVFP4 scale tensors and hf_quant_config.json), to -o FILE or\n"
    "stdout. Names lose the prefix. Fails listing the sessions that never saw data\n"
    "unless --allow-uninitialized leaves them out, and names any session the format\n"
    "cannot express. See docs/exports.md."},

@@ -145,6 +145,8 @@ absl::string_view FormatName(ExportFormat format) {
       return "ONNX QuantizeLinear";
     case ExportFormat::kCompressedTensors:
       return "compressed-tensors";
+    case ExportFormat::kModelOpt:
+      return "ModelOpt";
   }
   return "";
 }
@@ -260,6 +262,12 @@ std::optional<absl::string_view> OnnxTypeName(const QuantDType& dtype) {
 
 absl::StatusOr<std::string> RenderOnnx(const SessionInfo& session, const TensorBinding& binding) {
   const absl::string_view format_name = FormatName(ExportFormat::kOnnx);
+  if (IsNvfp4(session)) {
+    return Refuse(session, format_name,
+                  "its NVFP4 scales have two levels (e4m3 blocks and a global scale), and "
+                  "QuantizeLinear's y_scale has one (use --format=compressed-tensors or "
+                  "--format=modelopt)");
+  }
   const QuantDType dtype = DTypeOf(session);
   const std::optional<absl::string_view> type = OnnxTypeName(dtype);
   if (!type.has_value()) {
@@ -392,9 +400,105 @@ void AppendTensor(std::string* out, absl::string_view name, absl::string_view dt
   out->push_back('}');
 }
 
+// ------------------------------------------------------------------------ nvfp4
+
+// The convention each NVFP4 format's scales follow (nvfp4.md section 6).
+absl::string_view ConventionOf(ExportFormat format) {
+  return format == ExportFormat::kModelOpt ? "modelopt" : "compressed_tensors";
+}
+
+// What both NVFP4 checkpoint formats require of a session: the format's convention,
+// and for a weight a 2-D [out, in] in blocks of 16 along its last axis (its scale
+// shape [out, in/16]). Activations' block scales are dynamic at run time: only their
+// global scale is exported, whatever their blocks.
+absl::Status CheckNvfp4(ExportFormat format, const SessionInfo& session,
+                        const TensorBinding& binding) {
+  const absl::string_view format_name = FormatName(format);
+  const absl::string_view wanted = ConventionOf(format);
+  if (session.spec.convention != wanted) {
+    return Refuse(
+        session, format_name,
+        absl::StrCat("its NVFP4 convention is ", session.spec.convention, ", and ", format_name,
+                     " checkpoints hold the scales of convention ", wanted, " (export it with --format=",
+                     format == ExportFormat::kModelOpt ? "compressed-tensors" : "modelopt",
+                     ", or calibrate a session of convention ", wanted, ")"));
+  }
+  if (binding.role == TensorRole::kOutput) {
+    return Refuse(session, format_name,
+                  "its NVFP4 scheme quantizes weights and input activations, not a module's "
+                  "output");
+  }
+  const QParams& q = session.qparams;
+  if (!q.global_scale.has_value() || !std::isfinite(*q.global_scale)) {
+    return Refuse(session, format_name, "it has no finite global scale");
+  }
+  if (binding.role == TensorRole::kInput) return absl::OkStatus();
+  const Layout layout = LayoutOf(session);
+  if (layout.kind != Layout::Kind::kBlock || q.shape.size() != 2 || layout.axis != 1 ||
+      layout.block_size != 16) {
+    return Refuse(session, format_name,
+                  absl::StrCat("its NVFP4 weight checkpoint is a 2-D weight [out, in] in blocks "
+                               "of 16 along the last axis (per_block:-1:16), not ",
+                               session.spec.granularity.ToString(), " with scales of shape [",
+                               absl::StrJoin(q.shape, ", "), "]"));
+  }
+  if (q.scale_e4m3.size() != static_cast<size_t>(q.shape[0] * q.shape[1])) {
+    return Refuse(session, format_name,
+                  absl::StrCat("it has ", q.scale_e4m3.size(), " e4m3 block scales for ",
+                               q.shape[0] * q.shape[1], " blocks"));
+  }
+  return absl::OkStatus();
+}
+
+void AppendByte(std::string* out, uint8_t value) { absl::StrAppend(out, value); }
+
+// Both NVFP4 forms: the weight's e4m3 block bytes and its global scale, or an input's
+// global scale, under each format's names and shapes.
+absl::StatusOr<std::string> RenderNvfp4(ExportFormat format, const SessionInfo& session,
+                                        const TensorBinding& binding, absl::string_view indent) {
+  QPARAMS_RETURN_IF_ERROR(CheckNvfp4(format, session, binding));
+  const QParams& q = session.qparams;
+  const bool modelopt = format == ExportFormat::kModelOpt;
+  // compressed-tensors' global scales are [1]; ModelOpt's are scalars.
+  const std::vector<int64_t> global_shape = modelopt ? std::vector<int64_t>{}
+                                                     : std::vector<int64_t>{1};
+  auto global = [&](std::string* o) { AppendList(o, std::vector<float>{*q.global_scale}, AppendFloat); };
+  std::string out;
+  if (binding.role == TensorRole::kInput) {
+    AppendTensor(&out, absl::StrCat(binding.module, modelopt ? ".input_scale" : ".input_global_scale"),
+                 "float32", global_shape, global);
+    return out;
+  }
+  AppendTensor(&out, absl::StrCat(binding.module, ".weight_scale"), kE4M3ScaleDType,
+               {q.shape[0], q.shape[1]},
+               [&](std::string* o) { AppendList(o, q.scale_e4m3, AppendByte); });
+  absl::StrAppend(&out, ",\n", indent);
+  AppendTensor(&out,
+               absl::StrCat(binding.module, modelopt ? ".weight_scale_2" : ".weight_global_scale"),
+               "float32", global_shape, global);
+  return out;
+}
+
+absl::StatusOr<std::string> RenderModelOpt(const SessionInfo& session, const TensorBinding& binding,
+                                           absl::string_view indent) {
+  if (!IsNvfp4(session)) {
+    return Refuse(session, FormatName(ExportFormat::kModelOpt),
+                  absl::StrCat("its scales are not NVFP4's (", session.spec.dtype,
+                               session.spec.scale_dtype.empty() ? "" : " with scale_dtype ",
+                               session.spec.scale_dtype,
+                               "); the format holds float4_e2m1fn_x2 sessions with scale_dtype "
+                               "float8_e4m3fn and convention modelopt only (export the others "
+                               "with --format=compressed-tensors or --format=onnx)"));
+  }
+  return RenderNvfp4(ExportFormat::kModelOpt, session, binding, indent);
+}
+
 absl::StatusOr<std::string> RenderCompressedTensors(const SessionInfo& session,
                                                     const TensorBinding& binding,
                                                     absl::string_view indent) {
+  if (IsNvfp4(session)) {
+    return RenderNvfp4(ExportFormat::kCompressedTensors, session, binding, indent);
+  }
   QPARAMS_ASSIGN_OR_RETURN(const CompressedTensorsLayout layout,
                            CompressedTensorsLayoutOf(session, binding));
   const QParams& q = session.qparams;
@@ -417,15 +521,26 @@ absl::StatusOr<std::string> RenderCompressedTensors(const SessionInfo& session,
   return out;
 }
 
+
 }  // namespace
 
 absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name) {
   if (name == "aimet") return ExportFormat::kAimet;
   if (name == "onnx") return ExportFormat::kOnnx;
   if (name == "compressed-tensors") return ExportFormat::kCompressedTensors;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "format: \"", name, "\" is not an export format; use aimet, onnx or compressed-tensors"));
+  if (name == "modelopt") return ExportFormat::kModelOpt;
+  return absl::InvalidArgumentError(
+      absl::StrCat("format: \"", name,
+                   "\" is not an export format; use aimet, onnx, compressed-tensors or modelopt"));
 }
+
+std::string FloatText(float value) {
+  std::string text;
+  AppendFloat(&text, value);
+  return text;
+}
+
+bool IsNvfp4(const SessionInfo& session) { return session.spec.nvfp4_scale(); }
 
 absl::string_view RoleName(TensorRole role) {
   switch (role) {
@@ -479,12 +594,24 @@ absl::StatusOr<std::string> RenderSession(ExportFormat format, const SessionInfo
       return RenderOnnx(session, binding);
     case ExportFormat::kCompressedTensors:
       return RenderCompressedTensors(session, binding, indent);
+    case ExportFormat::kModelOpt:
+      return RenderModelOpt(session, binding, indent);
   }
   return absl::InternalError("unknown export format");
 }
 
 absl::StatusOr<std::string> CompressedTensorsArgs(const SessionInfo& session,
                                                   const TensorBinding& binding) {
+  if (IsNvfp4(session)) {
+    QPARAMS_RETURN_IF_ERROR(CheckNvfp4(ExportFormat::kCompressedTensors, session, binding));
+    // The NVFP4 preset (quant_scheme.py); scale_dtype as compressed-tensors serializes a
+    // torch dtype. Input block scales are computed per block at run time ("local").
+    return absl::StrCat(
+        "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\": "
+        "\"tensor_group\", \"group_size\": 16, \"block_structure\": null, \"dynamic\": ",
+        binding.role == TensorRole::kWeight ? "false" : "\"local\"",
+        ", \"observer\": \"minmax\", \"scale_dtype\": \"torch.float8_e4m3fn\"}");
+  }
   QPARAMS_ASSIGN_OR_RETURN(const CompressedTensorsLayout layout,
                            CompressedTensorsLayoutOf(session, binding));
   const QuantDType dtype = DTypeOf(session);

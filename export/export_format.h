@@ -22,10 +22,11 @@ enum class ExportFormat {
   kAimet,              // AIMET encodings 1.0.0
   kOnnx,               // QuantizeLinear inputs, the layout of AIMET encodings 2.0.0
   kCompressedTensors,  // compressed-tensors' scale tensors and quantization_config
+  kModelOpt,           // ModelOpt's NVFP4 scale tensors and hf_quant_config.json
 };
 
-// "aimet", "onnx" or "compressed-tensors". INVALID_ARGUMENT naming `format` and the
-// allowed names otherwise.
+// "aimet", "onnx", "compressed-tensors" or "modelopt". INVALID_ARGUMENT naming
+// `format` and the allowed names otherwise.
 absl::StatusOr<ExportFormat> ParseExportFormat(absl::string_view name);
 
 enum class TensorRole { kWeight, kInput, kOutput };
@@ -53,19 +54,35 @@ struct TensorBinding {
 TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target,
                          const std::map<std::string, std::string>& renames = {});
 
+// The shortest decimal that reads back as `value` (std::to_chars): how every format
+// writes a float32.
+std::string FloatText(float value);
+
+// The session's scales are NVFP4's two levels (a resolved spec with scale_dtype
+// float8_e4m3fn): e4m3 block bytes and a global scale.
+bool IsNvfp4(const SessionInfo& session);
+
 // One initialized session in `format`:
 // - kAimet: one encoding object (for activation_encodings or param_encodings, as the
 //   role says);
 // - kOnnx: one entry of "encodings";
 // - kCompressedTensors: the members of "tensors" (`"<module>.<role>_scale": {...}`
-//   and, for integer dtypes, `..._zero_point`), comma-separated.
-// `indent` starts every line after the first. INVALID_ARGUMENT "session NAME: ..."
-// naming what the format cannot express.
+//   and, for integer dtypes, `..._zero_point`; for NVFP4 (nvfp4.md section 6) a
+//   weight's `_weight_scale` e4m3 bytes and `_weight_global_scale`, an input's
+//   `_input_global_scale`), comma-separated;
+// - kModelOpt (NVFP4 only): a weight's `_weight_scale` e4m3 bytes and
+//   `_weight_scale_2`, an input's `_input_scale`.
+// A tensor member is `"name": {"dtype", "shape", "data"}`; float8_e4m3fn data are
+// the byte values (docs/exports.md). `indent` starts every line after the first.
+// INVALID_ARGUMENT "session NAME: ..." naming what the format cannot express (for
+// NVFP4: a convention other than the format's, naming the format to use; a layout
+// other than a 2-D weight in blocks of 16 along its last axis; an output activation).
 absl::StatusOr<std::string> RenderSession(ExportFormat format, const SessionInfo& session,
                                           const TensorBinding& binding, absl::string_view indent);
 
-// compressed-tensors' QuantizationArgs of an initialized session, as a JSON object;
-// sessions with equal args share a config group. INVALID_ARGUMENT as RenderSession.
+// compressed-tensors' QuantizationArgs of an initialized session, as a JSON object
+// (NVFP4: section 6's tensor_group args, input activations dynamic "local"); sessions
+// with equal args share a config group. INVALID_ARGUMENT as RenderSession.
 absl::StatusOr<std::string> CompressedTensorsArgs(const SessionInfo& session,
                                                   const TensorBinding& binding);
 

@@ -1,17 +1,23 @@
 #include "export/exporter.h"
 
+#include <algorithm>
 #include <array>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_string.h"
+#include "core/dtype.h"
 #include "core/status_macros.h"
 #include "domain/session_cursor.h"
+#include "export/fused_siblings.h"
 #include "domain/session_store.h"
 
 namespace qparams {
@@ -19,19 +25,57 @@ namespace {
 
 constexpr size_t kListedNames = 20;  // uninitialized sessions named in the refusal
 constexpr absl::string_view kEntryIndent = "    ";
+constexpr absl::string_view kQParamsVersion = QPARAMS_VERSION;
+
+// An exported NVFP4 weight among fused siblings, with the global scale it exports.
+struct FusedWeight {
+  std::string module;
+  std::string session;
+  float global_scale = 0;
+};
+
+// FAILED_PRECONDITION naming the first siblings (by parent module) whose exported
+// global scales differ: an engine fusing them would take one (vLLM the max) and
+// silently misscale the others' blocks.
+absl::Status CheckFusedSiblings(
+    const std::map<std::pair<std::string, int>, std::vector<FusedWeight>>& fused) {
+  for (const auto& [slot, weights] : fused) {
+    bool equal = true;
+    for (const FusedWeight& w : weights) {
+      equal = equal && FloatBits(w.global_scale) == FloatBits(weights[0].global_scale);
+    }
+    if (equal) continue;
+    std::vector<std::string> listed, sessions;
+    for (const FusedWeight& w : weights) {
+      listed.push_back(absl::StrCat(w.session, " (", FloatText(w.global_scale), ")"));
+      sessions.push_back(w.session);
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the NVFP4 weights of the ", FusedSiblingTable()[slot.second].what, " siblings under ",
+        slot.first.empty() ? "the top level" : slot.first,
+        ", which engines fuse into one GEMM with one global scale, have different "
+        "global scales and no GLOBAL_AMAX scale group covers them: ",
+        absl::StrJoin(listed, ", "),
+        "; declare a scale group of them (CreateScaleGroup with share GLOBAL_AMAX and members ",
+        absl::StrJoin(sessions, ", "), ") and export again"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
 Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions options,
-                   ExportFormat format)
+                   ExportFormat format, const ExportGroupSource* groups)
     : engine_(engine),
       tenant_(std::move(tenant)),
       options_(std::move(options)),
       format_(format),
+      groups_(groups),
       cursor_(std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix)) {}
 
 absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
-                                                          ExportOptions options) {
+                                                          ExportOptions options,
+                                                          const ExportGroupSource* groups) {
   if (!options.prefix.empty()) {
     QPARAMS_RETURN_IF_ERROR(ValidateSessionName(options.prefix, "prefix"));
   }
@@ -48,9 +92,63 @@ absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, 
     }
   }
   std::unique_ptr<Exporter> exporter(
-      new Exporter(engine, std::move(tenant), std::move(options), format));
+      new Exporter(engine, std::move(tenant), std::move(options), format, groups));
+  QPARAMS_RETURN_IF_ERROR(exporter->LoadGroups());
   QPARAMS_RETURN_IF_ERROR(exporter->Check());
   return exporter;
+}
+
+absl::Status Exporter::LoadGroups() {
+  if (groups_ == nullptr ||
+      (format_ != ExportFormat::kCompressedTensors && format_ != ExportFormat::kModelOpt)) {
+    return absl::OkStatus();
+  }
+  QPARAMS_ASSIGN_OR_RETURN(const std::vector<ExportGroupSource::Group> groups,
+                           groups_->GlobalAmaxGroups(tenant_));
+  auto exported = [&](const std::string& name) {
+    return absl::StartsWith(name, options_.prefix);
+  };
+  for (const ExportGroupSource::Group& group : groups) {
+    if (std::none_of(group.members.begin(), group.members.end(), exported)) continue;
+    absl::StatusOr<ExportGroupSource::Result> result = groups_->GroupResult(tenant_, group.name);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(), absl::StrCat("scale group ", group.name, ": ",
+                                                               result.status().message()));
+    }
+    if (!result->initialized) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scale group ", group.name, " (members ", absl::StrJoin(group.members, ", "),
+          ") has uncalibrated members ", absl::StrJoin(result->uncalibrated, ", "),
+          ", so it has no shared global scale to export: observe them",
+          group.fill_uncalibrated
+              ? " (fill_uncalibrated fills them only from a calibrated member)"
+              : ", or create the group with fill_uncalibrated to give uncalibrated inputs its "
+                "global scale"));
+    }
+    for (const ExportGroupSource::Member& member : result->members) {
+      if (!exported(member.name)) continue;
+      auto [it, added] = grouped_.try_emplace(member.name, Grouped{group.name, member});
+      const std::optional<float>& kept = it->second.member.qparams.global_scale;
+      const std::optional<float>& other = member.qparams.global_scale;
+      if (!added && FloatBits(kept.value_or(0)) != FloatBits(other.value_or(0))) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "session ", member.name, " is a member of the GLOBAL_AMAX scale groups ",
+            it->second.group, " and ", group.name, ", whose global scales differ (",
+            FloatText(kept.value_or(0)), " and ", FloatText(other.value_or(0)),
+            "): a checkpoint holds one; delete one of the groups"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+const SessionInfo& Exporter::Exported(const SessionInfo& session, SessionInfo* scratch) const {
+  const auto grouped = grouped_.find(session.name);
+  if (grouped == grouped_.end()) return session;
+  *scratch = session;
+  scratch->qparams = grouped->second.member.qparams;
+  scratch->initialized = true;  // a filled member has the group's global scale
+  return *scratch;
 }
 
 absl::Status Exporter::Check() {
@@ -61,10 +159,22 @@ absl::Status Exporter::Check() {
   // Tensor name (compressed-tensors: module and role) -> the session that has it.
   absl::flat_hash_map<std::string, std::string> owners;
   absl::flat_hash_map<std::string, int> args_index;  // args_ by value
+  // NVFP4 weights among fused siblings, by parent module and sibling set.
+  std::map<std::pair<std::string, int>, std::vector<FusedWeight>> fused;
   for (;;) {
-    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* session, cursor.Next());
-    if (session == nullptr) break;
+    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* read, cursor.Next());
+    if (read == nullptr) break;
     ++sessions;
+    SessionInfo scratch;
+    const SessionInfo* session = &Exported(*read, &scratch);
+    if (const auto grouped = grouped_.find(read->name);
+        grouped != grouped_.end() && grouped->second.member.filled &&
+        read->spec.target == Target::kWeight) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scale group ", grouped->second.group, " fills session ", read->name,
+          ", which never saw data, with the group's global scale; but it is a weight, with no "
+          "block scales to export: observe it"));
+    }
     if (!session->initialized) {
       if (uninitialized.size() < kListedNames) uninitialized.push_back(session->name);
       ++uninitialized_count;
@@ -73,12 +183,30 @@ absl::Status Exporter::Check() {
     const TensorBinding binding = Bind(*session);
     QPARAMS_RETURN_IF_ERROR(RenderSession(format_, *session, binding, kEntryIndent).status());
     std::string key = binding.tensor;
+    if (format_ == ExportFormat::kModelOpt) {
+      key = absl::StrCat(binding.module, " as ", RoleName(binding.role));
+    }
     if (format_ == ExportFormat::kCompressedTensors) {
       key = absl::StrCat(binding.module, " as ", RoleName(binding.role));
+      // One document is one checkpoint format: nvfp4-pack-quantized or naive-quantized.
+      std::string& first_of_kind = IsNvfp4(*session) ? first_nvfp4_ : first_other_;
+      if (first_of_kind.empty()) first_of_kind = session->name;
+      if (!first_nvfp4_.empty() && !first_other_.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sessions ", first_nvfp4_, " (NVFP4) and ", first_other_,
+            " (not NVFP4) cannot share one compressed-tensors export: its format is "
+            "nvfp4-pack-quantized or naive-quantized; export them under separate prefixes"));
+      }
       QPARAMS_ASSIGN_OR_RETURN(std::string args, CompressedTensorsArgs(*session, binding));
       auto [index, added] = args_index.try_emplace(args, static_cast<int>(args_.size()));
       if (added) args_.push_back(std::move(args));
       modules_[binding.module].by_role[static_cast<int>(binding.role)] = index->second;
+    }
+    if (IsNvfp4(*session) && binding.role == TensorRole::kWeight) {
+      if (std::optional<FusedSiblingSlot> slot = FusedSiblingOf(binding.module)) {
+        fused[{slot->parent, slot->set}].push_back(
+            {binding.module, session->name, *session->qparams.global_scale});
+      }
     }
     auto [owner, inserted] = owners.try_emplace(key, session->name);
     if (!inserted) {
@@ -102,7 +230,7 @@ absl::Status Exporter::Check() {
                      "; observe them, delete them, or allow_uninitialized (qparams-cli "
                      "--allow-uninitialized) to leave them out"));
   }
-  return absl::OkStatus();
+  return CheckFusedSiblings(fused);
 }
 
 TensorBinding Exporter::Bind(const SessionInfo& session) const {
@@ -121,6 +249,7 @@ std::string Exporter::Opening() const {
     case ExportFormat::kOnnx:
       return "{\n  \"version\": \"2.0.0\",\n  \"encodings\": [";
     case ExportFormat::kCompressedTensors:
+    case ExportFormat::kModelOpt:
       return "{\n  \"tensors\": {";
   }
   return "";
@@ -136,8 +265,20 @@ std::string Exporter::Closing() const {
       return "\n  ]\n}\n";
     case ExportFormat::kCompressedTensors:
       return absl::StrCat("\n  },\n  \"quantization_config\": ", QuantizationConfig(), "\n}\n");
+    case ExportFormat::kModelOpt:
+      return absl::StrCat("\n  },\n  \"hf_quant_config\": ", HfQuantConfig(), "\n}\n");
   }
   return "";
+}
+
+std::string Exporter::HfQuantConfig() {
+  // ModelOpt's export (export/quant_utils.py get_quant_config): the service knows only
+  // the sessions, so it excludes no module; the checkpoint's writer lists the ones it
+  // leaves unquantized.
+  return absl::StrCat(
+      "{\n    \"producer\": {\"name\": \"qparams\", \"version\": \"", kQParamsVersion,
+      "\"},\n    \"quantization\": {\"quant_algo\": \"NVFP4\", \"kv_cache_quant_algo\": null, "
+      "\"group_size\": 16, \"exclude_modules\": []}\n  }");
 }
 
 std::string Exporter::QuantizationConfig() const {
@@ -149,9 +290,14 @@ std::string Exporter::QuantizationConfig() const {
     if (modules.empty()) order.push_back(args.by_role);
     modules.push_back(module);
   }
-  std::string out =
-      "{\n    \"quant_method\": \"compressed-tensors\",\n    \"format\": \"naive-quantized\",\n"
-      "    \"quantization_status\": \"frozen\",\n    \"config_groups\": {";
+  // An NVFP4 checkpoint holds the packed weights (weight_packed), the compressed
+  // form; the naive form's user saves fake-quantized weights with their own tooling.
+  const bool nvfp4 = !first_nvfp4_.empty();
+  std::string out = absl::StrCat(
+      "{\n    \"quant_method\": \"compressed-tensors\",\n    \"format\": \"",
+      nvfp4 ? "nvfp4-pack-quantized" : "naive-quantized",
+      "\",\n    \"quantization_status\": \"", nvfp4 ? "compressed" : "frozen",
+      "\",\n    \"config_groups\": {");
   for (size_t g = 0; g < order.size(); ++g) {
     const std::vector<std::string>& modules = groups[order[g]];
     const std::array<int, 3>& args = order[g];
@@ -190,7 +336,8 @@ absl::StatusOr<std::string> Exporter::Next() {
           }
           break;
         }
-        const SessionInfo& session = *next;
+        SessionInfo scratch;
+        const SessionInfo& session = Exported(*next, &scratch);
         if (!session.initialized) break;  // refused by Check unless allowed
         const TensorBinding binding = Bind(session);
         if (!InPass(binding)) break;

@@ -21,9 +21,39 @@
 
 namespace qparams {
 
+// What an export reads of the caller's GLOBAL_AMAX scale groups (nvfp4.md section 4).
+// Implementations are thread-safe; their errors are passed on.
+class ExportGroupSource {
+ public:
+  struct Group {
+    std::string name;
+    std::vector<std::string> members;  // session names, in member order
+    bool fill_uncalibrated = false;
+  };
+  struct Member {
+    std::string name;
+    QParams qparams;      // with the group's global_scale; no blocks when filled
+    bool filled = false;  // uncalibrated, given the group's global scale
+  };
+  // GetGroupQParams of a GLOBAL_AMAX group.
+  struct Result {
+    bool initialized = false;
+    std::vector<std::string> uncalibrated;  // in member order
+    float global_scale = 0;
+    std::vector<Member> members;  // every member, in member order
+  };
+
+  virtual ~ExportGroupSource() = default;
+  // Every GLOBAL_AMAX group of `tenant`.
+  virtual absl::StatusOr<std::vector<Group>> GlobalAmaxGroups(const std::string& tenant) const = 0;
+  // The group's shared result (nvfp4.md 4.2).
+  virtual absl::StatusOr<Result> GroupResult(const std::string& tenant,
+                                             const std::string& group) const = 0;
+};
+
 struct ExportOptions {
   std::string prefix;  // "" = every session
-  std::string format;  // "aimet", "onnx" or "compressed-tensors"
+  std::string format;  // "aimet", "onnx", "compressed-tensors" or "modelopt"
   bool allow_uninitialized = false;
   // The exported name of a session's tensor by its name without the prefix (see
   // BindTensor); others keep theirs. At most kMaxTensorNames entries, each value 1 to
@@ -44,8 +74,19 @@ class Exporter {
   // format cannot express (or two that would get the same tensor name);
   // FAILED_PRECONDITION listing uninitialized sessions unless allow_uninitialized;
   // NOT_FOUND when no session has the prefix.
+  //
+  // NVFP4 formats (compressed-tensors, modelopt): an exported NVFP4 session that is a
+  // member of a GLOBAL_AMAX group of `groups` exports the group's result, computed
+  // here once (the shared global scale, the member's own blocks); a filled input
+  // member exports the group's global scale. FAILED_PRECONDITION naming the group:
+  // uncalibrated members without fill_uncalibrated, an exported filled weight (no
+  // block scales), a session in two groups whose global scales differ, or the group's
+  // own error; and naming them, fused siblings (export/fused_siblings.h) whose
+  // exported global scales differ. `groups` (null: no groups) must outlive the
+  // exporter.
   static absl::StatusOr<std::unique_ptr<Exporter>> Start(const Engine* engine, std::string tenant,
-                                                         ExportOptions options);
+                                                         ExportOptions options,
+                                                         const ExportGroupSource* groups = nullptr);
 
   // The document's next bytes (at least kPieceBytes but for the last piece, and
   // whole sessions); "" once the document is complete. Sessions are read again, in
@@ -61,9 +102,16 @@ class Exporter {
     std::array<int, 3> by_role = {-1, -1, -1};
   };
 
-  Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format);
+  Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format,
+           const ExportGroupSource* groups);
 
   absl::Status Check();
+  // Fills grouped_ from the NVFP4 format's GLOBAL_AMAX groups with members under
+  // the prefix.
+  absl::Status LoadGroups();
+  // The session as exported: a grouped member's qparams replaced by the group's.
+  // `session` must outlive the result.
+  const SessionInfo& Exported(const SessionInfo& session, SessionInfo* scratch) const;
   // The session's binding, under its name from options_.tensor_names if it has one.
   TensorBinding Bind(const SessionInfo& session) const;
   // The number of passes over the sessions (AIMET writes activations, then params).
@@ -73,13 +121,25 @@ class Exporter {
   std::string BetweenPasses() const;
   std::string Closing() const;
   std::string QuantizationConfig() const;
+  static std::string HfQuantConfig();
 
   const Engine* const engine_;
   const std::string tenant_;
   const ExportOptions options_;
   const ExportFormat format_;
+  const ExportGroupSource* const groups_;
+  // The group result of each grouped NVFP4 session under the prefix, by session name.
+  struct Grouped {
+    std::string group;
+    ExportGroupSource::Member member;
+  };
+  std::map<std::string, Grouped> grouped_;
   std::map<std::string, ModuleArgs> modules_;  // compressed-tensors only, by module name
   std::vector<std::string> args_;              // distinct args, as JSON objects
+  // compressed-tensors: the first NVFP4 session and the first other one (a document
+  // holds one kind).
+  std::string first_nvfp4_;
+  std::string first_other_;
 
   enum class Stage { kOpening, kSessions, kClosing, kDone };
   Stage stage_ = Stage::kOpening;

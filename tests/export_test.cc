@@ -3,19 +3,26 @@
 // message. The Python tests (tests/python/test_export.py) drive independent
 // consumers (torch, onnx.checker, AIMET's published convention) with the output.
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "client/client.h"
+#include "core/observation.h"
+#include "core/status_macros.h"
+#include "domain/engine.h"
 #include "export/export_format.h"
 #include "export/exporter.h"
+#include "export/fused_siblings.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -61,11 +68,12 @@ absl::StatusOr<std::string> Render(ExportFormat format, const SessionInfo& sessi
   return RenderSession(format, session, BindTensor(session.name, prefix, session.spec.target), "");
 }
 
-TEST(ExportFormat, ParsesTheThreeNamesOnly) {
+TEST(ExportFormat, ParsesTheFourNamesOnly) {
   EXPECT_EQ(*ParseExportFormat("aimet"), ExportFormat::kAimet);
   EXPECT_EQ(*ParseExportFormat("onnx"), ExportFormat::kOnnx);
   EXPECT_EQ(*ParseExportFormat("compressed-tensors"), ExportFormat::kCompressedTensors);
-  for (const char* bad : {"", "AIMET", "json", "compressed_tensors"}) {
+  EXPECT_EQ(*ParseExportFormat("modelopt"), ExportFormat::kModelOpt);
+  for (const char* bad : {"", "AIMET", "json", "compressed_tensors", "ModelOpt", "model-opt"}) {
     const absl::StatusOr<ExportFormat> format = ParseExportFormat(bad);
     EXPECT_CODE(format, kInvalid);
     EXPECT_TRUE(absl::StrContains(format.status().message(), "format")) << format.status();
@@ -226,6 +234,106 @@ TEST(ExportFormat, CompressedTensorsNamesShapesAndArgs) {
   }
 }
 
+// An NVFP4 session (float4_e2m1fn_x2, e4m3 scales) of `convention` with the block
+// bytes `bytes` of shape `shape` and global scale `global_scale`.
+SessionInfo Nvfp4(const std::string& name, const std::string& convention, Shape shape,
+                  std::vector<uint8_t> bytes, float global_scale,
+                  Granularity granularity = Granularity::PerBlock(-1, 16),
+                  Target target = Target::kWeight) {
+  QuantSpec spec = Spec("float4_e2m1fn_x2", granularity, QScheme::kSymmetric, target);
+  spec.scale_dtype = "float8_e4m3fn";
+  spec.convention = convention;
+  SessionInfo session = Initialized(name, spec, shape);
+  session.qparams.scale_e4m3 = std::move(bytes);
+  session.qparams.global_scale = global_scale;
+  return session;
+}
+
+SessionInfo Nvfp4Input(const std::string& name, const std::string& convention,
+                       float global_scale) {
+  return Nvfp4(name, convention, {1, 2}, {0x7E, 0x70}, global_scale,
+               Granularity::PerBlock({-1, 16}), Target::kActivation);
+}
+
+// nvfp4.md section 6, compressed-tensors: e4m3 bytes [out, in/16], a [1] global
+// scale, the NVFP4 preset's args (E1's gs 0x43C00001 prints as 384.00003).
+TEST(ExportFormat, Nvfp4CompressedTensorsTensorsAndArgs) {
+  const SessionInfo weight = Nvfp4("run/l0.q_proj.weight", "compressed_tensors", {2, 2},
+                                   {0x7E, 0x76, 0x68, 0x20}, FloatFromBits(0x43C00001));
+  EXPECT_EQ(*Render(ExportFormat::kCompressedTensors, weight),
+            "\"l0.q_proj.weight_scale\": {\"dtype\": \"float8_e4m3fn\", \"shape\": [2, 2], "
+            "\"data\": [126, 118, 104, 32]},\n\"l0.q_proj.weight_global_scale\": {\"dtype\": "
+            "\"float32\", \"shape\": [1], \"data\": [384.00003]}");
+  const SessionInfo input = Nvfp4Input("run/l0.q_proj.input", "compressed_tensors", 896);
+  EXPECT_EQ(*Render(ExportFormat::kCompressedTensors, input),
+            "\"l0.q_proj.input_global_scale\": {\"dtype\": \"float32\", \"shape\": [1], "
+            "\"data\": [896]}");
+  const std::string args =
+      "{\"num_bits\": 4, \"type\": \"float\", \"symmetric\": true, \"strategy\": "
+      "\"tensor_group\", \"group_size\": 16, \"block_structure\": null, \"dynamic\": %s, "
+      "\"observer\": \"minmax\", \"scale_dtype\": \"torch.float8_e4m3fn\"}";
+  EXPECT_EQ(*CompressedTensorsArgs(weight, BindTensor(weight.name, "run", Target::kWeight)),
+            absl::StrReplaceAll(args, {{"%s", "false"}}));
+  EXPECT_EQ(*CompressedTensorsArgs(input, BindTensor(input.name, "run", Target::kActivation)),
+            absl::StrReplaceAll(args, {{"%s", "\"local\""}}));
+}
+
+// ModelOpt: the same bytes, scale_2 and input_scale as scalars (shape []).
+TEST(ExportFormat, Nvfp4ModelOptTensors) {
+  const SessionInfo weight = Nvfp4("run/l0.q_proj.weight", "modelopt", {2, 2},
+                                   {0x7E, 0x76, 0x68, 0x38}, FloatFromBits(0x3B2AAAAB));
+  EXPECT_EQ(*Render(ExportFormat::kModelOpt, weight),
+            "\"l0.q_proj.weight_scale\": {\"dtype\": \"float8_e4m3fn\", \"shape\": [2, 2], "
+            "\"data\": [126, 118, 104, 56]},\n\"l0.q_proj.weight_scale_2\": {\"dtype\": "
+            "\"float32\", \"shape\": [], \"data\": [0.0026041667]}");
+  EXPECT_EQ(*Render(ExportFormat::kModelOpt,
+                    Nvfp4Input("run/l0.q_proj.input", "modelopt", FloatFromBits(0x3A924925))),
+            "\"l0.q_proj.input_scale\": {\"dtype\": \"float32\", \"shape\": [], "
+            "\"data\": [0.0011160715]}");
+}
+
+TEST(ExportFormat, Nvfp4FormatsRefuseWhatTheirCheckpointsCannotHold) {
+  const std::vector<uint8_t> four = {0x7E, 0x76, 0x68, 0x38};
+  struct Case {
+    ExportFormat format;
+    SessionInfo session;
+    std::string reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {ExportFormat::kCompressedTensors, Nvfp4("run/mo.weight", "modelopt", {2, 2}, four, 1),
+            "convention is modelopt"},
+           {ExportFormat::kCompressedTensors, Nvfp4("run/mo.weight", "modelopt", {2, 2}, four, 1),
+            "--format=modelopt"},
+           {ExportFormat::kModelOpt, Nvfp4("run/ct.weight", "compressed_tensors", {2, 2}, four, 1),
+            "--format=compressed-tensors"},
+           {ExportFormat::kModelOpt, Initialized("run/i8.weight", Spec("int8"), {1}),
+            "not NVFP4's"},
+           {ExportFormat::kModelOpt,
+            Initialized("run/mx.weight", Spec("float4_e2m1fn_x2", Granularity::PerBlock(1, 32)),
+                        {1, 1}),
+            "scale_dtype float8_e8m0fnu"},
+           {ExportFormat::kCompressedTensors,
+            Nvfp4("run/b32.weight", "compressed_tensors", {2, 1}, {0x7E, 0x76}, 1,
+                  Granularity::PerBlock(-1, 32)),
+            "blocks of 16 along the last axis"},
+           {ExportFormat::kModelOpt,
+            Nvfp4("run/moe.weight", "modelopt", {2, 2, 1}, four, 1),
+            "2-D weight [out, in]"},
+           {ExportFormat::kModelOpt,
+            Nvfp4("run/fc.output", "modelopt", {1, 2}, {0x7E, 0x70}, 1,
+                  Granularity::PerBlock({-1, 16}), Target::kActivation),
+            "not a module's output"},
+           {ExportFormat::kOnnx, Nvfp4("run/ct.weight", "compressed_tensors", {2, 2}, four, 1),
+            "two levels"},
+       }) {
+    const absl::StatusOr<std::string> rendered = Render(c.format, c.session);
+    EXPECT_CODE(rendered, kInvalid);
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), c.session.name))
+        << rendered.status();
+    EXPECT_TRUE(absl::StrContains(rendered.status().message(), c.reason)) << rendered.status();
+  }
+}
+
 // JSON holds no Inf, and no format a zero point quantizing would never give: a
 // float32 range wider than float32's largest value overflows the scale.
 TEST(ExportFormat, EveryFormatRefusesInfiniteScalesAndStrayZeroPoints) {
@@ -248,6 +356,188 @@ TEST(ExportFormat, EveryFormatRefusesInfiniteScalesAndStrayZeroPoints) {
   }
 }
 
+// ---------------------------------------------------------------- scale groups
+
+// Groups as a test states them: the exporter writes the group's result, which the
+// domain computes (nvfp4.md 4.2), so the fake's results are given, not computed.
+class FakeGroups : public ExportGroupSource {
+ public:
+  std::vector<Group> groups;
+  std::map<std::string, absl::StatusOr<Result>> results;
+
+  absl::StatusOr<std::vector<Group>> GlobalAmaxGroups(const std::string& tenant) const override {
+    EXPECT_EQ(tenant, "t");
+    return groups;
+  }
+  absl::StatusOr<Result> GroupResult(const std::string& tenant,
+                                     const std::string& group) const override {
+    EXPECT_EQ(tenant, "t");
+    return results.at(group);
+  }
+};
+
+class ExportGroupsTest : public ::testing::Test {
+ protected:
+  // An NVFP4 session of convention compressed_tensors; a weight [2, 32] of amax
+  // `amax` (observed unless 0), or an activation in [-1, 16] blocks.
+  void Create(const std::string& name, bool weight, double amax) {
+    QuantSpec spec;
+    spec.dtype = "float4_e2m1fn_x2";
+    spec.scale_dtype = "float8_e4m3fn";
+    spec.target = weight ? Target::kWeight : Target::kActivation;
+    spec.granularity = weight ? Granularity::PerBlock(-1, 16) : Granularity::PerBlock({-1, 16});
+    ASSERT_OK(engine_.CreateSession("t", name, "global_minmax", spec, {}));
+    if (amax == 0) return;
+    std::vector<double> values(64, 0.25);
+    values[5] = -amax;
+    const Tensor x = F32({2, 32}, values);
+    ASSERT_OK(engine_.Observe("t", name, Observation::FromTensor(x.view())).status);
+  }
+
+  // A member's result: its blocks, under the group's global scale.
+  static ExportGroupSource::Member Member(const std::string& name, std::vector<uint8_t> bytes,
+                                          float global_scale) {
+    ExportGroupSource::Member member;
+    member.name = name;
+    member.qparams.shape = {2, 2};
+    for (uint8_t b : bytes) member.qparams.scale.push_back(static_cast<float>(b));
+    member.qparams.scale_e4m3 = std::move(bytes);
+    member.qparams.global_scale = global_scale;
+    return member;
+  }
+  static ExportGroupSource::Member Filled(const std::string& name, float global_scale) {
+    ExportGroupSource::Member member;
+    member.name = name;
+    member.filled = true;
+    member.qparams.global_scale = global_scale;
+    return member;
+  }
+
+  absl::StatusOr<std::string> Export(const std::string& format, const std::string& prefix = "run/") {
+    QPARAMS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Exporter> exporter,
+        Exporter::Start(&engine_, "t", {prefix, format, false, {}}, &groups_));
+    std::string document;
+    for (;;) {
+      QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
+      if (piece.empty()) return document;
+      document += piece;
+    }
+  }
+
+  Engine engine_;
+  FakeGroups groups_;
+};
+
+// Members of a GLOBAL_AMAX group export the group's global scale and their own
+// blocks under it, so that fused siblings agree; a filled input exports the
+// group's global scale.
+TEST_F(ExportGroupsTest, MembersExportTheGroupsResult) {
+  Create("run/l0.q_proj.weight", true, 1);
+  Create("run/l0.k_proj.weight", true, 3);
+  Create("run/l0.v_proj.weight", true, 7);
+  Create("run/l0.q_proj.input", false, 0);  // filled
+  Create("run/l1.q_proj.input", false, 0);  // in no group: refused as uninitialized
+  const absl::StatusOr<std::string> ungrouped = Export("compressed-tensors");
+  EXPECT_CODE(ungrouped, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(ungrouped.status().message(), "2 of the 5 sessions"))
+      << ungrouped.status();
+
+  const float g = FloatFromBits(0x43C00001);
+  groups_.groups = {{"qkv", {"run/l0.q_proj.weight", "run/l0.k_proj.weight", "run/l0.v_proj.weight"}},
+                    {"inputs", {"run/l0.q_proj.input", "elsewhere/x.input"}, true}};
+  groups_.results["qkv"] = ExportGroupSource::Result{
+      true, {}, g,
+      {Member("run/l0.q_proj.weight", {0x68, 0x08, 0x20, 0x20}, g),
+       Member("run/l0.k_proj.weight", {0x76, 0x08, 0x20, 0x20}, g),
+       Member("run/l0.v_proj.weight", {0x7E, 0x08, 0x20, 0x20}, g)}};
+  groups_.results["inputs"] = ExportGroupSource::Result{
+      true, {"run/l0.q_proj.input"}, 768,
+      {Filled("run/l0.q_proj.input", 768), Member("elsewhere/x.input", {1, 2, 3, 4}, 768)}};
+  const absl::StatusOr<std::string> uninitialized = Export("compressed-tensors");
+  EXPECT_CODE(uninitialized, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(uninitialized.status().message(), "1 of the 5 sessions"))
+      << uninitialized.status();
+  EXPECT_TRUE(absl::StrContains(uninitialized.status().message(), "run/l1.q_proj.input"))
+      << uninitialized.status();
+
+  ASSERT_OK(engine_.DeleteSession("t", "run/l1.q_proj.input"));
+  ASSERT_OK_AND_ASSIGN(const std::string document, Export("compressed-tensors"));
+  EXPECT_TRUE(absl::StrContains(
+      document,
+      R"("l0.k_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [118, 8, 32, 32]},
+    "l0.k_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]},
+    "l0.q_proj.input_global_scale": {"dtype": "float32", "shape": [1], "data": [768]},
+    "l0.q_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [104, 8, 32, 32]},
+    "l0.q_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]},
+    "l0.v_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [126, 8, 32, 32]},
+    "l0.v_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]})"))
+      << document;
+  EXPECT_FALSE(absl::StrContains(document, "elsewhere")) << document;
+  // Formats other than the NVFP4 ones read no group.
+  EXPECT_CODE(Export("onnx"), kInvalid);
+}
+
+TEST_F(ExportGroupsTest, RefusesGroupsWithoutAResultToExport) {
+  Create("run/l0.q_proj.weight", true, 1);
+  Create("run/l0.k_proj.weight", true, 0);
+  const std::vector<std::string> members = {"run/l0.q_proj.weight", "run/l0.k_proj.weight"};
+  struct Case {
+    std::string what;
+    bool fill;
+    absl::StatusOr<ExportGroupSource::Result> result;
+    std::vector<std::string> needles;
+  };
+  const float g = 2688;
+  for (const Case& c : std::vector<Case>{
+           {"uncalibrated, no fill", false,
+            ExportGroupSource::Result{false, {"run/l0.k_proj.weight"}, 0, {}},
+            {"scale group qk", "run/l0.q_proj.weight, run/l0.k_proj.weight",
+             "uncalibrated members run/l0.k_proj.weight", "fill_uncalibrated"}},
+           {"a filled weight", true,
+            ExportGroupSource::Result{true,
+                                      {"run/l0.k_proj.weight"},
+                                      g,
+                                      {Member("run/l0.q_proj.weight", {1, 2, 3, 4}, g),
+                                       Filled("run/l0.k_proj.weight", g)}},
+            {"scale group qk fills session run/l0.k_proj.weight", "no block scales"}},
+           {"the group's own error", false,
+            absl::FailedPreconditionError("member run/l0.k_proj.weight was deleted"),
+            {"scale group qk: member run/l0.k_proj.weight was deleted"}},
+       }) {
+    groups_.groups = {{"qk", members, c.fill}};
+    groups_.results.clear();
+    groups_.results.emplace("qk", c.result);
+    for (const std::string format : {"compressed-tensors", "modelopt"}) {
+      // Before the sessions' own checks: modelopt would refuse their convention.
+      const absl::StatusOr<std::string> refused = Export(format);
+      EXPECT_CODE(refused, kPrecondition) << c.what << " in " << format;
+      for (const std::string& needle : c.needles) {
+        EXPECT_TRUE(absl::StrContains(refused.status().message(), needle))
+            << c.what << ": " << needle << " in " << refused.status();
+      }
+    }
+  }
+  // One session in two groups whose global scales differ.
+  ASSERT_OK(engine_.Observe("t", "run/l0.k_proj.weight",
+                            Observation::FromTensor(F32({2, 32}, std::vector<double>(64, 1)).view()))
+                .status);
+  groups_.groups = {{"a", members}, {"b", {"run/l0.q_proj.weight"}}};
+  groups_.results.clear();
+  groups_.results.emplace("a", ExportGroupSource::Result{
+                                   true, {}, g,
+                                   {Member("run/l0.q_proj.weight", {1, 2, 3, 4}, g),
+                                    Member("run/l0.k_proj.weight", {1, 2, 3, 4}, g)}});
+  groups_.results.emplace("b", ExportGroupSource::Result{
+                                   true, {}, 896, {Member("run/l0.q_proj.weight", {1, 2, 3, 4}, 896)}});
+  const absl::StatusOr<std::string> two = Export("compressed-tensors");
+  EXPECT_CODE(two, kPrecondition);
+  EXPECT_TRUE(absl::StrContains(two.status().message(),
+                                "run/l0.q_proj.weight is a member of the GLOBAL_AMAX scale groups a "
+                                "and b, whose global scales differ (2688 and 896)"))
+      << two.status();
+}
+
 // ---------------------------------------------------------------- the service
 
 class ExportTest : public ::testing::Test {
@@ -267,6 +557,52 @@ class ExportTest : public ::testing::Test {
     std::vector<double> values(channels * 2);
     for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) - 7.25;
     ASSERT_OK(client_->Observe(name, F32({channels, 2}, values).view()));
+  }
+
+  // An NVFP4 session of `convention` (global_minmax): a weight in blocks of 16 along
+  // its last axis, or an activation in the tuple form [-1, 16].
+  void CreateNvfp4(const std::string& name, const std::string& convention, bool weight) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    v1::QuantSpec& spec = *request.mutable_spec();
+    spec.set_dtype("float4_e2m1fn_x2");
+    spec.set_scale_dtype("float8_e4m3fn");
+    spec.set_convention(convention);
+    spec.set_target(weight ? v1::WEIGHT : v1::ACTIVATION);
+    v1::PerBlock& blocks = *spec.mutable_granularity()->mutable_per_block();
+    if (weight) {
+      blocks.set_axis(-1);
+      blocks.add_block_size(16);
+    } else {
+      blocks.add_block_size(-1);
+      blocks.add_block_size(16);
+    }
+    ASSERT_OK(client_->CreateSession(request));
+  }
+
+  // nvfp4.md E1 and more: a [2, 32] weight whose block amaxes are 7, 3.5, 1 and 0,
+  // and a [2, 32] input of amax 3.
+  void CalibrateNvfp4Layer(const std::string& module, const std::string& convention) {
+    CreateNvfp4(module + ".weight", convention, true);
+    CreateNvfp4(module + ".input", convention, false);
+    std::vector<double> w(64, 0.0);
+    w[3] = -7;
+    w[20] = 3.5;
+    w[32 + 7] = 1;
+    ASSERT_OK(client_->Observe(module + ".weight", F32({2, 32}, w).view()));
+    std::vector<double> x(64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i % 7) - 3;
+    ASSERT_OK(client_->Observe(module + ".input", F32({2, 32}, x).view()));
+  }
+
+  // An NVFP4 weight [2, 32] of `convention` whose amax is `amax`.
+  void CalibrateNvfp4Weight(const std::string& name, const std::string& convention,
+                            double amax) {
+    CreateNvfp4(name, convention, true);
+    std::vector<double> w(64, 0.25);
+    w[5] = -amax;
+    ASSERT_OK(client_->Observe(name, F32({2, 32}, w).view()));
   }
 
   absl::StatusOr<std::string> Export(const std::string& prefix, const std::string& format,
@@ -404,6 +740,122 @@ TEST_F(ExportTest, CompressedTensorsGroupsModulesWithEqualArgs) {
   };
   EXPECT_EQ(targets("group_0"), (std::vector<std::string>{"fc1", "fc2"}));
   EXPECT_EQ(targets("group_1"), (std::vector<std::string>{"fc3"}));
+}
+
+// nvfp4.md section 6 through ExportSessions: both checkpoint forms of one layer, and
+// the refusals of the convention the format does not hold and of mixed documents.
+TEST_F(ExportTest, Nvfp4LayersInBothCheckpointForms) {
+  CalibrateNvfp4Layer("ct/l0.q_proj", "compressed_tensors");
+  CalibrateNvfp4Layer("mo/l0.q_proj", "modelopt");
+  ASSERT_OK_AND_ASSIGN(const std::string ct, Export("ct", "compressed-tensors"));
+  EXPECT_EQ(ct, R"({
+  "tensors": {
+    "l0.q_proj.input_global_scale": {"dtype": "float32", "shape": [1], "data": [896]},
+    "l0.q_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [126, 118, 104, 32]},
+    "l0.q_proj.weight_global_scale": {"dtype": "float32", "shape": [1], "data": [384.00003]}
+  },
+  "quantization_config": {
+    "quant_method": "compressed-tensors",
+    "format": "nvfp4-pack-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {
+      "group_0": {
+        "targets": ["l0.q_proj"],
+        "weights": {"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "block_structure": null, "dynamic": false, "observer": "minmax", "scale_dtype": "torch.float8_e4m3fn"},
+        "input_activations": {"num_bits": 4, "type": "float", "symmetric": true, "strategy": "tensor_group", "group_size": 16, "block_structure": null, "dynamic": "local", "observer": "minmax", "scale_dtype": "torch.float8_e4m3fn"},
+        "output_activations": null
+      }
+    },
+    "ignore": []
+  }
+}
+)");
+  ASSERT_OK_AND_ASSIGN(const std::string mo, Export("mo", "modelopt"));
+  EXPECT_EQ(mo, R"({
+  "tensors": {
+    "l0.q_proj.input_scale": {"dtype": "float32", "shape": [], "data": [0.0011160715]},
+    "l0.q_proj.weight_scale": {"dtype": "float8_e4m3fn", "shape": [2, 2], "data": [126, 118, 104, 56]},
+    "l0.q_proj.weight_scale_2": {"dtype": "float32", "shape": [], "data": [0.0026041667]}
+  },
+  "hf_quant_config": {
+    "producer": {"name": "qparams", "version": "0.1.0"},
+    "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": []}
+  }
+}
+)");
+  for (const auto& [prefix, format, reason] : std::vector<std::array<std::string, 3>>{
+           {"ct", "modelopt", "--format=compressed-tensors"},
+           {"mo", "compressed-tensors", "--format=modelopt"}}) {
+    const absl::StatusOr<std::string> refused = Export(prefix, format);
+    EXPECT_CODE(refused, kInvalid);
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), prefix + "/l0.q_proj"))
+        << refused.status();
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), reason)) << refused.status();
+  }
+  CreateObserved("ct/l1.weight", 2);
+  const absl::StatusOr<std::string> mixed = Export("ct", "compressed-tensors");
+  EXPECT_CODE(mixed, kInvalid);
+  EXPECT_TRUE(absl::StrContains(mixed.status().message(), "ct/l1.weight (not NVFP4)"))
+      << mixed.status();
+  const absl::StatusOr<std::string> int8 = Export("ct/l1", "modelopt");
+  EXPECT_CODE(int8, kInvalid);
+  EXPECT_TRUE(absl::StrContains(int8.status().message(), "ct/l1.weight")) << int8.status();
+}
+
+TEST(FusedSiblings, TheTableOfNvfp4Section7UnderOneParent) {
+  struct Case {
+    std::string module;
+    std::optional<std::pair<std::string, std::string>> slot;  // parent, set
+  };
+  for (const Case& c : std::vector<Case>{
+           {"model.layers.0.self_attn.q_proj", {{"model.layers.0.self_attn", "attention"}}},
+           {"l0.v_proj", {{"l0", "attention"}}},
+           {"model.layers.3.mlp.up_proj", {{"model.layers.3.mlp", "MLP"}}},
+           {"a.q_a_proj", {{"a", "MLA"}}},
+           {"a.kv_a_proj_with_mqa", {{"a", "MLA"}}},
+           {"mlp.experts.7.w3", {{"mlp.experts.7", "expert"}}},
+           {"mlp.experts.7.w2", std::nullopt},
+           {"l0.o_proj", std::nullopt},
+           {"q_proj", {{"", "attention"}}},
+           {"l0.q_proj_x", std::nullopt},
+       }) {
+    const std::optional<FusedSiblingSlot> slot = FusedSiblingOf(c.module);
+    ASSERT_EQ(slot.has_value(), c.slot.has_value()) << c.module;
+    if (!slot.has_value()) continue;
+    EXPECT_EQ(slot->parent, c.slot->first) << c.module;
+    EXPECT_EQ(FusedSiblingTable()[slot->set].what, c.slot->second) << c.module;
+  }
+}
+
+// nvfp4.md section 7: fused siblings with different global scales and no group are
+// refused in both NVFP4 forms, naming them and how to declare a group; siblings
+// whose scales agree, and modules engines do not fuse, export.
+TEST_F(ExportTest, Nvfp4FusedSiblingsMustShareTheirGlobalScale) {
+  for (const auto& [convention, format] : std::vector<std::pair<std::string, std::string>>{
+           {"compressed_tensors", "compressed-tensors"}, {"modelopt", "modelopt"}}) {
+    const std::string run = convention + "/";
+    CalibrateNvfp4Weight(run + "l0.self_attn.q_proj.weight", convention, 1);
+    CalibrateNvfp4Weight(run + "l0.self_attn.k_proj.weight", convention, 3);
+    CalibrateNvfp4Weight(run + "l0.self_attn.v_proj.weight", convention, 7);
+    CalibrateNvfp4Weight(run + "l0.self_attn.o_proj.weight", convention, 5);
+    CalibrateNvfp4Weight(run + "l0.mlp.gate_proj.weight", convention, 2);
+    CalibrateNvfp4Weight(run + "l0.mlp.up_proj.weight", convention, 2);
+    const absl::StatusOr<std::string> refused = Export(run, format);
+    EXPECT_CODE(refused, kPrecondition);
+    for (const char* needle :
+         {"attention siblings under l0.self_attn,", "/l0.self_attn.q_proj.weight (",
+          "/l0.self_attn.k_proj.weight (", "/l0.self_attn.v_proj.weight (", "GLOBAL_AMAX",
+          "CreateScaleGroup"}) {
+      EXPECT_TRUE(absl::StrContains(refused.status().message(), needle))
+          << needle << " in " << refused.status();
+    }
+    EXPECT_FALSE(absl::StrContains(refused.status().message(), "o_proj")) << refused.status();
+    EXPECT_FALSE(absl::StrContains(refused.status().message(), "gate_proj")) << refused.status();
+    // Without the attention siblings (gate/up agree, o_proj fuses with nothing).
+    ASSERT_OK(client_->DeleteSession(run + "l0.self_attn.k_proj.weight"));
+    ASSERT_OK(client_->DeleteSession(run + "l0.self_attn.v_proj.weight"));
+    EXPECT_OK(Export(run, format));
+  }
 }
 
 // Histogram sessions export their qparams like any other per-tensor session: those

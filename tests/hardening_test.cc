@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -49,6 +50,13 @@ constexpr char kBlock[] = "hard/block";        // static per_block (-1, 2), f16 
 constexpr char kHist[] = "hard/hist";          // percentile, 256 bins, [1.0] observed
 constexpr char kHistFull[] = "hard/hfull";     // mse, 256 bins, 2^62 - 5 values of 1.0
 constexpr char kHistEmpty[] = "hard/hnew";     // entropy, uninitialized
+// NVFP4 weights (global_minmax, per_block (-1, 16), f32 [2, 32]) under "hard/gmm" with
+// kExport, which compressed-tensors also takes: fused siblings q_proj and k_proj of
+// convention compressed_tensors with different amaxes (no group), one of modelopt.
+constexpr char kNvfp4CtSiblings[] = "hard/gmm-nvfp4-ct.";
+constexpr char kNvfp4Ct[] = "hard/gmm-nvfp4-ct.q_proj.weight";
+constexpr char kNvfp4CtK[] = "hard/gmm-nvfp4-ct.k_proj.weight";
+constexpr char kNvfp4Mo[] = "hard/gmm-nvfp4-mo.weight";
 constexpr char kPrefix[] = "hard/";
 
 // ---- Request building ----
@@ -1000,6 +1008,20 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
     compute("Compute: dynamic e4m3 scales with a float_range", row, kInvalid, "float_range",
             WithFloatRange(nvfp4("float4_e2m1fn_x2", block16), -1.0, 1.0), "dynamic");
   }
+
+  // ---- NVFP4 exports (docs/exports.md): each checkpoint form takes its own
+  // convention only, and modelopt NVFP4 sessions only ----
+  export_sessions("of a modelopt NVFP4 session to compressed-tensors", kNvfp4Mo,
+                  "compressed-tensors", false, kInvalid, "--format=modelopt");
+  export_sessions("of a compressed_tensors NVFP4 session to modelopt", kNvfp4Ct, "modelopt",
+                  false, kInvalid, "--format=compressed-tensors");
+  export_sessions("of an int4 session to modelopt", kExport, "modelopt", false, kInvalid,
+                  kExport);
+  export_sessions("of an NVFP4 session to onnx", kNvfp4Ct, "onnx", false, kInvalid, kNvfp4Ct);
+  export_sessions("of NVFP4 and int sessions together to compressed-tensors", "hard/gmm",
+                  "compressed-tensors", false, kInvalid, "separate prefixes");
+  export_sessions("of fused siblings with different global scales and no group",
+                  kNvfp4CtSiblings, "compressed-tensors", false, kPrecondition, "GLOBAL_AMAX");
   return rows;
 }
 
@@ -1036,6 +1058,18 @@ class Hardening : public ::testing::TestWithParam<int> {
     Create(CreateHistReq("mse", Spec(), bins256, kHistFull));
     Observe(HistReq(kHistFull, [](auto& f) { f.counts[128] = kHistogramValueLimit - 5; }));
     Create(CreateHistReq("entropy", Spec(), v1::HistogramParams(), kHistEmpty));
+    for (const auto& [name, convention, amax] :
+         {std::tuple{kNvfp4Ct, "compressed_tensors", 5.0},
+          std::tuple{kNvfp4CtK, "compressed_tensors", 6.0}, std::tuple{kNvfp4Mo, "modelopt", 5.0}}) {
+      v1::QuantSpec spec =
+          WithScaleDType(Spec("float4_e2m1fn_x2", v1::SYMMETRIC, PerBlockAxis(-1, {16})),
+                         "float8_e4m3fn");
+      spec.set_convention(convention);
+      Create(CreateReq(name, "global_minmax", spec));
+      std::vector<double> values(64);
+      for (size_t i = 0; i < values.size(); ++i) values[i] = amax * (static_cast<double>(i) / 32 - 1);
+      Observe(ObserveTensorReq(name, F32({2, 32}, values)));
+    }
     tokens_.for_all = FirstPageToken("");
     tokens_.for_prefix = FirstPageToken(kPrefix);
   }
@@ -1193,7 +1227,7 @@ class Hardening : public ::testing::TestWithParam<int> {
 
 TEST_P(Hardening, FailsWithTheRightCodeNamesTheFieldAndChangesNothing) {
   const v1::ListSessionsResponse before = Store();
-  ASSERT_EQ(before.sessions_size(), 7);
+  ASSERT_EQ(before.sessions_size(), 10);
   ASSERT_TRUE(before.next_page_token().empty());
   const std::vector<Row> rows = BadRequests(tokens_);
   ASSERT_LT(GetParam(), static_cast<int>(rows.size()));

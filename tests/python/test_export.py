@@ -512,3 +512,95 @@ def test_export_concatenates_the_stream_and_is_deterministic(client, name) -> No
     (entry,) = json.loads(text)["encodings"]
     assert f32_bits(np.asarray(entry["y_scale"], np.float64)) == \
         f32_bits(client.get_qparams(name + "/big.weight").scale)
+
+
+# ---------------------------------------------------------------- NVFP4
+
+
+def e4m3_values(codes: np.ndarray) -> np.ndarray:
+    """float8_e4m3fn codes decoded as nvfp4.md section 3.4 says (no NaN among scales)."""
+    codes = np.asarray(codes, np.int64)
+    e, m = (codes >> 3) & 15, codes & 7
+    value = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7))
+    return np.where(codes >> 7, -value, value).astype(np.float32)
+
+
+def nvfp4_layer(client: qparams.Client, module: str, convention: str, seed: int) -> None:
+    """An NVFP4 weight [8, 64] (blocks of 16 along the last axis) and its input
+    ([-1, 16] blocks), each observed twice."""
+    spec = dict(calculator="global_minmax", dtype="float4_e2m1fn_x2",
+                scale_dtype="float8_e4m3fn", convention=convention)
+    client.create_session(module + ".weight", target="weight", granularity="per_block:-1:16",
+                          **spec)
+    client.create_session(module + ".input", target="activation",
+                          granularity="per_block:-1,16", **spec)
+    g = np.random.default_rng(seed)
+    for _ in range(2):
+        client.observe(module + ".weight", g.standard_normal((8, 64)).astype(np.float32))
+        client.observe(module + ".input", g.standard_normal((5, 64)).astype(np.float32) * 3)
+
+
+@pytest.mark.parametrize("convention", ["compressed_tensors", "modelopt"])
+def test_nvfp4_exports_decode_to_the_sessions_scales(client, name, convention) -> None:
+    prefix = name + "/"
+    nvfp4_layer(client, prefix + "layers.0.mlp.up_proj", convention, seed=5)
+    nvfp4_layer(client, prefix + "layers.1.mlp.up_proj", convention, seed=6)
+    if convention == "compressed_tensors":
+        state, config = client.export_compressed_tensors(prefix)
+        weight_global, input_global, global_shape = "weight_global_scale", "input_global_scale", (1,)
+        assert config["format"] == "nvfp4-pack-quantized"
+        (group,) = config["config_groups"].values()
+        assert group["targets"] == ["layers.0.mlp.up_proj", "layers.1.mlp.up_proj"]
+        assert group["weights"]["strategy"] == "tensor_group"
+        assert group["input_activations"]["dynamic"] == "local"
+    else:
+        state, config = client.export_modelopt(prefix)
+        weight_global, input_global, global_shape = "weight_scale_2", "input_scale", ()
+        assert config["quantization"] == {"quant_algo": "NVFP4", "kv_cache_quant_algo": None,
+                                          "group_size": 16, "exclude_modules": []}
+        assert config["producer"] == {"name": "qparams", "version": qparams.__version__}
+    assert len(state) == 6
+    for layer in (0, 1):
+        module = f"layers.{layer}.mlp.up_proj"
+        w = client.get_qparams(prefix + module + ".weight")
+        x = client.get_qparams(prefix + module + ".input")
+        scale = state[module + ".weight_scale"]
+        assert scale.dtype == torch.uint8 and qparams.is_e4m3(scale)
+        assert tuple(scale.shape) == (8, 4)
+        assert np.array_equal(scale.numpy(), w.scale_e4m3)
+        # The bytes are the codes of the session's block scale values.
+        assert f32_bits(e4m3_values(scale.numpy())) == f32_bits(w.scale)
+        for tensor, q in ((state[f"{module}.{weight_global}"], w),
+                          (state[f"{module}.{input_global}"], x)):
+            assert tensor.dtype == torch.float32 and tuple(tensor.shape) == global_shape
+            assert not qparams.is_e4m3(tensor)
+            assert f32_bits(tensor.numpy().reshape(-1)) == f32_bits(np.float32([q.global_scale]))
+    other = "modelopt" if convention == "compressed_tensors" else "compressed-tensors"
+    with pytest.raises(qparams.InvalidArgument) as e:
+        client.export(prefix, other)
+    assert "layers.0.mlp.up_proj" in e.value.message and "--format=" in e.value.message
+
+
+def test_e4m3_entries_hold_bytes(client, name) -> None:
+    from qparams._export import decode_tensor
+    t = decode_tensor({"dtype": "float8_e4m3fn", "shape": [1, 2], "data": [0, 126]})
+    assert t.dtype == torch.uint8 and qparams.is_e4m3(t) and t.tolist() == [[0, 126]]
+    for bad in ([0, 256], [-1, 0]):
+        with pytest.raises(ValueError, match="outside float8_e4m3fn"):
+            decode_tensor({"dtype": "float8_e4m3fn", "shape": [2], "data": bad})
+    scalar = decode_tensor({"dtype": "float32", "shape": [], "data": [0.5]})
+    assert tuple(scalar.shape) == () and scalar.item() == 0.5
+
+
+@pytest.mark.parametrize("convention, fmt", [("compressed_tensors", "compressed-tensors"),
+                                             ("modelopt", "modelopt")])
+def test_nvfp4_fused_siblings_with_different_global_scales_are_refused(client, convention,
+                                                                       fmt) -> None:
+    prefix = f"t/siblings-{convention}/"  # the test's own name is too long for these
+    nvfp4_layer(client, prefix + "l0.attn.q_proj", convention, seed=7)
+    nvfp4_layer(client, prefix + "l0.attn.k_proj", convention, seed=8)
+    with pytest.raises(qparams.FailedPrecondition) as e:
+        client.export(prefix, fmt)
+    for needle in ("attention siblings under l0.attn", prefix + "l0.attn.q_proj.weight (",
+                   prefix + "l0.attn.k_proj.weight (", "GLOBAL_AMAX"):
+        assert needle in e.value.message, (needle, e.value.message)

@@ -17,6 +17,7 @@ from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Deadli
                              FailedPrecondition, Internal, InvalidArgument, NotFound,
                              OutOfRange, PermissionDenied, QParamsError, ResourceExhausted,
                              Unauthenticated, Unavailable, Unimplemented, Unknown)
+from qparams._export import is_e4m3
 from qparams._histogram import Calibration, Histogram, canonical_exponent, local_histogram
 from qparams._results import ObserveResult, QParams
 from qparams._spec import block_shape, granularity, quant_spec
@@ -28,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Client", "DEFAULT_TARGET", "QParams", "ObserveResult", "quant_spec", "granularity",
     "Histogram", "Calibration", "local_histogram", "canonical_exponent",
-    "block_shape", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
+    "block_shape", "is_e4m3", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable",
     "DataLoss", "Unauthenticated",

@@ -3,6 +3,9 @@
 The server renders every export format (see docs/exports.md);
 this module only decodes what it wrote. A tensor is written as a JSON object
 {"dtype": "float32" | "int8" | ..., "shape": [...], "data": [flat row-major list]}.
+A "float8_e4m3fn" tensor's data are its bytes (0..255); it decodes to a torch.uint8
+tensor of those bytes tagged as e4m3 (is_e4m3), since not every torch has float8
+dtypes (on one that does, `t.view(torch.float8_e4m3fn)` reads the values).
 
 torch is imported only when tensors are decoded, so numpy users need no torch.
 """
@@ -16,14 +19,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["require_torch", "decode_tensor", "decode_compressed_tensors"]
+__all__ = ["require_torch", "decode_tensor", "decode_compressed_tensors", "decode_modelopt",
+           "is_e4m3", "E4M3_DTYPE"]
+
+# The exported dtype of NVFP4 block scales, and the attribute that tags their tensors.
+E4M3_DTYPE = "float8_e4m3fn"
+_DTYPE_TAG = "qparams_dtype"
 
 # The dtypes a tensor entry may name, as numpy dtypes (the values are parsed through
 # numpy, then handed to torch without a copy).
 _NUMPY_DTYPES = {
     "float32": np.float32, "float64": np.float64, "float16": np.float16,
     "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
-    "int64": np.int64, "bool": np.bool_,
+    "int64": np.int64, "bool": np.bool_, E4M3_DTYPE: np.uint8,
 }
 
 
@@ -38,8 +46,16 @@ def require_torch() -> Any:
     return torch
 
 
+def is_e4m3(tensor: Any) -> bool:
+    """Whether `tensor` was decoded from a "float8_e4m3fn" entry: a torch.uint8 tensor
+    whose bytes are float8_e4m3fn codes (NVFP4 block scales). The tag is an attribute
+    of that tensor object; a tensor computed from it does not carry it."""
+    return getattr(tensor, _DTYPE_TAG, None) == E4M3_DTYPE
+
+
 def decode_tensor(entry: Mapping[str, Any], name: str = "tensor") -> Any:
     """The torch tensor of one exported tensor entry ({"dtype", "shape", "data"}).
+    A "float8_e4m3fn" entry gives a torch.uint8 tensor of its bytes, tagged (is_e4m3).
 
     Args:
         entry: the JSON object of the tensor.
@@ -81,7 +97,26 @@ def decode_tensor(entry: Mapping[str, Any], name: str = "tensor") -> Any:
         # JSON numbers are parsed as doubles; a float32 written with enough digits
         # rounds back to itself exactly.
         array = np.array(data, dtype=np.float64).astype(dtype)
-    return torch.from_numpy(np.ascontiguousarray(array.reshape(shape)))
+    # np.array, not np.ascontiguousarray, which makes a scalar (shape []) 1-D.
+    tensor = torch.from_numpy(np.array(array.reshape(tuple(shape)), order="C"))
+    if entry["dtype"] == E4M3_DTYPE:
+        setattr(tensor, _DTYPE_TAG, E4M3_DTYPE)
+    return tensor
+
+
+def _decode_document(text: str, format: str, config_key: str
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensors, document[config_key]) of an export document with "tensors"."""
+    require_torch()
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the {format} export is not JSON: {e}") from None
+    if (not isinstance(document, dict) or not isinstance(document.get("tensors"), dict)
+            or not isinstance(document.get(config_key), dict)):
+        raise ValueError(f"the {format} export has no tensors and {config_key} objects")
+    state_dict = {key: decode_tensor(entry, key) for key, entry in document["tensors"].items()}
+    return state_dict, document[config_key]
 
 
 def decode_compressed_tensors(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -92,14 +127,16 @@ def decode_compressed_tensors(text: str) -> tuple[dict[str, Any], dict[str, Any]
         ValueError: the text is not such a document (malformed JSON, a missing key, a
             malformed tensor).
     """
-    require_torch()
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"the compressed-tensors export is not JSON: {e}") from None
-    if (not isinstance(document, dict) or not isinstance(document.get("tensors"), dict)
-            or not isinstance(document.get("quantization_config"), dict)):
-        raise ValueError("the compressed-tensors export has no tensors and "
-                         "quantization_config objects")
-    state_dict = {key: decode_tensor(entry, key) for key, entry in document["tensors"].items()}
-    return state_dict, document["quantization_config"]
+    return _decode_document(text, "compressed-tensors", "quantization_config")
+
+
+def decode_modelopt(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(state_dict, hf_quant_config) of a "modelopt" export document: the NVFP4 scale
+    tensors and the content of ModelOpt's hf_quant_config.json.
+
+    Raises:
+        ImportError: torch is not installed.
+        ValueError: the text is not such a document (malformed JSON, a missing key, a
+            malformed tensor).
+    """
+    return _decode_document(text, "modelopt", "hf_quant_config")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import grpc
 
 from qparams._background import ObserveQueue
-from qparams._export import decode_compressed_tensors, require_torch
+from qparams._export import decode_compressed_tensors, decode_modelopt, require_torch
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
                              error_from_rpc)
 from qparams._fork_proxy import ForkProxy, fork_support_enabled
@@ -457,8 +457,9 @@ class Client:
 
         Args:
             prefix: the sessions' name prefix, stripped from the exported names.
-            format: "aimet" (AIMET encodings 1.0.0), "onnx" (QuantizeLinear inputs)
-                or "compressed-tensors"; the server judges it.
+            format: "aimet" (AIMET encodings 1.0.0), "onnx" (QuantizeLinear inputs),
+                "compressed-tensors" or "modelopt" (NVFP4 scales and
+                hf_quant_config.json); the server judges it.
             allow_uninitialized: leave sessions that never saw data out instead of
                 failing.
             tensor_names: the exported name of a session's tensor, by the session's
@@ -515,9 +516,11 @@ class Client:
 
         Returns:
             (state_dict, quantization_config): the tensors by name (e.g.
-            "fc1.weight_scale", float32; "fc1.weight_zero_point", int8) as torch
-            tensors of the exported dtypes and shapes, and the quantization_config
-            object as parsed from JSON.
+            "fc1.weight_scale", float32; "fc1.weight_zero_point", int8; for NVFP4
+            sessions "fc1.weight_scale" as a torch.uint8 tensor of float8_e4m3fn
+            bytes, for which qparams.is_e4m3 is true) as torch tensors of the
+            exported dtypes and shapes, and the quantization_config object as parsed
+            from JSON.
 
         Raises:
             ImportError: torch is not installed (checked before the call).
@@ -527,6 +530,33 @@ class Client:
         require_torch()
         return decode_compressed_tensors(self.export(
             prefix, "compressed-tensors", allow_uninitialized=allow_uninitialized,
+            tensor_names=tensor_names, timeout=timeout, metadata=metadata))
+
+    def export_modelopt(self, prefix: str, *, allow_uninitialized: bool = False,
+                        tensor_names: Mapping[str, str] | None = None,
+                        timeout: float | None = None, metadata: Metadata = None
+                        ) -> tuple[dict[str, "torch.Tensor"], dict[str, Any]]:
+        """The NVFP4 sessions (convention modelopt) under `prefix` as ModelOpt's scale
+        tensors and hf_quant_config.json content: export(prefix, "modelopt") decoded.
+
+        Args:
+            prefix, allow_uninitialized, tensor_names, timeout, metadata: as for
+                export.
+
+        Returns:
+            (state_dict, hf_quant_config): the tensors by name ("fc1.weight_scale", a
+            torch.uint8 tensor of float8_e4m3fn bytes for which qparams.is_e4m3 is
+            true; "fc1.weight_scale_2" and "fc1.input_scale", float32 scalars), and
+            the hf_quant_config object as parsed from JSON.
+
+        Raises:
+            ImportError: torch is not installed (checked before the call).
+            TypeError, FailedPrecondition, InvalidArgument, NotFound: as for export.
+            ValueError: a document that is not a modelopt export's JSON.
+        """
+        require_torch()
+        return decode_modelopt(self.export(
+            prefix, "modelopt", allow_uninitialized=allow_uninitialized,
             tensor_names=tensor_names, timeout=timeout, metadata=metadata))
 
     def topology(self, *, timeout: float | None = None, metadata: Metadata = None) -> pb.Topology:
