@@ -56,8 +56,9 @@ absl::StatusOr<GroupResult> ComputeGroupQParams(GroupShare share, bool fill_unca
     if (!m.range.has_value()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "member \"", m.name,
-          "\" keeps no range the group can read (restored from a record written before "
-          "static sessions kept theirs); observe it again"));
+          "\" keeps no range the group can read: a histogram calculator, or a static "
+          "session restored from a record written before static sessions kept theirs "
+          "(observe it again)"));
     }
     if (first == nullptr) first = &m;
   }
