@@ -27,6 +27,9 @@ struct CalculatorState {
   QParams qparams;                      // stateful kinds: the buffers (empty for the
                                         // histogram kinds, which derive them)
   std::optional<WorkingRange> running;  // running kinds, once initialized
+  // static, once initialized: the range of its last computing forward, which scale
+  // groups read (nvfp4.md §4.2); unset in states written before it was kept.
+  std::optional<WorkingRange> last_range;
   std::optional<HistogramParams> histogram_params;  // histogram kinds: resolved
   std::optional<Histogram> histogram;               // histogram kinds: canonical
 };

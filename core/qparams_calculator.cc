@@ -314,7 +314,53 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
   return absl::OkStatus();
 }
 
+// ---- Static ----
+
+std::optional<WorkingRange> StaticQParamsCalculator::current_range() const {
+  if (!has_last_range_) return std::nullopt;
+  return last_range_.Get();
+}
+
+QParams StaticQParamsCalculator::ComputeQParams(const WorkingRange& range) {
+  last_range_.Assign(range);
+  has_last_range_ = true;
+  return StatefulQParamsCalculatorBase::ComputeQParams(range);
+}
+
+CalculatorState StaticQParamsCalculator::ExportState() const {
+  CalculatorState state = StatefulQParamsCalculatorBase::ExportState();
+  state.last_range = current_range();
+  return state;
+}
+
+void StaticQParamsCalculator::ReallocateBuffers() {
+  StatefulQParamsCalculatorBase::ReallocateBuffers();
+  StoredRange fresh = last_range_;
+  last_range_ = std::move(fresh);
+}
+
+absl::Status StaticQParamsCalculator::RestoreState(const CalculatorState& state) {
+  if (state.last_range.has_value()) {
+    const WorkingRange& r = *state.last_range;
+    if (!state.initialized || r.shape != state.qparams.shape ||
+        r.precision != state.qparams.precision || r.lo.size() != state.qparams.scale.size() ||
+        r.hi.size() != state.qparams.scale.size()) {
+      return absl::InvalidArgumentError(
+          "state.last_range: set only once initialized, with the buffers' shape and precision");
+    }
+  }
+  QPARAMS_RETURN_IF_ERROR(StatefulQParamsCalculatorBase::RestoreState(state));
+  has_last_range_ = state.last_range.has_value();
+  last_range_ = StoredRange(state.last_range.value_or(WorkingRange()));
+  return absl::OkStatus();
+}
+
 // ---- Running range ----
+
+std::optional<WorkingRange> RunningRangeQParamsCalculator::current_range() const {
+  if (!initialized_) return std::nullopt;
+  return running_range();
+}
 
 QParams RunningRangeQParamsCalculator::ComputeQParams(const WorkingRange& range) {
   WorkingRange running = initialized_ ? UpdateRunningRange(range) : range;

@@ -117,6 +117,12 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // Computing forwards applied so far.
   int64_t observation_count() const { return observation_count_; }
 
+  // The member range a scale group reads (nvfp4.md §4.2): the running range of the
+  // running kinds, the last computing forward's range for static; unset before
+  // initialization, for the histogram kinds, and for a static state restored from a
+  // record written before the range was kept.
+  virtual std::optional<WorkingRange> current_range() const { return std::nullopt; }
+
   // An independent copy, bit-identical in state: a caller can mutate the copy and
   // keep it only if the mutation is to stand (the server's journaled mutations).
   virtual std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const = 0;
@@ -151,7 +157,8 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   int64_t observation_count_ = 0;
 };
 
-// The qparams of each computing forward's range alone (the base's ComputeQParams).
+// The qparams of each computing forward's range alone; the range is kept for scale
+// groups (current_range).
 class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
  public:
   explicit StaticQParamsCalculator(QuantSpec resolved_spec)
@@ -160,6 +167,17 @@ class StaticQParamsCalculator final : public StatefulQParamsCalculatorBase {
   std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const override {
     return std::make_unique<StaticQParamsCalculator>(*this);
   }
+  std::optional<WorkingRange> current_range() const override;
+  CalculatorState ExportState() const override;
+  void ReallocateBuffers() override;
+
+ protected:
+  QParams ComputeQParams(const WorkingRange& range) override;
+  absl::Status RestoreState(const CalculatorState& state) override;
+
+ private:
+  bool has_last_range_ = false;
+  StoredRange last_range_;
 };
 
 // The running-range mixin: qparams come from a running range that the first
@@ -168,6 +186,7 @@ class RunningRangeQParamsCalculator : public StatefulQParamsCalculatorBase {
  public:
   // running_min / running_max in working precision (empty before initialization).
   WorkingRange running_range() const { return running_.Get(); }
+  std::optional<WorkingRange> current_range() const override;
   std::string Description() const override;
   CalculatorState ExportState() const override;
   void ReallocateBuffers() override;

@@ -4,7 +4,10 @@
 #include <memory>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/slot.h"
 #include "common/log.h"
 #include "common/page_token.h"
 #include "core/status_macros.h"
@@ -54,7 +57,8 @@ Engine::Engine(EngineOptions options)
     : Engine(std::move(options), std::make_unique<NullSessionLog>()) {}
 
 Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
-    : options_(std::move(options)), log_(std::move(log)), store_(options_.max_sessions, *log_) {
+    : options_(std::move(options)), log_(std::move(log)), store_(options_.max_sessions, *log_),
+      groups_(options_.max_scale_groups) {
   if (options_.session_ttl <= absl::ZeroDuration()) return;
   // Idle sessions are found within a tenth of the TTL (at most a minute) of it.
   const absl::Duration period = std::min(options_.session_ttl / 10, absl::Minutes(1));
@@ -249,6 +253,122 @@ absl::StatusOr<SessionInfo> Engine::SetGranularity(
   if (!session.ok()) return session.status();
   QPARAMS_RETURN_IF_ERROR((*session)->SetGranularity(*granularity));
   return (*session)->Info();
+}
+
+// ---- Scale groups ----
+
+absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant,
+                                                        const ScaleGroupRequest& request) {
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request.name, "group.name"));
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(request.name));
+  if (request.members.empty()) {
+    return absl::InvalidArgumentError("group.members is empty; a group has 1 to 1024 members");
+  }
+  if (static_cast<int>(request.members.size()) > kMaxGroupMembers) {
+    return absl::InvalidArgumentError(absl::StrCat("group.members has ", request.members.size(),
+                                                   " names; the limit is ", kMaxGroupMembers));
+  }
+  absl::flat_hash_set<absl::string_view> seen;
+  for (size_t i = 0; i < request.members.size(); ++i) {
+    const std::string& member = request.members[i];
+    QPARAMS_RETURN_IF_ERROR(ValidateSessionName(member, absl::StrCat("group.members[", i, "]")));
+    if (!seen.insert(member).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group.members names \"", member, "\" twice; members must be distinct"));
+    }
+  }
+  if (!request.share.has_value()) {
+    return absl::InvalidArgumentError(
+        "group.share is SHARE_UNSPECIFIED; set GLOBAL_AMAX (NVFP4) or UNION_RANGE");
+  }
+  if (options_.slot_map != nullptr) {
+    const int slot = SlotOf(request.name);
+    std::vector<std::string> names, slots;
+    for (const std::string& member : request.members) {
+      if (const int s = SlotOf(member); s != slot) {
+        names.push_back(absl::StrCat("\"", member, "\""));
+        slots.push_back(absl::StrCat(s));
+      }
+    }
+    if (!names.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "members ", absl::StrJoin(names, ", "), " hash to slots ", absl::StrJoin(slots, ", "),
+          " but the group \"", request.name, "\" to slot ", slot,
+          ": a group and its members must share one slot; name them with one hash tag, e.g. "
+          "\"{layer0}.q_proj\""));
+    }
+  }
+  std::vector<GroupMemberState> members;
+  members.reserve(request.members.size());
+  for (const std::string& member : request.members) {
+    QPARAMS_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
+                             store_.Find({std::string(tenant), member}));
+    QPARAMS_ASSIGN_OR_RETURN(GroupMemberState state, session->GroupMember());
+    members.push_back(std::move(state));
+  }
+  for (const GroupMemberState& m : members) {
+    if (!(m.spec == members.front().spec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group.members: the resolved specs of \"", members.front().name, "\" and \"", m.name,
+          "\" differ (granularity ", members.front().spec.granularity.ToString(), " vs ",
+          m.spec.granularity.ToString(), "); a group's members share one spec"));
+    }
+  }
+  QPARAMS_RETURN_IF_ERROR(CheckGroupShare(*request.share, members.front().spec));
+  ScaleGroupInfo group{request.name, request.members, *request.share, request.fill_uncalibrated,
+                       absl::Now()};
+  QPARAMS_RETURN_IF_ERROR(groups_.Create(tenant, group));
+  return group;
+}
+
+absl::StatusOr<ScaleGroupInfo> Engine::GetScaleGroup(absl::string_view tenant,
+                                                     absl::string_view name) const {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  return groups_.Find(tenant, name);
+}
+
+absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant, int page_size,
+                                                       absl::string_view page_token,
+                                                       absl::string_view filter) const {
+  if (page_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
+  }
+  if (!filter.empty()) QPARAMS_RETURN_IF_ERROR(ValidateSessionName(filter, "filter"));
+  absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
+  if (!after.ok()) return after.status();
+  const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
+  ScaleGroupStore::Page page = groups_.List(tenant, filter, *after, limit);
+  ScaleGroupPage out;
+  out.groups = std::move(page.groups);
+  if (page.more) out.next_page_token = EncodePageToken(filter, out.groups.back().name);
+  return out;
+}
+
+absl::Status Engine::DeleteScaleGroup(absl::string_view tenant, absl::string_view name) {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  return groups_.Erase(tenant, name);
+}
+
+absl::StatusOr<GroupResult> Engine::GetGroupQParams(absl::string_view tenant,
+                                                    absl::string_view name) const {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupInfo group, groups_.Find(tenant, name));
+  std::vector<GroupMemberState> members;
+  members.reserve(group.members.size());
+  for (const std::string& member : group.members) {
+    absl::StatusOr<std::shared_ptr<Session>> session = store_.Find({std::string(tenant), member});
+    absl::StatusOr<GroupMemberState> state =
+        session.ok() ? (*session)->GroupMember() : session.status();
+    if (!state.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member \"", member, "\" of scale group \"", name,
+                       "\" no longer exists (", state.status().message(),
+                       "); delete the group, or create the session again"));
+    }
+    members.push_back(*std::move(state));
+  }
+  return ComputeGroupQParams(group.share, group.fill_uncalibrated, members);
 }
 
 }  // namespace qparams

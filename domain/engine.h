@@ -26,6 +26,8 @@
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 #include "core/registry.h"
+#include "core/scale_group.h"
+#include "domain/scale_group_store.h"
 #include "domain/session.h"
 #include "domain/session_store.h"
 #include "metrics/metrics.h"
@@ -36,6 +38,8 @@ namespace qparams {
 
 struct EngineOptions {
   int64_t max_sessions = 100000;
+  // Scale groups per server (all tenants).
+  int64_t max_scale_groups = 100000;
   // Sessions no call has named for this long are evicted; zero keeps them forever.
   absl::Duration session_ttl = absl::ZeroDuration();
   // Sharding: with a slot map, this engine is replica `replica_id` (one the map
@@ -68,6 +72,20 @@ struct ObserveOutcome {
 // One page of ListSessions.
 struct SessionPage {
   std::vector<SessionInfo> sessions;
+  std::string next_page_token;  // empty on the last page
+};
+
+// What CreateScaleGroup is asked for; share unset is SHARE_UNSPECIFIED.
+struct ScaleGroupRequest {
+  std::string name;
+  std::vector<std::string> members;
+  std::optional<GroupShare> share;
+  bool fill_uncalibrated = false;
+};
+
+// One page of ListScaleGroups.
+struct ScaleGroupPage {
+  std::vector<ScaleGroupInfo> groups;
   std::string next_page_token;  // empty on the last page
 };
 
@@ -155,6 +173,32 @@ class Engine {
   absl::StatusOr<SessionInfo> SetGranularity(absl::string_view tenant, absl::string_view name,
                                              const std::optional<Granularity>& granularity);
 
+  // Scale groups (nvfp4.md §4), per tenant; a group names sessions of its own
+  // tenant only (another tenant's session is NOT_FOUND). CreateScaleGroup: the table
+  // of 4.1 (INVALID_ARGUMENT for a malformed name, no members, a duplicate, more
+  // than kMaxGroupMembers, an unset share, specs that differ or that the share does
+  // not take; NOT_FOUND for a missing member; ALREADY_EXISTS; RESOURCE_EXHAUSTED at
+  // max_scale_groups). Sharded: the group's slot must be this replica's (refused as
+  // a session's is) and every member must hash to it (INVALID_ARGUMENT explaining
+  // hash tags). Creating or deleting a group changes no session. A failure changes
+  // nothing.
+  absl::StatusOr<ScaleGroupInfo> CreateScaleGroup(absl::string_view tenant,
+                                                  const ScaleGroupRequest& request);
+  absl::StatusOr<ScaleGroupInfo> GetScaleGroup(absl::string_view tenant,
+                                               absl::string_view name) const;
+  // Paging and filter exactly as ListSessions.
+  absl::StatusOr<ScaleGroupPage> ListScaleGroups(absl::string_view tenant, int page_size,
+                                                 absl::string_view page_token,
+                                                 absl::string_view filter) const;
+  absl::Status DeleteScaleGroup(absl::string_view tenant, absl::string_view name);
+  // The shared result, in the order of 4.2: NOT_FOUND for an unknown group,
+  // FAILED_PRECONDITION naming a deleted member or a member whose spec no longer
+  // agrees, initialized false while members are uncalibrated (unless
+  // fill_uncalibrated), FAILED_PRECONDITION when the members' input dtypes differ.
+  // Each member is read under its own lock, one after the other.
+  absl::StatusOr<GroupResult> GetGroupQParams(absl::string_view tenant,
+                                              absl::string_view name) const;
+
   // Evicts the sessions no call has named since `now - session_ttl` (nothing
   // without a TTL); returns how many. The background thread calls it with the time.
   int EvictIdle(absl::Time now);
@@ -205,6 +249,7 @@ class Engine {
   // Before the store, whose sessions append to it: it outlives them.
   const std::unique_ptr<SessionLog> log_;
   SessionStore store_;
+  ScaleGroupStore groups_;
   absl::Notification stop_;
   std::thread evictor_;
 };

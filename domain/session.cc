@@ -128,6 +128,18 @@ int64_t Session::observation_count() const {
   return calculator_->observation_count();
 }
 
+absl::StatusOr<GroupMemberState> Session::GroupMember() const {
+  Touch();
+  absl::ReaderMutexLock lock(&mu_);
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  GroupMemberState member;
+  member.name = key_.name;
+  member.spec = calculator_->spec();
+  member.initialized = calculator_->initialized();
+  member.range = calculator_->current_range();
+  return member;
+}
+
 SessionInfo Session::Info() const {
   Touch();
   absl::ReaderMutexLock lock(&mu_);

@@ -31,6 +31,7 @@
 #include "core/qparams.h"
 #include "core/qparams_calculator.h"
 #include "core/quant_spec.h"
+#include "core/scale_group.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "storage/session_codec.h"
 #include "storage/session_log.h"
@@ -124,6 +125,10 @@ class Session {
   // Everything a client may read; the qparams and calibration of a histogram kind
   // as GetQParams computes them.
   SessionInfo Info() const;
+
+  // What a scale group reads of the session (its spec, whether it is initialized, its
+  // current range), copied out under its lock; NOT_FOUND once the session is deleted.
+  absl::StatusOr<GroupMemberState> GroupMember() const;
 
   // The whole state as a journal/snapshot record.
   storage::v1::SessionState Record() const;

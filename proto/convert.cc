@@ -358,4 +358,60 @@ absl::StatusOr<Observation> ComputeObservationFromProto(const v1::ComputeRequest
   return Observation::FromTensor(*std::move(tensor));
 }
 
+std::optional<GroupShare> GroupShareFromProto(v1::ScaleGroup::Share share) {
+  switch (share) {
+    case v1::ScaleGroup::GLOBAL_AMAX:
+      return GroupShare::kGlobalAmax;
+    case v1::ScaleGroup::UNION_RANGE:
+      return GroupShare::kUnionRange;
+    default:
+      return std::nullopt;
+  }
+}
+
+v1::ScaleGroup::Share GroupShareToProto(GroupShare share) {
+  return share == GroupShare::kGlobalAmax ? v1::ScaleGroup::GLOBAL_AMAX
+                                          : v1::ScaleGroup::UNION_RANGE;
+}
+
+v1::GroupQParams GroupResultToProto(absl::string_view group, const GroupResult& result) {
+  v1::GroupQParams out;
+  out.set_group(std::string(group));
+  out.set_initialized(result.initialized);
+  for (const std::string& name : result.uncalibrated) out.add_uncalibrated(name);
+  out.set_amax(result.amax);
+  out.set_global_scale(result.global_scale);
+  for (const GroupMemberResult& m : result.members) {
+    v1::GroupMember* member = out.add_members();
+    member->set_name(m.name);
+    *member->mutable_qparams() = QParamsToProto(m.qparams);
+    if (m.amax.has_value()) member->set_amax(*m.amax);
+  }
+  out.set_min(result.min);
+  out.set_max(result.max);
+  // UNION_RANGE only: GLOBAL_AMAX results carry their qparams per member.
+  if (result.initialized && result.members.empty()) {
+    *out.mutable_qparams() = QParamsToProto(result.qparams);
+  }
+  return out;
+}
+
+GroupResult GroupResultFromProto(const v1::GroupQParams& in) {
+  GroupResult out;
+  out.initialized = in.initialized();
+  out.uncalibrated.assign(in.uncalibrated().begin(), in.uncalibrated().end());
+  out.amax = in.amax();
+  out.global_scale = in.global_scale();
+  for (const v1::GroupMember& m : in.members()) {
+    GroupMemberResult& member = out.members.emplace_back();
+    member.name = m.name();
+    member.qparams = QParamsFromProto(m.qparams());
+    if (m.has_amax()) member.amax = m.amax();
+  }
+  out.min = in.min();
+  out.max = in.max();
+  if (in.has_qparams()) out.qparams = QParamsFromProto(in.qparams());
+  return out;
+}
+
 }  // namespace qparams::wire

@@ -18,6 +18,7 @@
 #include "core/observation.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
+#include "core/scale_group.h"
 #include "core/tensor.h"
 #include "qparams/v1/qparams.pb.h"
 
@@ -64,6 +65,13 @@ v1::QuantSpec SpecToProto(const QuantSpec& spec);
 // read back as sent.
 v1::QParams QParamsToProto(const QParams& qparams);
 QParams QParamsFromProto(const v1::QParams& qparams);
+
+// Scale groups (nvfp4.md §4): SHARE_UNSPECIFIED (or an unknown value) is unset, for
+// the engine to refuse naming the field.
+std::optional<GroupShare> GroupShareFromProto(v1::ScaleGroup::Share share);
+v1::ScaleGroup::Share GroupShareToProto(GroupShare share);
+v1::GroupQParams GroupResultToProto(absl::string_view group, const GroupResult& result);
+GroupResult GroupResultFromProto(const v1::GroupQParams& result);
 
 // A histogram session's parameters as sent: an unknown nonfinite enum value is
 // INVALID_ARGUMENT naming histogram.nonfinite; the core checks the rest

@@ -23,6 +23,14 @@
 namespace qparams {
 namespace {
 
+void ScaleGroupToProto(const ScaleGroupInfo& group, v1::ScaleGroup* out) {
+  out->set_name(group.name);
+  for (const std::string& member : group.members) out->add_members(member);
+  out->set_share(wire::GroupShareToProto(group.share));
+  out->set_fill_uncalibrated(group.fill_uncalibrated);
+  *out->mutable_create_time() = TimestampFromTime(group.create_time);
+}
+
 void SessionToProto(const SessionInfo& info, v1::Session* out) {
   out->set_name(info.name);
   out->set_calculator(info.calculator);
@@ -194,6 +202,67 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::DeleteSession(
     v1::DeleteSessionResponse* /*response*/) {
   return Unary(context, "DeleteSession", [&](const std::string& tenant) {
     return engine_->DeleteSession(tenant, request->name());
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::CreateScaleGroup(
+    grpc::CallbackServerContext* context, const v1::CreateScaleGroupRequest* request,
+    v1::ScaleGroup* response) {
+  return Unary(context, "CreateScaleGroup", [&](const std::string& tenant) -> absl::Status {
+    const v1::ScaleGroup& group = request->group();
+    ScaleGroupRequest create{group.name(),
+                             {group.members().begin(), group.members().end()},
+                             wire::GroupShareFromProto(group.share()),
+                             group.fill_uncalibrated()};
+    QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupInfo created,
+                             engine_->CreateScaleGroup(tenant, create));
+    ScaleGroupToProto(created, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetScaleGroup(
+    grpc::CallbackServerContext* context, const v1::GetScaleGroupRequest* request,
+    v1::ScaleGroup* response) {
+  return Unary(context, "GetScaleGroup", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupInfo group,
+                             engine_->GetScaleGroup(tenant, request->name()));
+    ScaleGroupToProto(group, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::ListScaleGroups(
+    grpc::CallbackServerContext* context, const v1::ListScaleGroupsRequest* request,
+    v1::ListScaleGroupsResponse* response) {
+  return Unary(context, "ListScaleGroups", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupPage page,
+                             engine_->ListScaleGroups(tenant, request->page_size(),
+                                                      request->page_token(), request->filter()));
+    for (const ScaleGroupInfo& group : page.groups) {
+      ScaleGroupToProto(group, response->add_groups());
+    }
+    response->set_next_page_token(page.next_page_token);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::DeleteScaleGroup(
+    grpc::CallbackServerContext* context, const v1::DeleteScaleGroupRequest* request,
+    v1::DeleteScaleGroupResponse* /*response*/) {
+  return Unary(context, "DeleteScaleGroup", [&](const std::string& tenant) {
+    return engine_->DeleteScaleGroup(tenant, request->name());
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetGroupQParams(
+    grpc::CallbackServerContext* context, const v1::GetGroupQParamsRequest* request,
+    v1::GroupQParams* response) {
+  return Unary(context, "GetGroupQParams", [&](const std::string& tenant) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const GroupResult result,
+                             engine_->GetGroupQParams(tenant, request->name()));
+    *response = wire::GroupResultToProto(request->name(), result);
+    return absl::OkStatus();
   });
 }
 

@@ -57,6 +57,21 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
                                           const v1::DeleteSessionRequest* request,
                                           v1::DeleteSessionResponse* response) override;
+  grpc::ServerUnaryReactor* CreateScaleGroup(grpc::CallbackServerContext* context,
+                                             const v1::CreateScaleGroupRequest* request,
+                                             v1::ScaleGroup* response) override;
+  grpc::ServerUnaryReactor* GetScaleGroup(grpc::CallbackServerContext* context,
+                                          const v1::GetScaleGroupRequest* request,
+                                          v1::ScaleGroup* response) override;
+  grpc::ServerUnaryReactor* ListScaleGroups(grpc::CallbackServerContext* context,
+                                            const v1::ListScaleGroupsRequest* request,
+                                            v1::ListScaleGroupsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteScaleGroup(grpc::CallbackServerContext* context,
+                                             const v1::DeleteScaleGroupRequest* request,
+                                             v1::DeleteScaleGroupResponse* response) override;
+  grpc::ServerUnaryReactor* GetGroupQParams(grpc::CallbackServerContext* context,
+                                            const v1::GetGroupQParamsRequest* request,
+                                            v1::GroupQParams* response) override;
   grpc::ServerUnaryReactor* Observe(grpc::CallbackServerContext* context,
                                     const v1::ObserveRequest* request,
                                     v1::ObserveResponse* response) override;

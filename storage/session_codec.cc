@@ -285,6 +285,26 @@ sv1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time) {
   return record;
 }
 
+namespace {
+
+void EncodeRange(const WorkingRange& range, sv1::RunningRange& out) {
+  out.set_precision(EncodeDType(range.precision));
+  out.mutable_shape()->Assign(range.shape.begin(), range.shape.end());
+  out.mutable_lo()->Assign(range.lo.begin(), range.lo.end());
+  out.mutable_hi()->Assign(range.hi.begin(), range.hi.end());
+}
+
+absl::StatusOr<WorkingRange> DecodeRange(const sv1::RunningRange& r, absl::string_view field) {
+  absl::StatusOr<DType> precision = DecodeDType(r.precision(), absl::StrCat(field, ".precision"));
+  if (!precision.ok()) return precision.status();
+  return WorkingRange{*precision,
+                      {r.shape().begin(), r.shape().end()},
+                      {r.lo().begin(), r.lo().end()},
+                      {r.hi().begin(), r.hi().end()}};
+}
+
+}  // namespace
+
 sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
                                 absl::Time create_time, absl::Time update_time) {
   sv1::SessionState out;
@@ -297,13 +317,8 @@ sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& st
   out.set_compute_dtype_for_export(EncodeDType(state.compute_dtype_for_export));
   out.set_observation_count(state.observation_count);
   *out.mutable_qparams() = EncodeQParams(state.qparams);
-  if (state.running) {
-    sv1::RunningRange* running = out.mutable_running();
-    running->set_precision(EncodeDType(state.running->precision));
-    running->mutable_shape()->Assign(state.running->shape.begin(), state.running->shape.end());
-    running->mutable_lo()->Assign(state.running->lo.begin(), state.running->lo.end());
-    running->mutable_hi()->Assign(state.running->hi.begin(), state.running->hi.end());
-  }
+  if (state.running) EncodeRange(*state.running, *out.mutable_running());
+  if (state.last_range) EncodeRange(*state.last_range, *out.mutable_last_range());
   if (state.histogram_params) {
     *out.mutable_histogram_params() = EncodeHistogramParams(*state.histogram_params);
   }
@@ -336,13 +351,14 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
   if (!qparams.ok()) return invalid(qparams.status());
   state.qparams = *std::move(qparams);
   if (record.has_running()) {
-    const sv1::RunningRange& r = record.running();
-    absl::StatusOr<DType> precision = DecodeDType(r.precision(), "running.precision");
-    if (!precision.ok()) return invalid(precision.status());
-    state.running = WorkingRange{*precision,
-                                 {r.shape().begin(), r.shape().end()},
-                                 {r.lo().begin(), r.lo().end()},
-                                 {r.hi().begin(), r.hi().end()}};
+    absl::StatusOr<WorkingRange> running = DecodeRange(record.running(), "running");
+    if (!running.ok()) return invalid(running.status());
+    state.running = *std::move(running);
+  }
+  if (record.has_last_range()) {
+    absl::StatusOr<WorkingRange> last = DecodeRange(record.last_range(), "last_range");
+    if (!last.ok()) return invalid(last.status());
+    state.last_range = *std::move(last);
   }
   if (record.has_histogram_params()) {
     absl::StatusOr<HistogramParams> params = DecodeHistogramParams(record.histogram_params());

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/registry.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -96,6 +97,8 @@ absl::StatusOr<absl::StatusCode> ParseCode(const std::string& name) {
   if (name == "invalid_argument") return absl::StatusCode::kInvalidArgument;
   if (name == "failed_precondition") return absl::StatusCode::kFailedPrecondition;
   if (name == "resource_exhausted") return absl::StatusCode::kResourceExhausted;
+  if (name == "already_exists") return absl::StatusCode::kAlreadyExists;
+  if (name == "not_found") return absl::StatusCode::kNotFound;
   return absl::InvalidArgumentError(absl::StrCat("unknown error code ", name));
 }
 
@@ -461,9 +464,165 @@ std::string CodeName(absl::StatusCode code) {
       return "failed_precondition";
     case absl::StatusCode::kResourceExhausted:
       return "resource_exhausted";
+    case absl::StatusCode::kAlreadyExists:
+      return "already_exists";
+    case absl::StatusCode::kNotFound:
+      return "not_found";
     default:
       return absl::StatusCodeToString(code);
   }
+}
+
+namespace {
+
+std::string GroupResultDifference(const Struct& expect, const GroupResult& actual) {
+  if (Field(expect, "initialized")->bool_value() != actual.initialized) {
+    return absl::StrCat("initialized: expected ", !actual.initialized, ", got ",
+                        actual.initialized);
+  }
+  std::vector<std::string> uncalibrated;
+  if (const Value* u = Field(expect, "uncalibrated")) {
+    for (const Value& v : u->list_value().values()) uncalibrated.push_back(v.string_value());
+  }
+  if (uncalibrated != actual.uncalibrated) {
+    return absl::StrCat("uncalibrated: expected [", absl::StrJoin(uncalibrated, ", "), "], got [",
+                        absl::StrJoin(actual.uncalibrated, ", "), "]");
+  }
+  if (!actual.initialized) return "";
+  auto bits = [&](const char* key, float got) -> std::string {
+    const uint32_t want = static_cast<uint32_t>(Field(expect, key)->number_value());
+    if (want == FloatBits(got)) return "";
+    return absl::StrFormat("%s: expected 0x%08x (%.9g), got 0x%08x (%.9g)", key, want,
+                           FloatFromBits(want), FloatBits(got), got);
+  };
+  if (const Value* members = Field(expect, "members")) {
+    if (std::string d = bits("amax", actual.amax); !d.empty()) return d;
+    if (std::string d = bits("global_scale", actual.global_scale); !d.empty()) return d;
+    const auto& want = members->list_value().values();
+    if (want.size() != actual.members.size()) {
+      return absl::StrCat("members: expected ", want.size(), ", got ", actual.members.size());
+    }
+    for (int i = 0; i < want.size(); ++i) {
+      const Struct& m = want[i].struct_value();
+      const GroupMemberResult& got = actual.members[i];
+      if (Field(m, "name")->string_value() != got.name) {
+        return absl::StrCat("members[", i, "].name: expected ", Field(m, "name")->string_value(),
+                            ", got ", got.name);
+      }
+      ExpectedQParams e = ParseExpect(m);
+      e.global_scale = FloatBits(actual.global_scale);  // every member carries the group's
+      if (std::string d = FirstDifference(e, got.qparams); !d.empty()) {
+        return absl::StrCat("members[", i, "] (", got.name, "): ", d);
+      }
+      if (got.amax != got.qparams.amax) return absl::StrCat("members[", i, "].amax differs");
+    }
+    return "";
+  }
+  if (std::string d = bits("min", actual.min); !d.empty()) return d;
+  if (std::string d = bits("max", actual.max); !d.empty()) return d;
+  if (std::string d = FirstDifference(ParseExpect(Field(expect, "qparams")->struct_value()),
+                                      actual.qparams);
+      !d.empty()) {
+    return absl::StrCat("qparams: ", d);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string RunGroupCase(const Struct& c, GroupCaseDriver& driver) {
+  for (const Value& v : Field(c, "sessions")->list_value().values()) {
+    const Struct& s = v.struct_value();
+    absl::StatusOr<QuantSpec> spec = ParseSpec(Field(s, "spec")->struct_value());
+    if (!spec.ok()) return spec.status().ToString();
+    std::optional<double> averaging_constant;
+    if (const Value* ac = Field(s, "averaging_constant")) averaging_constant = ac->number_value();
+    if (absl::Status st = driver.CreateSession(Field(s, "name")->string_value(),
+                                               Field(s, "calculator")->string_value(), *spec,
+                                               averaging_constant);
+        !st.ok()) {
+      return absl::StrCat("creating session ", Field(s, "name")->string_value(), ": ",
+                          st.ToString());
+    }
+  }
+  const auto& steps = Field(c, "steps")->list_value().values();
+  for (int i = 0; i < steps.size(); ++i) {
+    const Struct& s = steps[i].struct_value();
+    const std::string op = Field(s, "op")->string_value();
+    const std::string where = absl::StrCat("step ", i, " (", op, ") ");
+    std::optional<absl::StatusCode> expect_error;
+    if (const Value* e = Field(s, "expect_error")) {
+      absl::StatusOr<absl::StatusCode> code = ParseCode(e->string_value());
+      if (!code.ok()) return code.status().ToString();
+      expect_error = *code;
+    }
+    const std::string before = expect_error ? driver.StateFingerprint() : "";
+    absl::Status status;
+    std::string diff;
+    if (op == "create_group" || op == "get_group_qparams") {
+      const std::string group = Field(s, "group")->string_value();
+      if (op == "create_group") {
+        std::vector<std::string> members;
+        for (const Value& m : Field(s, "members")->list_value().values()) {
+          members.push_back(m.string_value());
+        }
+        const GroupShare share = Field(s, "share")->string_value() == "union_range"
+                                     ? GroupShare::kUnionRange
+                                     : GroupShare::kGlobalAmax;
+        const Value* fill = Field(s, "fill_uncalibrated");
+        status = driver.CreateGroup(group, members, share, fill != nullptr && fill->bool_value());
+      } else {
+        absl::StatusOr<GroupResult> r = driver.GetGroupQParams(group);
+        status = r.status();
+        if (r.ok() && !expect_error) {
+          diff = GroupResultDifference(Field(s, "expect")->struct_value(), *r);
+        }
+      }
+    } else {
+      absl::StatusOr<VectorStep> step = ParseStep(s);
+      if (!step.ok()) return absl::StrCat(where, step.status().ToString());
+      const std::string session = Field(s, "session")->string_value();
+      std::optional<QParams> result;
+      std::optional<bool> initialized;
+      switch (step->op) {
+        case VectorStep::Op::kForward: {
+          absl::StatusOr<QParams> q = driver.Forward(session, step->input);
+          status = q.status();
+          if (q.ok()) result = *std::move(q);
+          break;
+        }
+        case VectorStep::Op::kGetQParams: {
+          absl::StatusOr<std::pair<QParams, bool>> q = driver.GetQParams(session);
+          status = q.status();
+          if (q.ok()) {
+            result = q->first;
+            initialized = q->second;
+          }
+          break;
+        }
+        case VectorStep::Op::kSetGranularity:
+          status = driver.SetGranularity(session, step->granularity);
+          break;
+        case VectorStep::Op::kSetExportMode:
+          return absl::StrCat(where, "set_export_mode is not a group case op");
+      }
+      if (status.ok() && step->expect.has_value() && !expect_error) {
+        diff = result.has_value() ? FirstDifference(*step->expect, *result, initialized)
+                                  : "no qparams to compare";
+      }
+    }
+    if (expect_error.has_value()) {
+      if (std::string d = ErrorStepDifference(*expect_error, status,
+                                              before == driver.StateFingerprint());
+          !d.empty()) {
+        return absl::StrCat(where, d);
+      }
+      continue;
+    }
+    if (!status.ok()) return absl::StrCat(where, "status: expected ok, got ", status.ToString());
+    if (!diff.empty()) return absl::StrCat(where, diff);
+  }
+  return "";
 }
 
 }  // namespace qparams::testing

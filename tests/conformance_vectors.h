@@ -17,6 +17,7 @@
 #include "core/granularity.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
+#include "core/scale_group.h"
 #include "core/tensor.h"
 #include "google/protobuf/struct.pb.h"
 
@@ -86,6 +87,31 @@ std::string RunCoreCase(const VectorCase& c, ObservationMode mode);
 // Runs a session case both ways (whole tensors, then reduced ranges); "" if both
 // match, else "case ID: ..." naming the first way that differed and what did.
 std::string CoreCaseFailure(const VectorCase& c);
+
+// What a group case (nvfp4.md §10) is run against: the engine, or the service.
+class GroupCaseDriver {
+ public:
+  virtual ~GroupCaseDriver() = default;
+  virtual absl::Status CreateSession(const std::string& name, const std::string& calculator,
+                                     const QuantSpec& spec,
+                                     std::optional<double> averaging_constant) = 0;
+  virtual absl::StatusOr<QParams> Forward(const std::string& session, const Tensor& input) = 0;
+  // The buffers and the initialized flag.
+  virtual absl::StatusOr<std::pair<QParams, bool>> GetQParams(const std::string& session) = 0;
+  virtual absl::Status SetGranularity(const std::string& session,
+                                      const Granularity& granularity) = 0;
+  virtual absl::Status CreateGroup(const std::string& group,
+                                   const std::vector<std::string>& members, GroupShare share,
+                                   bool fill_uncalibrated) = 0;
+  virtual absl::StatusOr<GroupResult> GetGroupQParams(const std::string& group) = 0;
+  // Everything the driver holds (sessions and groups), to check that a failing step
+  // changed nothing.
+  virtual std::string StateFingerprint() = 0;
+};
+
+// Runs a group case (kind "group") through `driver`, which holds nothing yet: ""
+// on success, else the step and what differed.
+std::string RunGroupCase(const google::protobuf::Struct& c, GroupCaseDriver& driver);
 
 // "invalid_argument" / "failed_precondition" / ...: the FORMAT name of a status code.
 std::string CodeName(absl::StatusCode code);

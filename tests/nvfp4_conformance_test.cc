@@ -1,7 +1,7 @@
 // Runs the NVFP4 vectors (Nvfp4VectorsPath(), nvfp4.md §10) through the core. The
 // session cases run as the conformance vectors do, with whole tensors and with block
-// ranges reduced beforehand; the qdq cases through the core's §5 helpers. The group
-// cases need the service's scale groups (§4) and are counted apart.
+// ranges reduced beforehand; the qdq cases through the core's §5 helpers; the group
+// cases (§4) through the domain's Engine, without gRPC.
 
 #include <cstring>
 #include <iostream>
@@ -11,7 +11,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/nvfp4.h"
+#include "domain/engine.h"
 #include "gtest/gtest.h"
 #include "tests/conformance_vectors.h"
 
@@ -40,6 +42,57 @@ std::vector<uint8_t> Codes(const Value& v) {
   for (int64_t c : IntList(v)) codes.push_back(static_cast<uint8_t>(c));
   return codes;
 }
+
+// The group cases' driver: a fresh memory-only Engine, tenant "".
+class EngineDriver final : public GroupCaseDriver {
+ public:
+  absl::Status CreateSession(const std::string& name, const std::string& calculator,
+                             const QuantSpec& spec,
+                             std::optional<double> averaging_constant) override {
+    return engine_.CreateSession("", name, calculator, spec, CalculatorOptions{averaging_constant})
+        .status();
+  }
+  absl::StatusOr<QParams> Forward(const std::string& session, const Tensor& input) override {
+    absl::StatusOr<TensorView> view = TensorView::Create(input.dtype, input.shape, input.data);
+    if (!view.ok()) return view.status();
+    ObserveOutcome outcome = engine_.Observe("", session, Observation::FromTensor(*view));
+    if (!outcome.status.ok()) return outcome.status;
+    return outcome.result.qparams;
+  }
+  absl::StatusOr<std::pair<QParams, bool>> GetQParams(const std::string& session) override {
+    absl::StatusOr<CachedQParams> q = engine_.GetQParams("", session);
+    if (!q.ok()) return q.status();
+    return std::pair{q->qparams, q->initialized};
+  }
+  absl::Status SetGranularity(const std::string& session, const Granularity& g) override {
+    return engine_.SetGranularity("", session, g).status();
+  }
+  absl::Status CreateGroup(const std::string& group, const std::vector<std::string>& members,
+                           GroupShare share, bool fill_uncalibrated) override {
+    return engine_.CreateScaleGroup("", {group, members, share, fill_uncalibrated}).status();
+  }
+  absl::StatusOr<GroupResult> GetGroupQParams(const std::string& group) override {
+    return engine_.GetGroupQParams("", group);
+  }
+  std::string StateFingerprint() override {
+    std::string out;
+    for (const storage::v1::Record& r : engine_.Records()) {
+      storage::v1::Record copy = r;
+      copy.mutable_put()->clear_update_time();  // reads touch nothing else
+      out += copy.SerializeAsString();
+    }
+    absl::StatusOr<ScaleGroupPage> groups = engine_.ListScaleGroups("", Engine::kMaxPageSize, "", "");
+    if (groups.ok()) {
+      for (const ScaleGroupInfo& g : groups->groups) {
+        absl::StrAppend(&out, "|", g.name, ":", absl::StrJoin(g.members, ","));
+      }
+    }
+    return out;
+  }
+
+ private:
+  Engine engine_;
+};
 
 // A qdq case (§10): "" on success, else what differed.
 std::string RunQdqCase(const Struct& c) {
@@ -90,7 +143,7 @@ std::string RunQdqCase(const Struct& c) {
                                         q->dequantized.size() * sizeof(float)));
 }
 
-TEST(Nvfp4Conformance, EverySessionAndQdqCaseMatchesBitForBit) {
+TEST(Nvfp4Conformance, EveryCaseMatchesBitForBit) {
   const std::string path = Nvfp4VectorsPath();
   absl::StatusOr<std::vector<VectorCase>> cases = LoadVectors(path);
   ASSERT_TRUE(cases.ok()) << cases.status();
@@ -103,6 +156,15 @@ TEST(Nvfp4Conformance, EverySessionAndQdqCaseMatchesBitForBit) {
     if (c.kind == "qdq") {
       ++run;
       if (const std::string diff = RunQdqCase(c.json); !diff.empty()) {
+        ++failed;
+        ADD_FAILURE() << "case " << c.id << ": " << diff;
+      }
+      continue;
+    }
+    if (c.kind == "group") {
+      ++run;
+      EngineDriver driver;
+      if (const std::string diff = RunGroupCase(c.json, driver); !diff.empty()) {
         ++failed;
         ADD_FAILURE() << "case " << c.id << ": " << diff;
       }
