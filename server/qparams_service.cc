@@ -440,7 +440,8 @@ grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
             std::shared_ptr<Exporter> exporter,
             Exporter::Start(engine_, std::move(tenant),
                             {request->prefix(), request->format(), request->allow_uninitialized(),
-                             {request->tensor_names().begin(), request->tensor_names().end()}}));
+                             {request->tensor_names().begin(), request->tensor_names().end()}},
+                            &export_groups_));
         return [exporter](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
           QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
           if (piece.empty()) return false;

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "core/tensor.h"
 #include "domain/engine.h"
+#include "export/engine_group_source.h"
 #include "grpcpp/grpcpp.h"
 #include "metrics/metrics.h"
 #include "qparams/v1/qparams.grpc.pb.h"
@@ -138,6 +139,8 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
 
   Engine* const engine_;
   const ServiceOptions options_;
+  // What ExportSessions reads of the engine's scale groups.
+  const EngineGroupSource export_groups_{engine_};
   // The hot unary calls parse and answer on an arena.
   ArenaMessageAllocator<v1::ObserveRequest, v1::ObserveResponse> observe_allocator_;
   ArenaMessageAllocator<v1::ObserveBatchRequest, v1::ObserveBatchResponse> observe_batch_allocator_;

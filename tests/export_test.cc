@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -855,6 +856,61 @@ TEST_F(ExportTest, Nvfp4FusedSiblingsMustShareTheirGlobalScale) {
     ASSERT_OK(client_->DeleteSession(run + "l0.self_attn.k_proj.weight"));
     ASSERT_OK(client_->DeleteSession(run + "l0.self_attn.v_proj.weight"));
     EXPECT_OK(Export(run, format));
+  }
+}
+
+// Through the service, the members of a GLOBAL_AMAX scale group export the group's
+// global scale, so fused siblings that differ alone export one scale; a group with an
+// uncalibrated member is refused naming it.
+TEST_F(ExportTest, Nvfp4GroupMembersExportTheGroupsGlobalScale) {
+  for (const auto& [convention, format, key] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"compressed_tensors", "compressed-tensors", "weight_global_scale"},
+           {"modelopt", "modelopt", "weight_scale_2"}}) {
+    const std::string run = "grouped-" + convention + "/";
+    const std::vector<std::string> members = {run + "l0.self_attn.q_proj.weight",
+                                              run + "l0.self_attn.k_proj.weight",
+                                              run + "l0.self_attn.v_proj.weight"};
+    CalibrateNvfp4Weight(members[0], convention, 1);
+    CalibrateNvfp4Weight(members[1], convention, 3);
+    CreateNvfp4(members[2], convention, true);
+    std::unique_ptr<v1::QParamsService::Stub> stub = server_->NewStub();
+    v1::CreateScaleGroupRequest create;
+    create.mutable_group()->set_name(run + "qkv");
+    for (const std::string& member : members) create.mutable_group()->add_members(member);
+    create.mutable_group()->set_share(v1::ScaleGroup::GLOBAL_AMAX);
+    v1::ScaleGroup group;
+    grpc::ClientContext create_context;
+    ASSERT_TRUE(stub->CreateScaleGroup(&create_context, create, &group).ok());
+
+    const absl::StatusOr<std::string> refused = Export(run, format);
+    EXPECT_CODE(refused, kPrecondition);
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), run + "qkv")) << refused.status();
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), "v_proj")) << refused.status();
+
+    std::vector<double> w(64, 0.25);
+    w[9] = 7;
+    ASSERT_OK(client_->Observe(members[2], F32({2, 32}, w).view()));
+    ASSERT_OK_AND_ASSIGN(const std::string document, Export(run, format));
+    v1::GetGroupQParamsRequest get;
+    get.set_name(run + "qkv");
+    v1::GroupQParams shared;
+    grpc::ClientContext get_context;
+    ASSERT_TRUE(stub->GetGroupQParams(&get_context, get, &shared).ok());
+    ASSERT_TRUE(shared.initialized());
+    // Every member's global-scale tensor holds the group's one value.
+    google::protobuf::Struct parsed;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(document, &parsed).ok()) << document;
+    const auto& tensors = parsed.fields().at("tensors").struct_value().fields();
+    for (const std::string& member : members) {
+      const std::string module = member.substr(run.size(), member.size() - run.size() - 7);
+      const auto entry = tensors.find(module + "." + key);
+      ASSERT_NE(entry, tensors.end()) << module << "." << key << " in " << document;
+      const google::protobuf::Value& data = entry->second.struct_value().fields().at("data");
+      const double exported =
+          data.has_list_value() ? data.list_value().values(0).number_value() : data.number_value();
+      EXPECT_EQ(static_cast<float>(exported), shared.global_scale()) << module;
+    }
   }
 }
 
