@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from qparams._errors import Unimplemented
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["SESSION_HEADER", "REPLICA_HEADER", "Router", "SlotMap", "hashed_part", "slot_of", "valid_replica",
-           "session_header", "replica_header", "merge_by_name"]
+__all__ = ["SESSION_HEADER", "REPLICA_HEADER", "Router", "SlotMap", "hashed_part", "slot_of",
+           "valid_replica", "session_header", "replica_header", "merge_by_name"]
 
 #: The metadata that carries a call's session name for routing (common/slot.h).
 SESSION_HEADER = "x-qparams-session"
