@@ -53,7 +53,7 @@ void ReplicaRouter::AddHeaders(grpc::ClientContext& context, const std::string& 
                                const std::string& replica) {
   if (!session.empty() &&
       std::all_of(session.begin(), session.end(), [](char c) { return c >= 0x20 && c <= 0x7e; })) {
-    context.AddMetadata(kSessionHeader, session);
+    context.AddMetadata(kSessionHeader, std::string(HashedPart(session)));
   }
   if (!replica.empty()) context.AddMetadata(kReplicaHeader, replica);
 }

@@ -24,7 +24,17 @@ inline constexpr char kSessionHeader[] = "x-qparams-session";
 // replica refuses a call that names another replica.
 inline constexpr char kReplicaHeader[] = "x-qparams-replica";
 
-// crc32(name) mod kSlotCount, over the name's bytes. Thread-safe.
+// The part of `name` that is hashed for its slot, Redis Cluster's hash-tag rule: if
+// the name has a '{' and, after the first '{', a '}' with at least one character
+// between them, the characters between the first '{' and the first '}' after it;
+// otherwise the whole name. So "x{a}y", "{a}" and "{a}{b}" hash "a"; "{}x" and "x{"
+// hash whole. A scale group and its members name a shared tag to share a slot. The
+// clients send this part in kSessionHeader, so HAProxy hashes the same bytes.
+// Returns a view into `name`. Thread-safe.
+absl::string_view HashedPart(absl::string_view name);
+
+// crc32(HashedPart(name)) mod kSlotCount (zlib's CRC-32 over the bytes). Names
+// without a hash tag hash whole, as before hash tags. Thread-safe.
 int SlotOf(absl::string_view name);
 
 }  // namespace qparams

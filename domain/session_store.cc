@@ -15,7 +15,7 @@ constexpr size_t kMaxNameLength = 128;
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-' || c == '/';
+         c == '.' || c == '_' || c == '-' || c == '/' || c == '{' || c == '}';
 }
 
 absl::Status NotFound(const SessionKey& key) {
@@ -43,7 +43,7 @@ absl::Status ValidateSessionName(absl::string_view name, absl::string_view field
   for (size_t i = 0; i < name.size(); ++i) {
     if (!IsNameChar(name[i])) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, " has a character outside [a-zA-Z0-9._-/] at position ", i));
+          absl::StrCat(field, " has a character outside [a-zA-Z0-9._-/{}] at position ", i));
     }
   }
   return absl::OkStatus();

@@ -419,6 +419,12 @@ TEST_F(ServiceTest, CreateSessionErrors) {
 TEST_F(ServiceTest, GetAndDeleteSession) {
   EXPECT_CODE(Get("missing"), kNotFound);
   EXPECT_CODE(Get("bad name"), kInvalid);
+  EXPECT_CODE(Get("bad<name>"), kInvalid);
+  // Braces are name characters (hash tags, common/slot.h).
+  ASSERT_OK(Create("g{layer1}", "static", Int8Spec()));
+  ASSERT_OK_AND_ASSIGN(v1::Session tagged, Get("g{layer1}"));
+  EXPECT_EQ(tagged.name(), "g{layer1}");
+  EXPECT_OK(Delete("g{layer1}"));
   EXPECT_CODE(Delete("missing"), kNotFound);
   EXPECT_CODE(Delete(""), kInvalid);
   ASSERT_OK(Create("s", "static", Int8Spec()));

@@ -7,8 +7,11 @@
 #include "common/slot.h"
 
 #include <cstdint>
+#include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "gtest/gtest.h"
 
@@ -58,6 +61,32 @@ TEST(Slot, IsInRangeAndCoversEveryByte) {
   // A CRC changes with any one byte, but the slot keeps 8 of its 32 bits, so it need
   // not; here it does in every position (as Python's zlib.crc32 says too).
   EXPECT_EQ(changed, 64);
+}
+
+// Hash tags (Redis Cluster's rule) on the table tests/data/slots.tsv, which the
+// Python client's routing is checked against too (tests/python/test_haproxy_slots.py).
+TEST(Slot, HashTagsFollowTheTable) {
+  std::ifstream in(QPARAMS_SLOTS_TSV);
+  ASSERT_TRUE(in) << QPARAMS_SLOTS_TSV;
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::vector<std::string> f = absl::StrSplit(line, '\t');
+    ASSERT_EQ(f.size(), 3u) << line;
+    EXPECT_EQ(HashedPart(f[0]), f[1]) << f[0];
+    EXPECT_EQ(SlotOf(f[0]), std::stoi(f[2])) << f[0];
+    EXPECT_EQ(SlotOf(f[0]), SlotOf(f[1])) << f[0];
+    ++rows;
+  }
+  EXPECT_GE(rows, 20);
+}
+
+TEST(Slot, HashedPartIsAViewIntoTheName) {
+  const std::string name = "grp{tag}rest";
+  const absl::string_view part = HashedPart(name);
+  EXPECT_EQ(part, "tag");
+  EXPECT_EQ(part.data(), name.data() + 4);
+  EXPECT_EQ(HashedPart(""), "");
 }
 
 }  // namespace

@@ -26,6 +26,8 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import _binary
+from qparams._routing import SlotMap, hashed_part, session_header, slot_of
+from qparams.v1 import qparams_pb2 as pb
 
 HAPROXY = "/usr/sbin/haproxy"
 HEADER = "x-qparams-session"
@@ -185,3 +187,37 @@ def test_haproxy_crc32_is_zlib_crc32_and_qparams_slot(haproxy: str) -> None:
     # The names spread over the slots (a constant answer would agree with nothing, but
     # this says so plainly).
     assert len(set(by_haproxy)) > 200
+
+
+SLOTS_TSV = pathlib.Path(__file__).resolve().parents[1] / "data" / "slots.tsv"
+
+
+def slot_table() -> list[tuple[str, str, int]]:
+    """tests/data/slots.tsv: (name, hashed part, slot) rows, as tests/slot_test.cc
+    checks them against qparams::HashedPart and qparams::SlotOf."""
+    rows = []
+    for line in SLOTS_TSV.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, part, slot = line.split("\t")
+            rows.append((name, part, int(slot)))
+    assert len(rows) >= 20
+    return rows
+
+
+def test_hash_tags_agree_between_python_cli_and_haproxy(haproxy: str) -> None:
+    """A hash tag: the Python client hashes and sends the tag (or the whole name),
+    HAProxy hashes that header, and `qparams-cli slot` hashes the full name; all three
+    give the table's slot."""
+    rows = slot_table()
+    names = [name for name, _, _ in rows]
+    assert [hashed_part(n) for n in names] == [part for _, part, _ in rows]
+    assert [slot_of(n) for n in names] == [slot for _, _, slot in rows]
+    assert [dict(session_header(n))[HEADER] for n in names] == [part for _, part, _ in rows]
+    by_haproxy = haproxy_slots(haproxy, [dict(session_header(n))[HEADER] for n in names])
+    assert by_haproxy == [slot for _, _, slot in rows]
+    assert cli_slots(names) == [slot for _, _, slot in rows]
+    topology = pb.Topology(slot_count=256, replicas=["a", "b"],
+                           ranges=[pb.SlotRange(low=0, high=127, replica="a"),
+                                   pb.SlotRange(low=128, high=255, replica="b")])
+    owners = SlotMap(topology)
+    assert all(owners.owner(n) == ("a" if s < 128 else "b") for n, _, s in rows)

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Iterator
 from qparams._errors import Unimplemented
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["SESSION_HEADER", "REPLICA_HEADER", "Router", "SlotMap", "valid_replica",
-           "session_header", "replica_header", "merge_by_name"]
+__all__ = ["SESSION_HEADER", "REPLICA_HEADER", "Router", "SlotMap", "hashed_part", "slot_of",
+           "valid_replica", "session_header", "replica_header", "merge_by_name"]
 
 #: The metadata that carries a call's session name for routing (common/slot.h).
 SESSION_HEADER = "x-qparams-session"
@@ -35,12 +35,30 @@ def valid_replica(name: str) -> bool:
     return bool(_REPLICA_NAME.fullmatch(name))
 
 
+def hashed_part(name: str) -> str:
+    """The part of `name` hashed for its slot, Redis Cluster's hash-tag rule (as
+    qparams::HashedPart in common/slot.h): the characters between the first "{" and
+    the first "}" after it if there is at least one; otherwise the whole name."""
+    start = name.find("{")
+    if start < 0:
+        return name
+    end = name.find("}", start + 1)
+    if end <= start + 1:
+        return name
+    return name[start + 1:end]
+
+
+def slot_of(name: str, slot_count: int = 256) -> int:
+    """crc32(hashed_part(name)) mod slot_count, the slot of the session `name`."""
+    return zlib.crc32(hashed_part(name).encode("utf-8", "surrogatepass")) % slot_count
+
+
 def session_header(session: str) -> Headers:
     """The header on which a balancer routes a call naming `session`; none for ""
     or a name no header can carry (the server refuses that name anyway)."""
     if not (session and session.isascii() and session.isprintable()):  # " " to "~"
         return ()
-    return ((SESSION_HEADER, session),)
+    return ((SESSION_HEADER, hashed_part(session)),)
 
 
 def replica_header(replica: str | None) -> Headers:
@@ -64,9 +82,9 @@ class SlotMap:
             self._owners[r.low:r.high + 1] = [r.replica] * (r.high - r.low + 1)
 
     def owner(self, name: str) -> str:
-        """The replica that owns the session `name`: crc32(name) mod slot_count, as
-        GetTopology documents the slot."""
-        return self._owners[zlib.crc32(name.encode("utf-8", "surrogatepass")) % self.slot_count]
+        """The replica that owns the session `name`: crc32(hashed_part(name)) mod
+        slot_count, as GetTopology documents the slot."""
+        return self._owners[slot_of(name, self.slot_count)]
 
     def split(self, names: Iterable[str]) -> dict[str, list[int]]:
         """The indexes of `names`, by the replica that owns each (replicas in name

@@ -562,8 +562,9 @@ class Client:
     def topology(self, *, timeout: float | None = None, metadata: Metadata = None) -> pb.Topology:
         """Which replica owns which slots (GetTopology): slot_count, the answering
         replica_id, the slot ranges and the replicas. A session's slot is
-        zlib.crc32(name.encode()) % slot_count. An unsharded server is one replica ""
-        owning every slot."""
+        zlib.crc32(part.encode()) % slot_count, the part being the name's hash tag
+        (between its first "{" and the next "}", if not empty) or else the whole
+        name. An unsharded server is one replica "" owning every slot."""
         return self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata)
 
     def delete_session(self, name: str, *,
