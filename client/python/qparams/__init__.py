@@ -10,8 +10,14 @@ parameters (scale, zero point, minval) bit for bit as coreai_opt does.
         client.observe("demo", np.random.randn(4, 16).astype(np.float32))
         print(client.get_qparams("demo").scale)
 
-PyTorch observers (torch.ao.quantization) are in qparams.torch.
+PyTorch observers (torch.ao.quantization) are in qparams.torch. NVFP4 quantize /
+dequantize / pack (qparams.nvfp4) and a safetensors reader and writer
+(qparams.safetensors) need torch too; they are imported on first use, so that
+`import qparams` needs no torch.
 """
+
+import importlib
+from typing import Any
 
 from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
                              FailedPrecondition, Internal, InvalidArgument, NotFound,
@@ -24,6 +30,8 @@ from qparams._spec import block_shape, granularity, quant_spec
 from qparams.client import DEFAULT_TARGET, Client
 from qparams.v1 import qparams_pb2 as pb
 
+_LAZY_MODULES = ("nvfp4", "safetensors")
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -32,5 +40,12 @@ __all__ = [
     "block_shape", "is_e4m3", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable",
-    "DataLoss", "Unauthenticated",
+    "DataLoss", "Unauthenticated", "nvfp4", "safetensors",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """qparams.nvfp4 and qparams.safetensors, imported (with torch) when first named."""
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"qparams.{name}")
+    raise AttributeError(f"module 'qparams' has no attribute {name!r}")

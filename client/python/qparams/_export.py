@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["require_torch", "decode_tensor", "decode_compressed_tensors", "decode_modelopt",
-           "is_e4m3", "E4M3_DTYPE"]
+           "is_e4m3", "mark_e4m3", "E4M3_DTYPE"]
 
 # The exported dtype of NVFP4 block scales, and the attribute that tags their tensors.
 E4M3_DTYPE = "float8_e4m3fn"
@@ -51,6 +51,13 @@ def is_e4m3(tensor: Any) -> bool:
     whose bytes are float8_e4m3fn codes (NVFP4 block scales). The tag is an attribute
     of that tensor object; a tensor computed from it does not carry it."""
     return getattr(tensor, _DTYPE_TAG, None) == E4M3_DTYPE
+
+
+def mark_e4m3(tensor: Any) -> Any:
+    """Tags the torch.uint8 tensor `tensor` as float8_e4m3fn codes (is_e4m3) and
+    returns it."""
+    setattr(tensor, _DTYPE_TAG, E4M3_DTYPE)
+    return tensor
 
 
 def decode_tensor(entry: Mapping[str, Any], name: str = "tensor") -> Any:
@@ -99,9 +106,7 @@ def decode_tensor(entry: Mapping[str, Any], name: str = "tensor") -> Any:
         array = np.array(data, dtype=np.float64).astype(dtype)
     # np.array, not np.ascontiguousarray, which makes a scalar (shape []) 1-D.
     tensor = torch.from_numpy(np.array(array.reshape(tuple(shape)), order="C"))
-    if entry["dtype"] == E4M3_DTYPE:
-        setattr(tensor, _DTYPE_TAG, E4M3_DTYPE)
-    return tensor
+    return mark_e4m3(tensor) if entry["dtype"] == E4M3_DTYPE else tensor
 
 
 def _decode_document(text: str, format: str, config_key: str
