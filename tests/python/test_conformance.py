@@ -155,14 +155,13 @@ def run_session(client: qparams.Client, case: dict, name: str, mode: str) -> str
     return d
 
 
-def run_every_way(client: qparams.Client, cases: list[dict], modes: Sequence[str],
-                  run_case: Callable[[qparams.Client, dict, str, str], str], what: str,
-                  capsys: pytest.CaptureFixture) -> None:
+def run_ways(client: qparams.Client, cases: list[dict], modes: Sequence[str],
+             run_case: Callable[[qparams.Client, dict, str, str], str], what: str,
+             capsys: pytest.CaptureFixture) -> dict[int, str]:
     """Runs every case each way (sessions named what/mode/index), printing
-    `{what}conformance via <way>: N of M cases match` per way and overall; fails
-    listing the first differences."""
-    failed: set[int] = set()
-    messages = []
+    `{what}conformance via <way>: N of M cases match` per way; returns the first
+    difference of each case that failed some way, by case index."""
+    failed: dict[int, str] = {}
     for mode in modes:
         mode_failures = 0
         for i, c in enumerate(cases):
@@ -172,12 +171,20 @@ def run_every_way(client: qparams.Client, cases: list[dict], modes: Sequence[str
                 d = f"raised {e!r}"
             if d:
                 mode_failures += 1
-                failed.add(i)
-                messages.append(f"{c['id']} ({mode}): {d}")
+                failed.setdefault(i, f"{c['id']} ({mode}): {d}")
         way = mode if mode in MANY else f"observe, reduce={mode}"
         report(capsys, f"{what}conformance via {way}", len(cases) - mode_failures, len(cases))
+    return failed
+
+
+def run_every_way(client: qparams.Client, cases: list[dict], modes: Sequence[str],
+                  run_case: Callable[[qparams.Client, dict, str, str], str], what: str,
+                  capsys: pytest.CaptureFixture) -> None:
+    """run_ways, then `{what}conformance: N of M cases match` overall; fails listing
+    the first differences."""
+    failed = run_ways(client, cases, modes, run_case, what, capsys)
     report(capsys, f"{what}conformance", len(cases) - len(failed), len(cases))
-    assert not failed, "\n".join(messages[:20])
+    assert not failed, "\n".join(list(failed.values())[:20])
 
 
 @pytest.fixture(scope="module")

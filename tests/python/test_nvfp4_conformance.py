@@ -1,27 +1,37 @@
-"""The session cases of the NVFP4 vectors ($QPARAMS_NVFP4_VECTORS, default
-tests/data/nvfp4.jsonl; nvfp4.md §10) through the Python client, bit for bit: the
-dynamic and static cases Compute can run through compute, and every case through
-sessions the ways test_conformance.py runs vectors.jsonl (observe with whole tensors,
-with block ranges, the default reduce="auto", observe_many and observe_batch). Prints
-`nvfp4 conformance: N of M cases match` per way and overall (a case matches when it
-matches every way), then how many group and qdq cases are not run here: the group
-cases need scale groups (§4), the qdq cases check the §5 helpers."""
+"""The NVFP4 vectors ($QPARAMS_NVFP4_VECTORS, default tests/data/nvfp4.jsonl;
+nvfp4.md §10) through the Python package, bit for bit, each kind of case by its
+runner (RUNNERS):
+
+- session cases (no kind): the dynamic and static cases Compute can run through
+  compute, and every case through sessions the ways test_conformance.py runs
+  vectors.jsonl (observe with whole tensors, with block ranges, the default
+  reduce="auto", observe_many and observe_batch);
+- qdq cases: through qparams.nvfp4's quantize and dequantize (§5), on the host.
+
+Prints `nvfp4 conformance via <way>: N of M cases match` per way, then
+`nvfp4 conformance: N of M cases match` over every case run (a case matches when it
+matches every way), then how many cases of kinds without a runner are not run (the
+group cases, which need the scale-group calls of §4)."""
 
 from __future__ import annotations
 
+import base64
 import collections
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 
+import torch
+
 import qparams
 from conftest import REPO
 from helpers import f32_bits
-from test_conformance import (MODES, judge, run_every_way, run_steps, session_calls, spec_of,
-                              tensor)
+from qparams import nvfp4
+from test_conformance import (MODES, judge, report, run_steps, run_ways, session_calls,
+                              spec_of, tensor)
 
 
 def nvfp4_vectors() -> str:
@@ -35,11 +45,6 @@ def all_cases() -> list[dict]:
         cases = [json.loads(line) for line in f if line.strip()]
     assert cases, f"no cases in {nvfp4_vectors()}"
     return cases
-
-
-@pytest.fixture(scope="module")
-def cases(all_cases) -> list[dict]:
-    return [c for c in all_cases if not c.get("kind")]
 
 
 def u32(value: float | None) -> int | None:
@@ -127,13 +132,82 @@ def run_case(client: qparams.Client, case: dict, name: str, mode: str) -> str:
     return run_session(client, case, name, mode)
 
 
-def test_every_session_case_every_way(client, all_cases, cases, capsys) -> None:
-    not_run = collections.Counter(c["kind"] for c in all_cases if c.get("kind"))
+def run_qdq(case: dict) -> str:
+    """What differs between a qdq case (§10) and qparams.nvfp4's quantize, then
+    dequantize of its packed result; "" if nothing."""
+    x = tensor(case["input"])
+    x = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.array(x))
+    gs = np.array([case["global_scale"]], np.uint32).view(np.float32)[0].item()
+    static = None
+    if case["mode"] == "static":
+        static = torch.tensor(case["scale_e4m3"], dtype=torch.uint8)
     try:
-        run_every_way(client, cases, MODES, run_case, "nvfp4 ", capsys)
+        packed, codes = nvfp4.quantize(x, gs, case["convention"], static)
+        dequant = nvfp4.dequantize(packed, codes, gs, case["convention"])
+    except nvfp4.NVFP4Error as e:
+        if case.get("expect_error") == "invalid_argument":
+            return ""
+        return f"raised {e!r}"
+    if "expect_error" in case:
+        return f"expected {case['expect_error']}, got a result"
+    expect = case["expect"]
+    if "scale_e4m3" in expect and expect["scale_e4m3"] != codes.ravel().tolist():
+        return f"scale_e4m3: expected {expect['scale_e4m3']}, got {codes.ravel().tolist()}"
+    if base64.b64decode(expect["packed"]) != packed.numpy().tobytes():
+        return f"packed: expected {expect['packed']}, got {base64.b64encode(packed.numpy())}"
+    if base64.b64decode(expect["dequant"]) != dequant.numpy().tobytes():
+        return "dequant: the float32 bit patterns differ"
+    return ""
+
+
+def run_session_cases(client: qparams.Client, cases: list[dict],
+                      capsys: pytest.CaptureFixture) -> dict[str, str]:
+    """The session cases every way; the first difference of each failed case, by id."""
+    failed = run_ways(client, cases, MODES, run_case, "nvfp4 ", capsys)
+    return {cases[i]["id"]: d for i, d in failed.items()}
+
+
+def run_qdq_cases(client: qparams.Client, cases: list[dict],
+                  capsys: pytest.CaptureFixture) -> dict[str, str]:
+    """The qdq cases through qparams.nvfp4; the difference of each failed case, by id."""
+    failed = {}
+    for c in cases:
+        try:
+            d = run_qdq(c)
+        except Exception as e:  # counted, so that one odd case does not hide the rest
+            d = f"raised {e!r}"
+        if d:
+            failed[c["id"]] = f"{c['id']} (qparams.nvfp4): {d}"
+    report(capsys, "nvfp4 conformance via qparams.nvfp4 quantize/dequantize",
+           len(cases) - len(failed), len(cases))
+    return failed
+
+
+# The runner of each kind of case ("" for session cases); the cases of a kind not
+# here are counted as not run.
+RUNNERS: dict[str, Callable[[qparams.Client, list[dict], pytest.CaptureFixture],
+                            dict[str, str]]] = {
+    "": run_session_cases,
+    "qdq": run_qdq_cases,
+}
+
+
+def test_every_case_every_way(client, all_cases, capsys) -> None:
+    by_kind: dict[str, list[dict]] = collections.defaultdict(list)
+    for c in all_cases:
+        by_kind[c.get("kind", "")].append(c)
+    not_run = {kind: len(cs) for kind, cs in by_kind.items() if kind not in RUNNERS}
+    total = sum(len(cs) for kind, cs in by_kind.items() if kind in RUNNERS)
+    failed: dict[str, str] = {}
+    try:
+        for kind, runner in RUNNERS.items():
+            if by_kind.get(kind):
+                failed.update(runner(client, by_kind[kind], capsys))
+        report(capsys, "nvfp4 conformance", total - len(failed), total)
     finally:
         if not_run:
             counts = " and ".join(f"{n} {kind}" for kind, n in sorted(not_run.items()))
             with capsys.disabled():
                 print(f"nvfp4 conformance: {counts} cases not run through the Python client "
                       f"({nvfp4_vectors()})")
+    assert total and not failed, "\n".join(list(failed.values())[:20])
