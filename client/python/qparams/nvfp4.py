@@ -20,6 +20,7 @@ float8_e4m3fn codes; e4m3_encode and e4m3_decode convert them (§3.4).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 __all__ = ["NVFP4Error", "NonFiniteInput", "BlockShapeError", "BLOCK", "CONVENTIONS",
@@ -85,7 +86,7 @@ def _blocks(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
 
 
-def _scale_codes(scale_e4m3: torch.Tensor, blocks_shape: tuple[int, ...],
+def _scale_codes(scale_e4m3: torch.Tensor | np.ndarray, blocks_shape: tuple[int, ...],
                  device: torch.device) -> torch.Tensor:
     """Block scale codes as uint8 [..., n/16] on `device` (any shape with that many
     elements, e.g. flat as the service returns them)."""
@@ -154,12 +155,15 @@ def block_scales(x: torch.Tensor, global_scale: float | torch.Tensor,
         NonFiniteInput, BlockShapeError, NVFP4Error: see quantize.
     """
     convention = _convention(convention)
-    blocks = _blocks(x)
-    g = _global_scale(global_scale, x.device)
-    amax = blocks.abs().amax(dim=-1)  # in x's dtype: exact
+    return _block_codes(_blocks(x), _global_scale(global_scale, x.device), convention)
+
+
+def _block_codes(blocks: torch.Tensor, g: torch.Tensor, convention: str) -> torch.Tensor:
+    amax = blocks.abs().amax(dim=-1)  # in the input's dtype: exact
     if convention == "compressed_tensors":
         # fl_P(amax / 6), a true division in float32 rounded to P, then float32 gs * t.
-        t = (amax.to(torch.float32) / torch.tensor(6.0, device=x.device)).to(x.dtype)
+        six = torch.tensor(6.0, device=blocks.device)
+        t = (amax.to(torch.float32) / six).to(blocks.dtype)
         s = (g * t.to(torch.float32)).clamp(-_E4M3_MAX, _E4M3_MAX)
         codes = e4m3_encode(s)
         return torch.where(e4m3_decode(codes) == 0, torch.full_like(codes, _E4M3_EPS_CODE),
@@ -183,7 +187,7 @@ def dequant_scales(scale_e4m3: torch.Tensor, global_scale: float | torch.Tensor,
 
 def quantize(x: torch.Tensor, global_scale: float | torch.Tensor,
              convention: str = "compressed_tensors",
-             scale_e4m3: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             scale_e4m3: torch.Tensor | np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantizes x to packed NVFP4 (nvfp4.md §5) on x's device.
 
     Args:
@@ -191,9 +195,9 @@ def quantize(x: torch.Tensor, global_scale: float | torch.Tensor,
         global_scale: the float32 global scale (gs, or modelopt's scale_2), as a float
             or a one-element tensor.
         convention: "compressed_tensors" (or "") or "modelopt".
-        scale_e4m3: static mode: the block scales' float8_e4m3fn codes (uint8, as many
-            as x has blocks, e.g. a session's QParams.scale_e4m3). None: dynamic mode,
-            computed from x with block_scales.
+        scale_e4m3: static mode: the block scales' float8_e4m3fn codes (a uint8 tensor
+            or numpy array with one code per block in any shape, e.g. a session's
+            QParams.scale_e4m3). None: dynamic mode, computed from x (block_scales).
 
     Returns:
         (packed, scale_e4m3): packed uint8 of shape [..., n/2] (element 2i in the low
@@ -207,11 +211,12 @@ def quantize(x: torch.Tensor, global_scale: float | torch.Tensor,
     """
     convention = _convention(convention)
     blocks = _blocks(x)
+    g = _global_scale(global_scale, x.device)
     if scale_e4m3 is None:
-        codes = block_scales(x, global_scale, convention)
+        codes = _block_codes(blocks, g, convention)
     else:
         codes = _scale_codes(scale_e4m3, tuple(blocks.shape[:-1]), x.device)
-    d = dequant_scales(codes, global_scale, convention).unsqueeze(-1)
+    d = dequant_scales(codes, g, convention).unsqueeze(-1)
     y = blocks.to(torch.float32) / d
     if convention == "compressed_tensors":
         y = y.clamp(-6.0, 6.0)
@@ -245,7 +250,7 @@ def unpack(packed: torch.Tensor) -> torch.Tensor:
     return pairs.reshape(*packed.shape[:-1], packed.shape[-1] * 2)
 
 
-def dequantize(packed: torch.Tensor, scale_e4m3: torch.Tensor,
+def dequantize(packed: torch.Tensor, scale_e4m3: torch.Tensor | np.ndarray,
                global_scale: float | torch.Tensor,
                convention: str = "compressed_tensors") -> torch.Tensor:
     """The float32 values of packed NVFP4 (nvfp4.md §5), on packed's device:
@@ -254,7 +259,8 @@ def dequantize(packed: torch.Tensor, scale_e4m3: torch.Tensor,
 
     Args:
         packed: uint8 [..., n/2], as quantize returns it (n a multiple of 16).
-        scale_e4m3: the block codes, uint8, one per 16 elements.
+        scale_e4m3: the block codes (uint8 tensor or numpy array), one per 16
+            elements.
         global_scale, convention: as for quantize.
 
     Raises:
