@@ -40,8 +40,8 @@ __all__ = [
     "block_shape", "is_e4m3", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable",
-    "DataLoss", "Unauthenticated", "nvfp4", "safetensors",
-]
+    "DataLoss", "Unauthenticated",
+]  # not the lazy modules, so that `from qparams import *` needs no torch
 
 
 def __getattr__(name: str) -> Any:
