@@ -518,3 +518,38 @@ def test_cli_observes_through_owner_stream(cluster: Cluster, tmp_path: pathlib.P
             with pytest.raises(qparams.FailedPrecondition) as raised:
                 wrong.get_session(name)
             assert raised.value.owner == "r2"
+
+
+def test_scale_groups_route_on_their_hash_tag(cluster: Cluster) -> None:
+    """Scale groups through HAProxy: each group's calls reach the replica owning its
+    hash tag, where its members are; listing merges every replica's groups in name
+    order; a member in another slot is refused."""
+    tags: dict[str, str] = {}  # one hash tag per replica
+    for i in range(100):
+        tags.setdefault(owner_of(f"t{i}"), f"t{i}")
+        if len(tags) == len(REPLICAS):
+            break
+    target = f"unix:{cluster.haproxy.socket}"
+    groups = sorted(f"grp/{{{tag}}}.qk" for tag in tags.values())
+    with qparams.Client(target) as client:
+        for replica, tag in tags.items():
+            members = [f"grp/{{{tag}}}.q", f"grp/{{{tag}}}.k"]
+            for name in members:
+                client.create_session(name, target="weight", dtype="float4_e2m1fn_x2",
+                                      scale_dtype="float8_e4m3fn",
+                                      granularity="per_block:-1:16")
+                client.observe(name, np.full((1, 16), 1.0, np.float32))
+            group = f"grp/{{{tag}}}.qk"
+            client.create_scale_group(group, members)
+            assert client.get_scale_group(group).members == tuple(members)
+            assert client.get_group_qparams(group).initialized
+            with qparams.Client(target, replica=replica) as direct:
+                assert [g.name for g in direct.list_scale_groups("grp/")] == [group]
+        assert [g.name for g in client.list_scale_groups("grp/", page_size=1)] == groups
+        first, second = list(tags.values())[:2]
+        with pytest.raises(qparams.InvalidArgument):
+            client.create_scale_group(f"grp/{{{first}}}.mixed",
+                                      [f"grp/{{{first}}}.q", f"grp/{{{second}}}.q"])
+        for group in groups:
+            client.delete_scale_group(group)
+        assert list(client.list_scale_groups("grp/")) == []
