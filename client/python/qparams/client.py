@@ -109,8 +109,9 @@ class Client:
     Sharded deployments (replicas behind HAProxy, docs/sharding.md): a call naming
     one session carries it in the x-qparams-session header, on which the balancer
     routes it to the owner. Calls over many sessions (observe_many, observe_batch,
-    observe_async) and over all of them (list_sessions, read_sessions) are split into
-    one call per owning replica, addressed by the x-qparams-replica header, using the
+    observe_async) and over all of them (list_sessions, read_sessions,
+    list_scale_groups) are split into one call per owning replica, addressed by the
+    x-qparams-replica header, using the
     topology read once with GetTopology at the first such call (qparams/_routing.py
     decides; the client makes the calls). Against one server
     (no slot map) or one replica they make the single call they always did. After an
