@@ -26,7 +26,7 @@ from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, Deadli
                              Unauthenticated, Unavailable, Unimplemented, Unknown)
 from qparams._export import is_e4m3
 from qparams._histogram import Calibration, Histogram, canonical_exponent, local_histogram
-from qparams._results import ObserveResult, QParams
+from qparams._results import GroupMember, GroupQParams, ObserveResult, QParams, ScaleGroup
 from qparams._spec import block_shape, granularity, quant_spec
 from qparams.client import DEFAULT_TARGET, Client
 from qparams.v1 import qparams_pb2 as pb
@@ -36,7 +36,8 @@ _LAZY_MODULES = ("nvfp4", "safetensors")
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "DEFAULT_TARGET", "QParams", "ObserveResult", "quant_spec", "granularity",
+    "Client", "DEFAULT_TARGET", "QParams", "ObserveResult", "ScaleGroup", "GroupMember",
+    "GroupQParams", "quant_spec", "granularity",
     "Histogram", "Calibration", "local_histogram", "canonical_exponent",
     "block_shape", "is_e4m3", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import datetime
+from typing import Any, Optional
 
 import numpy as np
 
@@ -11,10 +12,16 @@ from qparams._errors import QParamsError, error_from_status
 from qparams._histogram import Calibration
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["QParams", "ObserveResult", "stream_outcome"]
+__all__ = ["QParams", "ObserveResult", "ScaleGroup", "GroupMember", "GroupQParams",
+           "stream_outcome", "SHARES"]
 
 _PRECISIONS = {pb.DTYPE_UNSPECIFIED: None, pb.FLOAT32: "float32", pb.FLOAT16: "float16",
                pb.BFLOAT16: "bfloat16", pb.FLOAT64: "float64"}
+
+
+#: ScaleGroup.share's values, by their wire enum (docs/scale_groups.md).
+SHARES = {"global_amax": pb.ScaleGroup.GLOBAL_AMAX, "union_range": pb.ScaleGroup.UNION_RANGE}
+_SHARE_NAMES = {value: key for key, value in SHARES.items()}
 
 
 class QParams:
@@ -186,3 +193,96 @@ def stream_outcome(response: pb.ObserveResponse, session: str) -> ObserveResult 
         error.session = session
         return error
     return ObserveResult.from_response(response)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleGroup:
+    """A scale group (docs/scale_groups.md): sessions of one resolved spec that share
+    their scales.
+
+    Attributes:
+        name: the group's name.
+        members: the member sessions' names, in the group's order.
+        share: "global_amax" (NVFP4: one global scale) or "union_range" (per_tensor:
+            one qparams from the union of the members' ranges).
+        fill_uncalibrated: global_amax only: uncalibrated members take the group's
+            global scale once one member is calibrated.
+        create_time: when the server created it (UTC), or None if it did not say.
+    """
+
+    name: str
+    members: tuple[str, ...]
+    share: str
+    fill_uncalibrated: bool
+    create_time: Optional[datetime.datetime]
+
+    @classmethod
+    def from_proto(cls, group: pb.ScaleGroup) -> "ScaleGroup":
+        """The ScaleGroup of a qparams.v1.ScaleGroup message."""
+        # A share this client does not know keeps its wire name, lowercased.
+        share = _SHARE_NAMES.get(group.share) or pb.ScaleGroup.Share.Name(group.share).lower()
+        create_time = (group.create_time.ToDatetime(tzinfo=datetime.timezone.utc)
+                       if group.HasField("create_time") else None)
+        return cls(group.name, tuple(group.members), share, group.fill_uncalibrated,
+                   create_time)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupMember:
+    """One member's part of a global_amax group's result.
+
+    Attributes:
+        name: the member session.
+        qparams: its qparams, with the group's global scale (shape (0,) and
+            `initialized` False for a member filled under fill_uncalibrated).
+        amax: the member's own amax, or None for a filled member.
+    """
+
+    name: str
+    qparams: QParams
+    amax: Optional[float]
+
+    @classmethod
+    def from_proto(cls, member: pb.GroupMember) -> "GroupMember":
+        """The GroupMember of a qparams.v1.GroupMember message."""
+        return cls(member.name,
+                   QParams.from_proto(member.qparams, list(member.qparams.shape) != [0]),
+                   member.amax if member.HasField("amax") else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupQParams:
+    """A scale group's shared result, as get_group_qparams returns it.
+
+    Attributes:
+        group: the group's name.
+        initialized: False while a member is uncalibrated (unless fill_uncalibrated
+            and one is calibrated); the other fields are then empty.
+        uncalibrated: the members without a computing forward, in member order.
+        amax: global_amax: the largest of the calibrated members' amax (else 0.0).
+        global_scale: global_amax: the shared global scale, compressed_tensors' gs or
+            modelopt's scale_2 (else 0.0).
+        members: global_amax: every member's qparams, in member order (else empty).
+        min, max: union_range: the union of the members' ranges (else 0.0).
+        qparams: union_range: the one qparams (shape (1,)) every member uses; None
+            for global_amax and while not initialized.
+    """
+
+    group: str
+    initialized: bool
+    uncalibrated: tuple[str, ...]
+    amax: float
+    global_scale: float
+    members: tuple[GroupMember, ...]
+    min: float
+    max: float
+    qparams: Optional[QParams]
+
+    @classmethod
+    def from_proto(cls, result: pb.GroupQParams) -> "GroupQParams":
+        """The GroupQParams of a qparams.v1.GroupQParams message."""
+        return cls(result.group, result.initialized, tuple(result.uncalibrated),
+                   result.amax, result.global_scale,
+                   tuple(GroupMember.from_proto(m) for m in result.members),
+                   result.min, result.max,
+                   QParams.from_proto(result.qparams) if result.HasField("qparams") else None)
