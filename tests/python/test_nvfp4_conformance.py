@@ -6,12 +6,15 @@ runner (RUNNERS):
   compute, and every case through sessions the ways test_conformance.py runs
   vectors.jsonl (observe with whole tensors, with block ranges, the default
   reduce="auto", observe_many and observe_batch);
+- group cases: their sessions, forwards and scale groups (§4) through the client's
+  session and scale-group calls, each case twice (observe with whole tensors, then
+  with block ranges), as tests/service_conformance_test.cc runs them;
 - qdq cases: through qparams.nvfp4's quantize and dequantize (§5), on the host.
 
 Prints `nvfp4 conformance via <way>: N of M cases match` per way, then
 `nvfp4 conformance: N of M cases match` over every case run (a case matches when it
-matches every way), then how many cases of kinds without a runner are not run (the
-group cases, which need the scale-group calls of §4)."""
+matches every way), then how many cases of kinds without a runner are not run, if
+any."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from helpers import f32_bits
 from qparams import nvfp4
 from test_conformance import (MODES, judge, report, run_steps, run_ways, session_calls,
                               spec_of, tensor)
+from test_conformance import differs as plain_differs
 
 
 def nvfp4_vectors() -> str:
@@ -183,11 +187,143 @@ def run_qdq_cases(client: qparams.Client, cases: list[dict],
     return failed
 
 
+# The status code each expect_error of a group case names (nvfp4.md §10).
+GROUP_ERRORS = {"invalid_argument": qparams.InvalidArgument,
+                "failed_precondition": qparams.FailedPrecondition,
+                "already_exists": qparams.AlreadyExists, "not_found": qparams.NotFound}
+# The ways group cases observe: whole tensors, then block ranges.
+GROUP_MODES = ("never", "always")
+
+
+def group_result_differs(expect: dict, r: qparams.GroupQParams, unprefixed: Callable[[str], str]
+                         ) -> str:
+    """What differs between a get_group_qparams expectation (§10) and r; "" if
+    nothing (the checks of GroupResultDifference in tests/conformance_vectors.cc)."""
+    if expect["initialized"] != r.initialized:
+        return f"initialized: expected {expect['initialized']}, got {r.initialized}"
+    uncalibrated = [unprefixed(n) for n in r.uncalibrated]
+    if expect.get("uncalibrated", []) != uncalibrated:
+        return f"uncalibrated: expected {expect.get('uncalibrated', [])}, got {uncalibrated}"
+    if not r.initialized:
+        return ""
+    if "members" in expect:
+        for field in ("amax", "global_scale"):
+            if expect[field] != u32(getattr(r, field)):
+                return f"{field}: expected {expect[field]}, got {u32(getattr(r, field))}"
+        if len(expect["members"]) != len(r.members):
+            return f"members: expected {len(expect['members'])}, got {len(r.members)}"
+        for i, (want, got) in enumerate(zip(expect["members"], r.members)):
+            if want["name"] != unprefixed(got.name):
+                return f"members[{i}].name: expected {want['name']}, got {unprefixed(got.name)}"
+            # Every member carries the group's global scale.
+            if d := differs(dict(want, global_scale=u32(r.global_scale)), got.qparams):
+                return f"members[{i}] ({want['name']}): {d}"
+            if u32(got.amax) != u32(got.qparams.amax):
+                return f"members[{i}].amax differs from its qparams' amax"
+        return ""
+    for field in ("min", "max"):
+        if expect[field] != u32(getattr(r, field)):
+            return f"{field}: expected {expect[field]}, got {u32(getattr(r, field))}"
+    if r.qparams is None:
+        return "qparams: missing"
+    if d := plain_differs(expect["qparams"], r.qparams):
+        return f"qparams: {d}"
+    return ""
+
+
+def group_step_differs(step: dict, outcome: Any, unprefixed: Callable[[str], str]) -> str:
+    """What differs between a group case's step and its outcome; "" if nothing."""
+    if step["op"] not in ("create_group", "get_group_qparams"):
+        if "scale_e4m3" in step.get("expect", {}):
+            return nvfp4_judge(step, outcome)
+        # A union_range member's forward (integer, fp8): vectors.jsonl's keys.
+        return judge(step, outcome.qparams if isinstance(outcome, qparams.ObserveResult)
+                     else outcome)
+    if "expect_error" in step:
+        wanted = GROUP_ERRORS[step["expect_error"]]
+        return "" if isinstance(outcome, wanted) else (
+            f"expected {wanted.__name__}, got {outcome!r}")
+    if isinstance(outcome, Exception):
+        return f"expected success, got {outcome}"
+    if step["op"] == "get_group_qparams":
+        return group_result_differs(step["expect"], outcome, unprefixed)
+    return ""
+
+
+def group_state(client: qparams.Client, prefix: str) -> tuple:
+    """Everything under `prefix`, sessions and groups, to check that a failed step
+    changed nothing."""
+    sessions = []
+    for session in client.list_sessions(prefix, page_size=1000):
+        session.ClearField("update_time")
+        sessions.append(session.SerializeToString())
+    return tuple(sessions), tuple(client.list_scale_groups(prefix, page_size=1000))
+
+
+def run_group_case(client: qparams.Client, case: dict, prefix: str, mode: str) -> str:
+    """A group case with names under `prefix`, observing `mode` (reduce); "" if it
+    matched, else the step and what differed. On success its sessions and groups are
+    deleted."""
+    def unprefixed(name: str) -> str:
+        return name[len(prefix):] if name.startswith(prefix) else name
+
+    for s in case["sessions"]:
+        try:
+            client.create_session(prefix + s["name"], spec_of(s), calculator=s["calculator"],
+                                  averaging_constant=s.get("averaging_constant"))
+        except (qparams.QParamsError, ValueError) as e:
+            return f"creating session {s['name']}: {e}"
+    for i, step in enumerate(case["steps"]):
+        op = step["op"]
+        before = group_state(client, prefix) if "expect_error" in step else None
+        try:
+            if op == "create_group":
+                outcome: Any = client.create_scale_group(
+                    prefix + step["group"], [prefix + m for m in step["members"]],
+                    step["share"], fill_uncalibrated=step.get("fill_uncalibrated", False))
+            elif op == "get_group_qparams":
+                outcome = client.get_group_qparams(prefix + step["group"])
+            else:
+                outcome = session_calls(client, prefix + step["session"], mode)[op](step)
+        except (qparams.QParamsError, ValueError) as e:
+            outcome = e
+        if d := group_step_differs(step, outcome, unprefixed):
+            return f"step {i} ({op}): {d}"
+        if before is not None and group_state(client, prefix) != before:
+            return f"step {i} ({op}): a failed step changed the sessions or groups"
+    for group in client.list_scale_groups(prefix, page_size=1000):
+        client.delete_scale_group(group.name)
+    for s in case["sessions"]:
+        client.delete_session(prefix + s["name"])
+    return ""
+
+
+def run_group_cases(client: qparams.Client, cases: list[dict],
+                    capsys: pytest.CaptureFixture) -> dict[str, str]:
+    """The group cases each way of GROUP_MODES; the first difference of each failed
+    case, by id."""
+    failed = {}
+    for mode in GROUP_MODES:
+        mode_failures = 0
+        for i, c in enumerate(cases):
+            try:
+                d = run_group_case(client, c, f"nvfp4-group/{mode}/{i}/", mode)
+            except Exception as e:  # counted, so that one odd case does not hide the rest
+                d = f"raised {e!r}"
+            if d:
+                mode_failures += 1
+                failed.setdefault(c["id"], f"{c['id']} (groups, reduce={mode}): {d}")
+        report(capsys, f"nvfp4 conformance via scale groups, observe reduce={mode}",
+               len(cases) - mode_failures, len(cases))
+    return failed
+
+
 # The runner of each kind of case ("" for session cases); the cases of a kind not
 # here are counted as not run.
 RUNNERS: dict[str, Callable[[qparams.Client, list[dict], pytest.CaptureFixture],
                             dict[str, str]]] = {
     "": run_session_cases,
+    "group": run_group_cases,
     "qdq": run_qdq_cases,
 }
 
