@@ -121,6 +121,7 @@ class FusedGroups(Sequence[FusedGroup]):
         self._tags = dict(tags)
 
     def __getitem__(self, index):  # type: ignore[override]
+        """The group at `index` (or a tuple of them for a slice)."""
         return self._groups[index]
 
     def __len__(self) -> int:
@@ -216,7 +217,6 @@ def find_fused_groups(model: torch.nn.Module,
                 raise ValueError(f"modules names {m!r}, which is not a module of the model")
         order = {n: i for i, n in enumerate(named)}
         members.sort(key=order.__getitem__)
-    member_set = set(members)
 
     # Weight groups: under each ancestor of each member, the sets all of whose names match.
     found: dict[tuple[str, str], list[str]] = {}
