@@ -20,7 +20,8 @@ import importlib
 from typing import Any
 
 from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
-                             FailedPrecondition, Internal, InvalidArgument, NotFound,
+                             FailedPrecondition, FusedGlobalScalesDiffer, Internal,
+                             InvalidArgument, NotFound, UncalibratedGroup,
                              OutOfRange, PermissionDenied, QParamsError, ResourceExhausted,
                              Unauthenticated, Unavailable, Unimplemented, Unknown)
 from qparams._export import is_e4m3
@@ -41,7 +42,7 @@ __all__ = [
     "block_shape", "is_e4m3", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable",
-    "DataLoss", "Unauthenticated",
+    "DataLoss", "Unauthenticated", "FusedGlobalScalesDiffer", "UncalibratedGroup",
 ]  # not the lazy modules, so that `from qparams import *` needs no torch
 
 

@@ -14,7 +14,8 @@ __all__ = [
     "QParamsError", "Cancelled", "Unknown", "InvalidArgument", "DeadlineExceeded",
     "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal",
-    "Unavailable", "DataLoss", "Unauthenticated", "error_from_status", "error_from_rpc",
+    "Unavailable", "DataLoss", "Unauthenticated", "FusedGlobalScalesDiffer",
+    "UncalibratedGroup", "error_from_status", "error_from_rpc",
 ]
 
 
@@ -156,6 +157,44 @@ class Unauthenticated(QParamsError):
     """gRPC status UNAUTHENTICATED (16). The call carried no valid token."""
 
     code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class FusedGlobalScalesDiffer(FailedPrecondition):
+    """An NVFP4 checkpoint refused because the weights of fused siblings (q/k/v,
+    gate/up, an expert's w1/w3: modules an engine loads as one GEMM with one global
+    scale) have different global scales: no GLOBAL_AMAX scale group covers them.
+
+    Attributes:
+        members: the siblings' sessions (or, for a check made on an exported
+            checkpoint, their modules), in the order named.
+        global_scales: their global scales, in the same order (empty when the refusal
+            did not list them).
+    """
+
+    def __init__(self, message: str, members: tuple[str, ...] = (),
+                 global_scales: tuple[float, ...] = (), **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.members = tuple(members)
+        self.global_scales = tuple(global_scales)
+
+
+class UncalibratedGroup(FailedPrecondition):
+    """An NVFP4 checkpoint refused because a GLOBAL_AMAX scale group has members that
+    never saw data, so it has no shared global scale to export (or a filled member is
+    a weight, which has no block scales).
+
+    Attributes:
+        group: the scale group.
+        members: its members, when the refusal listed them (else empty).
+        uncalibrated: the members that never saw data.
+    """
+
+    def __init__(self, message: str, group: str = "", members: tuple[str, ...] = (),
+                 uncalibrated: tuple[str, ...] = (), **kwargs: object) -> None:
+        super().__init__(message, **kwargs)  # type: ignore[arg-type]
+        self.group = group
+        self.members = tuple(members)
+        self.uncalibrated = tuple(uncalibrated)
 
 
 _BY_CODE: dict[grpc.StatusCode, type[QParamsError]] = {

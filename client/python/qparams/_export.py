@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from qparams._errors import (FailedPrecondition, FusedGlobalScalesDiffer, QParamsError,
+                             UncalibratedGroup)
+
 __all__ = ["require_torch", "decode_tensor", "decode_compressed_tensors", "decode_modelopt",
-           "is_e4m3", "mark_e4m3", "E4M3_DTYPE"]
+           "is_e4m3", "mark_e4m3", "E4M3_DTYPE", "refine_export_error"]
 
 # The exported dtype of NVFP4 block scales, and the attribute that tags their tensors.
 E4M3_DTYPE = "float8_e4m3fn"
@@ -33,6 +37,44 @@ _NUMPY_DTYPES = {
     "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32,
     "int64": np.int64, "bool": np.bool_, E4M3_DTYPE: np.uint8,
 }
+
+
+# The server's refusals of NVFP4 exports that name sessions (export/exporter.cc); the
+# message stays the server's, the names become attributes.
+_FUSED = re.compile(r"no GLOBAL_AMAX scale group covers them: (?P<listed>.*?); declare a "
+                    r"scale group of them \(CreateScaleGroup with share GLOBAL_AMAX and "
+                    r"members (?P<members>[^)]*)\)")
+_LISTED = re.compile(r"(\S+) \(([^)]*)\)")
+_UNCALIBRATED = re.compile(r"scale group (?P<group>\S+) \(members (?P<members>[^)]*)\) has "
+                           r"uncalibrated members (?P<uncalibrated>.*?), so it has no shared")
+_FILLED_WEIGHT = re.compile(r"scale group (?P<group>\S+) fills session (?P<session>\S+), "
+                            r"which never saw data")
+
+
+def refine_export_error(error: QParamsError) -> QParamsError:
+    """`error`, or for an export refused over fused siblings or a scale group's
+    uncalibrated members the FailedPrecondition subclass that names them
+    (FusedGlobalScalesDiffer, UncalibratedGroup), with the same message."""
+    if type(error) is not FailedPrecondition:
+        return error
+    message = error.message
+    kwargs = {"session": error.session, "owner": error.owner}
+    if m := _FUSED.search(message):
+        scales = []
+        for _, text in _LISTED.findall(m["listed"]):
+            try:
+                scales.append(float(text))
+            except ValueError:
+                scales = []
+                break
+        return FusedGlobalScalesDiffer(message, tuple(m["members"].split(", ")),
+                                       tuple(scales), **kwargs)
+    if m := _UNCALIBRATED.search(message):
+        return UncalibratedGroup(message, m["group"], tuple(m["members"].split(", ")),
+                                 tuple(m["uncalibrated"].split(", ")), **kwargs)
+    if m := _FILLED_WEIGHT.search(message):
+        return UncalibratedGroup(message, m["group"], (), (m["session"],), **kwargs)
+    return error
 
 
 def require_torch() -> Any:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import grpc
 
 from qparams._background import ObserveQueue
-from qparams._export import decode_compressed_tensors, decode_modelopt, require_torch
+from qparams._export import (decode_compressed_tensors, decode_modelopt, refine_export_error,
+                             require_torch)
 from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
                              error_from_rpc)
 from qparams._fork_proxy import ForkProxy, fork_support_enabled
@@ -480,6 +481,11 @@ class Client:
             TypeError: prefix or format is not a str.
             FailedPrecondition: uninitialized sessions under the prefix (named in the
                 message), unless allow_uninitialized.
+            FusedGlobalScalesDiffer: (a FailedPrecondition) NVFP4 fused siblings whose
+                global scales differ, no GLOBAL_AMAX group covering them; `.members`
+                names their sessions.
+            UncalibratedGroup: (a FailedPrecondition) a GLOBAL_AMAX group of an
+                exported session has members that never saw data (`.uncalibrated`).
             InvalidArgument: an unknown format, a bad prefix, or a session the format
                 cannot express (named in the message).
             NotFound: no session under the prefix.
@@ -503,7 +509,7 @@ class Client:
         try:
             data = b"".join(chunk.data for chunk in call)
         except grpc.RpcError as e:
-            raise error_from_rpc(e) from None
+            raise refine_export_error(error_from_rpc(e)) from None
         finally:
             call.cancel()
         return data.decode("utf-8")

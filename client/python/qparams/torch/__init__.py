@@ -53,15 +53,27 @@ child's first call starts a helper process that makes its calls (see
 qparams/_fork_proxy.py for why gRPC's own fork support is not turned on), and
 children that do not call the server never start one.
 
+NVFP4: find_fused_groups names a model's fused groups (q/k/v, gate/up, an expert's
+w1/w3, a MoE block's expert inputs) by module names, with hash-tagged session names that
+keep each group on one replica; NVFP4Calibration calibrates the linears' weights (as
+block ranges) and inputs into NVFP4 sessions with GLOBAL_AMAX groups of those, and
+writes the compressed-tensors or ModelOpt checkpoint of the server's export
+(read_checkpoint dequantizes one).
+
 Errors of background observations are raised by the next forward, flush or
 calculate_qparams of an observer using the same client, once, naming the session.
 """
 
+from qparams.torch._fused import (EXPERT_INPUTS, FUSED_SIBLINGS, FusedGroup, FusedGroups,
+                                  checkpoint_name, find_fused_groups)
 from qparams.torch._naming import parameter_names
+from qparams.torch._nvfp4 import NVFP4Calibration, NVFP4Checkpoint, read_checkpoint
 from qparams.torch._observer import RemoteObserver, name_observers
 from qparams.torch._onnx import onnx_tensor_names
 from qparams.torch._registry import (close_clients, default_run, delete_run, flush_all,
                                      shared_client)
 
 __all__ = ["RemoteObserver", "name_observers", "onnx_tensor_names", "parameter_names",
-           "shared_client", "flush_all", "close_clients", "default_run", "delete_run"]
+           "shared_client", "flush_all", "close_clients", "default_run", "delete_run",
+           "find_fused_groups", "FusedGroup", "FusedGroups", "FUSED_SIBLINGS", "EXPERT_INPUTS",
+           "checkpoint_name", "NVFP4Calibration", "NVFP4Checkpoint", "read_checkpoint"]
