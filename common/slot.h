@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include <string>
+
 #include "absl/strings/string_view.h"
 
 namespace qparams {
@@ -32,6 +34,11 @@ inline constexpr char kReplicaHeader[] = "x-qparams-replica";
 // clients send this part in kSessionHeader, so HAProxy hashes the same bytes.
 // Returns a view into `name`. Thread-safe.
 absl::string_view HashedPart(absl::string_view name);
+
+// `name` without the two braces of its hash tag (HashedPart's rule): "{model.l0}.q"
+// -> "model.l0.q"; a name with no hash tag is returned whole. Exports use it, so a
+// tag chosen for placement does not leak into a checkpoint's tensor names.
+std::string WithoutHashTagBraces(absl::string_view name);
 
 // crc32(HashedPart(name)) mod kSlotCount (zlib's CRC-32 over the bytes). Names
 // without a hash tag hash whole, as before hash tags. Thread-safe.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_string.h"
+#include "common/slot.h"
 #include "core/dtype.h"
 #include "core/quant_spec.h"
 #include "core/status_macros.h"
@@ -571,8 +572,10 @@ TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefi
   }
   if (auto renamed = renames.find(binding.tensor); renamed != renames.end()) {
     binding.tensor = renamed->second;
-    tensor = binding.tensor;
+  } else {
+    binding.tensor = WithoutHashTagBraces(binding.tensor);
   }
+  tensor = binding.tensor;
   absl::string_view module = tensor;
   for (absl::string_view suffix : kRoleSuffixes) {
     if (module.size() > suffix.size() && absl::EndsWith(module, suffix)) {

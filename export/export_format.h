@@ -36,8 +36,8 @@ absl::string_view RoleName(TensorRole role);
 
 // Where a session sits in a model.
 struct TensorBinding {
-  // The session name without the export's prefix and then one leading '/' or '.';
-  // the whole name when that leaves nothing.
+  // The session name without the export's prefix and then one leading '/' or '.'
+  // (the whole name when that leaves nothing), and without its hash tag's braces.
   std::string tensor;
   // kWeight for target WEIGHT. For ACTIVATION, kOutput when the tensor name ends in
   // ".output" or ".activation_post_process" (torch.ao's observer of a module's
@@ -50,7 +50,10 @@ struct TensorBinding {
 
 // The binding of the session `session_name`, which starts with `prefix`. When
 // `renames` holds the tensor name, its value replaces it (and the module is taken
-// from the new name); the role still comes from the session's own name.
+// from the new name); the role still comes from the session's own name. Otherwise
+// the braces of a hash tag are dropped (common/slot.h WithoutHashTagBraces): a
+// session named "{model.layers.0.self_attn}.q_proj.weight" for placement exports as
+// "model.layers.0.self_attn.q_proj.weight".
 TensorBinding BindTensor(absl::string_view session_name, absl::string_view prefix, Target target,
                          const std::map<std::string, std::string>& renames = {});
 

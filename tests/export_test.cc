@@ -103,6 +103,11 @@ TEST(ExportFormat, NamesStripThePrefixAndChooseTheRole) {
            {"run", "run", Target::kWeight, "run", TensorRole::kWeight, "run"},
            {"a/b", "", Target::kWeight, "a/b", TensorRole::kWeight, "a/b"},
            {"x.weight", "x.", Target::kWeight, "weight", TensorRole::kWeight, "weight"},
+           // A hash tag places the session; the checkpoint names the module.
+           {"run/{model.l0.attn}.q_proj.weight", "run", Target::kWeight,
+            "model.l0.attn.q_proj.weight", TensorRole::kWeight, "model.l0.attn.q_proj"},
+           {"run/{model.l0.attn}.q_proj.input", "run", Target::kActivation,
+            "model.l0.attn.q_proj.input", TensorRole::kInput, "model.l0.attn.q_proj"},
        }) {
     const TensorBinding binding = BindTensor(c.session, c.prefix, c.target);
     EXPECT_EQ(binding.tensor, c.tensor) << c.session << " under " << c.prefix;

@@ -89,5 +89,17 @@ TEST(Slot, HashedPartIsAViewIntoTheName) {
   EXPECT_EQ(HashedPart(""), "");
 }
 
+// Exactly the two braces around the hashed part go; names without a tag stay whole.
+TEST(Slot, WithoutHashTagBracesDropsOnlyTheTagsBraces) {
+  EXPECT_EQ(WithoutHashTagBraces("{model.layers.0.mlp}.up_proj.weight"),
+            "model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(WithoutHashTagBraces("run/{a}b{c}"), "run/ab{c}");
+  EXPECT_EQ(WithoutHashTagBraces("x{a}"), "xa");
+  EXPECT_EQ(WithoutHashTagBraces("{}x"), "{}x");
+  EXPECT_EQ(WithoutHashTagBraces("x{"), "x{");
+  EXPECT_EQ(WithoutHashTagBraces("plain"), "plain");
+  EXPECT_EQ(WithoutHashTagBraces(""), "");
+}
+
 }  // namespace
 }  // namespace qparams::testing
