@@ -721,17 +721,15 @@ int GroupDelete(Invocation& in) {
   return kExitOk;
 }
 
-int GroupQParams(Invocation& in) {
-  return in.PrintResult(in.client().GetGroupQParams(in.arg(0)));
-}
+int GroupQParams(Invocation& in) { return in.PrintResult(in.client().GetGroupQParams(in.arg(0))); }
 
 struct Command {
   absl::string_view name;
   absl::string_view args;  // the synopsis of its arguments
   size_t min_args;
   size_t max_args;
-  int (*run)(Invocation&);  // null for a command of subcommands
-  absl::string_view help;   // "$CALCULATORS" stands for the session calculators
+  int (*run)(Invocation&);               // null for a command of subcommands
+  absl::string_view help;                // "$CALCULATORS" stands for the session calculators
   const Command* subcommands = nullptr;  // `name SUBCOMMAND ARGS...`
   size_t subcommand_count = 0;
 };
@@ -1109,8 +1107,7 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
   if (args.empty()) {
     return Usage(err, "no COMMAND given; run qparams-cli --help for the commands");
   }
-  const Command* command =
-      Find(kCommands, sizeof(kCommands) / sizeof(kCommands[0]), args[0]);
+  const Command* command = Find(kCommands, sizeof(kCommands) / sizeof(kCommands[0]), args[0]);
   if (command == nullptr) {
     return Usage(err, absl::StrCat("unknown command \"", args[0],
                                    "\"; run qparams-cli --help for the commands"));

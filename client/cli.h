@@ -60,18 +60,18 @@ struct Options {
   absl::Duration timeout = absl::Seconds(30);
   std::string calculator;
   std::optional<double> averaging_constant;
-  std::string filter;                // list, group list: a name prefix
-  int page_size = 0;                 // list, group list: 0 = the server's default
-  std::string page_token;            // list only: group list follows every page
-  std::string members;               // group create: session names, comma-separated
-  std::string share;                 // group create: global_amax or union_range
-  bool fill_uncalibrated = false;    // group create
+  std::string filter;              // list, group list: a name prefix
+  int page_size = 0;               // list, group list: 0 = the server's default
+  std::string page_token;          // list only: group list follows every page
+  std::string members;             // group create: session names, comma-separated
+  std::string share;               // group create: global_amax or union_range
+  bool fill_uncalibrated = false;  // group create
   bool reduce_locally = false;
   std::string prefix;                // export, report: the session-name prefix
   std::string output;                // export, histogram: -o/--output FILE ("" = stdout)
   bool allow_uninitialized = false;  // export: leave uninitialized sessions out
   std::string html;                  // report: --html FILE, the self-contained page
-  std::string dtype;  // "" = as the .npy file says
+  std::string dtype;                 // "" = as the .npy file says
   SpecFlags spec;
   HistogramFlags histogram;
 
