@@ -231,8 +231,8 @@ TEST_F(ClientTest, ScaleGroupLifecycle) {
   EXPECT_EQ(waiting.uncalibrated(0), "{l0}.v");
 
   // Filled, the largest member's qparams are its own; the other takes its scale.
-  v1::ScaleGroup filled = Group("{l0}.qk", {"{l0}.q", "{l0}.k", "{l0}.v"},
-                                v1::ScaleGroup::GLOBAL_AMAX);
+  v1::ScaleGroup filled =
+      Group("{l0}.qk", {"{l0}.q", "{l0}.k", "{l0}.v"}, v1::ScaleGroup::GLOBAL_AMAX);
   filled.set_fill_uncalibrated(true);
   ASSERT_OK(client_->CreateScaleGroup(filled));
   ASSERT_OK_AND_ASSIGN(v1::GroupQParams result, client_->GetGroupQParams("{l0}.qk"));
@@ -373,14 +373,14 @@ TEST(ScaleGroupRoutingTest, CallsCarryTheHashedPartOfTheGroupName) {
   EXPECT_CODE(client->ListScaleGroups(0, "", "{layer0}"), unavailable);
   EXPECT_CODE(client->GetSession("{layer0}.q_proj"), unavailable);  // the same rule
   server->Shutdown();
-  EXPECT_EQ(recorder.seen(), (std::vector<std::pair<std::string, std::string>>{
-                                 {"CreateScaleGroup", "layer0"},
-                                 {"GetScaleGroup", "layer0"},
-                                 {"DeleteScaleGroup", "layer0"},
-                                 {"GetGroupQParams", "layer0"},
-                                 {"GetGroupQParams", "plain.group"},
-                                 {"ListScaleGroups", "(none)"},
-                                 {"GetSession", "layer0"}}));
+  EXPECT_EQ(recorder.seen(),
+            (std::vector<std::pair<std::string, std::string>>{{"CreateScaleGroup", "layer0"},
+                                                              {"GetScaleGroup", "layer0"},
+                                                              {"DeleteScaleGroup", "layer0"},
+                                                              {"GetGroupQParams", "layer0"},
+                                                              {"GetGroupQParams", "plain.group"},
+                                                              {"ListScaleGroups", "(none)"},
+                                                              {"GetSession", "layer0"}}));
 }
 
 // A range observation reduced with the core gives what the tensor gives.
