@@ -850,7 +850,7 @@ std::string SessionCalculators() {
   return absl::StrCat(absl::StrJoin(keys, ", "), " or ", last);
 }
 
-// `command`'s help, wrapped, the registry's calculators in place of $CALCULATORS.
+// `command`'s help, with the registry's session calculators in place of $CALCULATORS.
 std::string Help(const Command& command) {
   return absl::StrReplaceAll(command.help, {{"$CALCULATORS", SessionCalculators()}});
 }
