@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -34,6 +35,8 @@
 #include "core/histogram.h"
 #include "core/histogram_params.h"
 #include "core/range.h"
+#include "core/registry.h"
+#include "core/scale_group.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/convert.h"
 #include "proto/status.h"
@@ -45,6 +48,26 @@ using grpc::health::v1::HealthCheckResponse;
 
 // ---------------------------------------------------------------- output
 
+// `json` (protobuf's JSON mapping with whitespace: one field a line) without the
+// lines of an empty QParams.scale_e4m3, which only NVFP4 results fill: printing
+// every primitive field would otherwise show `"scaleE4m3": ""` for every other
+// result. A field on the last line of its object takes the comma of the line before.
+std::string OmitEmptyScaleCodes(const std::string& json) {
+  constexpr absl::string_view kEmpty = "\"scaleE4m3\": \"\"";
+  std::string kept;
+  kept.reserve(json.size());
+  for (absl::string_view line : absl::StrSplit(json, '\n')) {
+    const absl::string_view field = absl::StripLeadingAsciiWhitespace(line);
+    if (field == absl::StrCat(kEmpty, ",")) continue;
+    if (field == kEmpty) {
+      if (absl::EndsWith(kept, ",\n")) kept.erase(kept.size() - 2, 1);
+      continue;
+    }
+    absl::StrAppend(&kept, line, "\n");
+  }
+  return kept;
+}
+
 void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
@@ -52,6 +75,8 @@ void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
   std::string json;
   // Fails only for messages with Any fields, which the contract does not use.
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  json = OmitEmptyScaleCodes(json);
+  while (absl::EndsWith(json, "\n\n")) json.pop_back();
   out << json;
   if (!absl::EndsWith(json, "\n")) out << "\n";
 }
@@ -190,6 +215,60 @@ void PrintTable(const v1::ListCalculatorsResponse& response, std::ostream& out) 
     rows.push_back({c.key(), Bool(c.stateful()), c.description()});
   }
   PrintColumns(rows, out);
+}
+
+// "global_amax" or "union_range" (core/scale_group.h), or the enum's name for a
+// value the core does not know.
+std::string ShareName(v1::ScaleGroup::Share share) {
+  const std::optional<GroupShare> known = wire::GroupShareFromProto(share);
+  return known ? std::string(GroupShareName(*known)) : v1::ScaleGroup::Share_Name(share);
+}
+
+void PrintGroups(const google::protobuf::RepeatedPtrField<v1::ScaleGroup>& groups,
+                 std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "SHARE", "FILL_UNCALIBRATED", "MEMBERS", "CREATED"}};
+  for (const v1::ScaleGroup& g : groups) {
+    rows.push_back({g.name(), ShareName(g.share()), Bool(g.fill_uncalibrated()),
+                    absl::StrJoin(g.members(), ","),
+                    absl::FormatTime(absl::RFC3339_sec, TimeFromTimestamp(g.create_time()),
+                                     absl::UTCTimeZone())});
+  }
+  PrintColumns(rows, out);
+}
+
+void PrintTable(const v1::ScaleGroup& group, std::ostream& out) {
+  google::protobuf::RepeatedPtrField<v1::ScaleGroup> one;
+  *one.Add() = group;
+  PrintGroups(one, out);
+}
+
+void PrintTable(const v1::ListScaleGroupsResponse& response, std::ostream& out) {
+  PrintGroups(response.groups(), out);
+}
+
+// The group line and its uncalibrated members; then, GLOBAL_AMAX, the shared amax
+// and global scale and each member's own amax and qparams (its block codes among
+// them), or, UNION_RANGE, the union range and the one qparams.
+void PrintTable(const v1::GroupQParams& result, std::ostream& out) {
+  out << "group " << result.group() << "  initialized " << Bool(result.initialized()) << "\n";
+  if (!result.uncalibrated().empty()) {
+    out << "uncalibrated " << absl::StrJoin(result.uncalibrated(), ", ") << "\n";
+  }
+  if (!result.initialized()) return;
+  if (result.members_size() > 0) {
+    out << "amax " << Float(result.amax()) << "  global_scale " << Float(result.global_scale())
+        << "\n";
+    for (const v1::GroupMember& member : result.members()) {
+      out << "member " << member.name()
+          << (member.has_amax() ? absl::StrCat("  amax ", Float(member.amax())) : "  filled")
+          << "\n";
+      PrintTable(member.qparams(), out);
+    }
+    return;
+  }
+  out << "min " << Float(result.min()) << "  max " << Float(result.max()) << "\n";
+  PrintTable(result.qparams(), out);
 }
 
 void PrintTable(const HealthCheckResponse& response, std::ostream& out) {
@@ -535,12 +614,26 @@ int Health(Invocation& in) {
   return *status == HealthCheckResponse::SERVING ? kExitOk : kExitFailed;
 }
 
-// The slot of each name (common/slot.h), computed here: no call to the server.
+// The hash tag of `name` that is hashed for its slot, or nullopt for a name that
+// hashes whole (common/slot.h).
+std::optional<absl::string_view> HashTag(absl::string_view name) {
+  const absl::string_view part = HashedPart(name);
+  if (part.size() == name.size()) return std::nullopt;
+  return part;
+}
+
+// The slot of each name (common/slot.h), computed here: no call to the server. A
+// name with a hash tag shows the tag, the part that is hashed (and sent in the
+// routing header).
 int Slot(Invocation& in) {
+  bool tagged = false;
+  for (size_t i = 0; i < in.arg_count(); ++i) tagged = tagged || HashTag(in.arg(i)).has_value();
   if (in.table()) {
     std::vector<std::vector<std::string>> rows = {{"NAME", "SLOT"}};
+    if (tagged) rows[0].push_back("HASHED_PART");
     for (size_t i = 0; i < in.arg_count(); ++i) {
       rows.push_back({in.arg(i), absl::StrCat(SlotOf(in.arg(i)))});
+      if (tagged) rows.back().push_back(std::string(HashTag(in.arg(i)).value_or("-")));
     }
     PrintColumns(rows, in.out());
     return kExitOk;
@@ -548,22 +641,121 @@ int Slot(Invocation& in) {
   in.out() << "{\n \"slots\": [";
   for (size_t i = 0; i < in.arg_count(); ++i) {
     in.out() << (i == 0 ? "\n  " : ",\n  ") << "{\"name\": " << JsonString(in.arg(i))
-             << ", \"slot\": " << SlotOf(in.arg(i)) << "}";
+             << ", \"slot\": " << SlotOf(in.arg(i));
+    if (const std::optional<absl::string_view> tag = HashTag(in.arg(i))) {
+      in.out() << ", \"hashed_part\": " << JsonString(*tag);
+    }
+    in.out() << "}";
   }
   in.out() << "\n ]\n}\n";
   return kExitOk;
 }
+
+// ---------------------------------------------------------------- scale groups
+
+// The share --share names, by the core's names of the shares (global_amax,
+// union_range), any case; nullopt for another.
+std::optional<v1::ScaleGroup::Share> ParseShare(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  for (GroupShare share : {GroupShare::kGlobalAmax, GroupShare::kUnionRange}) {
+    if (lower == GroupShareName(share)) return wire::GroupShareToProto(share);
+  }
+  return std::nullopt;
+}
+
+int GroupCreate(Invocation& in) {
+  const Options& o = in.options();
+  if (o.members.empty()) {
+    return Usage(in.err(), "--members: group create needs the member sessions, --members=A,B,...");
+  }
+  v1::ScaleGroup group;
+  group.set_name(in.arg(0));
+  for (absl::string_view member : absl::StrSplit(o.members, ',')) {
+    if (member.empty()) {
+      return Usage(in.err(), absl::StrCat("--members: \"", o.members,
+                                          "\" has an empty name; separate names by one comma"));
+    }
+    group.add_members(std::string(member));
+  }
+  if (o.share.empty()) {
+    return Usage(in.err(), "--share: group create needs --share=global_amax or union_range");
+  }
+  const std::optional<v1::ScaleGroup::Share> share = ParseShare(o.share);
+  if (!share) {
+    return Usage(in.err(),
+                 absl::StrCat("--share: \"", o.share, "\" is not global_amax or union_range"));
+  }
+  group.set_share(*share);
+  group.set_fill_uncalibrated(o.fill_uncalibrated);
+  return in.PrintResult(in.client().CreateScaleGroup(group));
+}
+
+int GroupGet(Invocation& in) { return in.PrintResult(in.client().GetScaleGroup(in.arg(0))); }
+
+// Every group under --filter, following the pages (of --page_size) to the last:
+// JSON, one ListScaleGroupsResponse holding them all.
+int GroupList(Invocation& in) {
+  const Options& o = in.options();
+  if (!o.page_token.empty()) {
+    return Usage(in.err(), "--page_token: group list follows every page; it takes none");
+  }
+  v1::ListScaleGroupsResponse all;
+  const absl::Status status =
+      in.client().ReadScaleGroups(o.filter, o.page_size, [&all](const v1::ScaleGroup& group) {
+        *all.add_groups() = group;
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return in.Fail(status);
+  in.Print(all);
+  return kExitOk;
+}
+
+int GroupDelete(Invocation& in) {
+  const absl::Status status = in.client().DeleteScaleGroup(in.arg(0));
+  if (!status.ok()) return in.Fail(status);
+  if (in.table()) {
+    in.out() << "deleted group " << in.arg(0) << "\n";
+  } else {
+    PrintJson(v1::DeleteScaleGroupResponse(), in.out());
+  }
+  return kExitOk;
+}
+
+int GroupQParams(Invocation& in) { return in.PrintResult(in.client().GetGroupQParams(in.arg(0))); }
 
 struct Command {
   absl::string_view name;
   absl::string_view args;  // the synopsis of its arguments
   size_t min_args;
   size_t max_args;
-  int (*run)(Invocation&);
-  absl::string_view help;
+  int (*run)(Invocation&);               // null for a command of subcommands
+  absl::string_view help;                // "$CALCULATORS" stands for the session calculators
+  const Command* subcommands = nullptr;  // `name SUBCOMMAND ARGS...`
+  size_t subcommand_count = 0;
 };
 
 constexpr size_t kAny = SIZE_MAX;
+
+// clang-format off
+constexpr Command kGroupCommands[] = {
+  {"create", "NAME --members=A,B,... --share=global_amax|union_range [--fill_uncalibrated]",
+   1, 1, GroupCreate,
+   "Create a scale group of existing sessions of one resolved spec. global_amax:\n"
+   "NVFP4 members share one global scale from the largest member amax;\n"
+   "union_range: per_tensor members share the qparams of the union of their\n"
+   "ranges. --fill_uncalibrated (global_amax) gives uncalibrated members the\n"
+   "group's global scale once one member is calibrated. Changes no member."},
+  {"get", "NAME", 1, 1, GroupGet, "Show a scale group: members, share, fill_uncalibrated."},
+  {"list", "[--filter=PREFIX] [--page_size=N]", 0, 0, GroupList,
+   "Every scale group whose name starts with --filter, by name, following the\n"
+   "pages (of --page_size) to the last."},
+  {"delete", "NAME", 1, 1, GroupDelete, "Delete a scale group; never its members."},
+  {"qparams", "NAME", 1, 1, GroupQParams,
+   "The group's shared result from its members' current ranges: initialized, the\n"
+   "uncalibrated members; global_amax: amax, global_scale and each member's amax\n"
+   "and qparams (its e4m3 block codes); union_range: min, max and the one qparams."},
+};
+// clang-format on
 
 // clang-format off
 constexpr Command kCommands[] = {
@@ -573,10 +765,11 @@ constexpr Command kCommands[] = {
    "The qparams of one tensor, stored nowhere. --calculator: \"\" (= dynamic),\n"
    "dynamic or static; and the spec flags."},
   {"create", "NAME", 1, 1, Create,
-   "Create a session. --calculator: \"\" (= default: static for weights,\n"
-   "moving_average for activations), static, moving_average, global_minmax,\n"
-   "percentile, entropy or mse; --averaging_constant (moving_average only); the\n"
-   "histogram flags (percentile, entropy, mse); and the spec flags."},
+   "Create a session. --calculator, a session calculator of the registry:\n"
+   "$CALCULATORS;\n"
+   "or \"\" (= default: static for weights, moving_average for activations).\n"
+   "--averaging_constant (moving_average only); the histogram flags (percentile,\n"
+   "entropy, mse); and the spec flags."},
   {"get", "NAME", 1, 1, Get, "Show a session: spec, state and cached qparams."},
   {"list", "", 0, 0, List,
    "List sessions by name, one page at a time: --filter (a name prefix),\n"
@@ -621,19 +814,73 @@ constexpr Command kCommands[] = {
    "The health of the server (or of SERVICE, e.g. qparams.v1.QParamsService):\n"
    "SERVING, NOT_SERVING, ...; exits 0 only if SERVING. Sends no token."},
   {"slot", "NAME [NAME ...]", 1, kAny, Slot,
-   "The slot of each session NAME (any string): zlib's CRC-32 of its bytes mod 256.\n"
-   "Sessions are sharded by slot; the slot map says which replica owns each slot,\n"
-   "hence the session. HAProxy routes on the same slot, from the routing header:\n"
-   "req.hdr(x-qparams-session),crc32,mod(256). Computed here: calls no server."},
+   "The slot of each session or group NAME (any string): zlib's CRC-32 of its\n"
+   "hashed part mod 256, the hashed part being its hash tag (the characters\n"
+   "between the first '{' and the first '}' after it, if any) or else the whole\n"
+   "name; a name with a tag also shows it (hashed_part). Sessions are sharded by\n"
+   "slot; the slot map says which replica owns each slot, hence the session.\n"
+   "HAProxy routes on the same slot, from the routing header, which carries the\n"
+   "hashed part: req.hdr(x-qparams-session),crc32,mod(256). Computed here: calls\n"
+   "no server."},
+  {"group", "SUBCOMMAND [ARGS]", 0, 0, nullptr,
+   "Scale groups: named lists of sessions that share their scales\n"
+   "(docs/scale_groups.md). A group routes by its name as a session does; sharded,\n"
+   "name a group and its members with one hash tag ({layer0}.qkv). Subcommands:",
+   kGroupCommands, sizeof(kGroupCommands) / sizeof(kGroupCommands[0])},
 };
 // clang-format on
 
-std::string Synopsis(const Command& command) {
-  return absl::StrCat("qparams-cli [flags] ", command.name,
+// `parent` is the command of a subcommand, or null.
+std::string Synopsis(const Command& command, const Command* parent = nullptr) {
+  return absl::StrCat("qparams-cli [flags] ", parent != nullptr ? parent->name : "",
+                      parent != nullptr ? " " : "", command.name,
                       command.args.empty() ? "" : absl::StrCat(" ", command.args));
 }
 
+// "static, moving_average, ... or mse": the registry's session calculators (those
+// with a stateful factory), sorted by key.
+std::string SessionCalculators() {
+  std::vector<std::string> keys;
+  for (const CalculatorClass* c : QParamsCalculatorRegistry::Global().ListRegistryValues()) {
+    if (c->create_stateful != nullptr) keys.push_back(c->key);
+  }
+  if (keys.size() < 2) return absl::StrJoin(keys, "");
+  const std::string last = keys.back();
+  keys.pop_back();
+  return absl::StrCat(absl::StrJoin(keys, ", "), " or ", last);
+}
+
+// `command`'s help, with the registry's session calculators in place of $CALCULATORS.
+std::string Help(const Command& command) {
+  return absl::StrReplaceAll(command.help, {{"$CALCULATORS", SessionCalculators()}});
+}
+
+const Command* Find(const Command* commands, size_t count, absl::string_view name) {
+  for (size_t i = 0; i < count; ++i) {
+    if (commands[i].name == name) return &commands[i];
+  }
+  return nullptr;
+}
+
+// "create, get, list, delete or qparams": the names of `command`'s subcommands.
+std::string SubcommandNames(const Command& command) {
+  std::vector<absl::string_view> names;
+  for (size_t i = 0; i < command.subcommand_count; ++i) {
+    names.push_back(command.subcommands[i].name);
+  }
+  const absl::string_view last = names.back();
+  names.pop_back();
+  return absl::StrCat(absl::StrJoin(names, ", "), " or ", last);
+}
+
 }  // namespace
+
+std::string CalculatorFlagHelp() {
+  return absl::StrCat(
+      "compute: \"\" (= dynamic), dynamic or static. create: \"\" (= default: static for "
+      "weights, moving_average for activations), ",
+      SessionCalculators());
+}
 
 std::string UsageMessage() {
   std::string usage =
@@ -644,7 +891,13 @@ std::string UsageMessage() {
       "Commands:\n";
   for (const Command& c : kCommands) {
     absl::StrAppend(&usage, "  ", c.name, c.args.empty() ? "" : " ", c.args, "\n      ",
-                    absl::StrReplaceAll(c.help, {{"\n", "\n      "}}), "\n");
+                    absl::StrReplaceAll(Help(c), {{"\n", "\n      "}}), "\n");
+    for (size_t i = 0; i < c.subcommand_count; ++i) {
+      const Command& sub = c.subcommands[i];
+      absl::StrAppend(&usage, "      ", c.name, " ", sub.name, sub.args.empty() ? "" : " ",
+                      sub.args, "\n          ",
+                      absl::StrReplaceAll(Help(sub), {{"\n", "\n          "}}), "\n");
+    }
   }
   absl::StrAppend(
       &usage,
@@ -854,17 +1107,30 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
   if (args.empty()) {
     return Usage(err, "no COMMAND given; run qparams-cli --help for the commands");
   }
-  const Command* command = nullptr;
-  for (const Command& c : kCommands) {
-    if (c.name == args[0]) command = &c;
-  }
+  const Command* command = Find(kCommands, sizeof(kCommands) / sizeof(kCommands[0]), args[0]);
   if (command == nullptr) {
     return Usage(err, absl::StrCat("unknown command \"", args[0],
                                    "\"; run qparams-cli --help for the commands"));
   }
-  std::vector<std::string> command_args(args.begin() + 1, args.end());
+  const Command* parent = nullptr;
+  size_t first_arg = 1;
+  if (command->subcommand_count > 0) {
+    const Command* sub =
+        args.size() < 2 ? nullptr : Find(command->subcommands, command->subcommand_count, args[1]);
+    if (sub == nullptr) {
+      return Usage(
+          err, absl::StrCat(args.size() < 2 ? "no SUBCOMMAND given"
+                                            : absl::StrCat("unknown subcommand \"", args[1], "\""),
+                            "; usage: ", Synopsis(*command), ", SUBCOMMAND being ",
+                            SubcommandNames(*command), "; run qparams-cli --help for each"));
+    }
+    parent = command;
+    command = sub;
+    first_arg = 2;
+  }
+  std::vector<std::string> command_args(args.begin() + first_arg, args.end());
   if (command_args.size() < command->min_args || command_args.size() > command->max_args) {
-    return Usage(err, absl::StrCat("usage: ", Synopsis(*command)));
+    return Usage(err, absl::StrCat("usage: ", Synopsis(*command, parent)));
   }
   // export's --format names the export format instead.
   if (command->run != Export && options.format != "json" && options.format != "table") {

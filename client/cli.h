@@ -60,15 +60,18 @@ struct Options {
   absl::Duration timeout = absl::Seconds(30);
   std::string calculator;
   std::optional<double> averaging_constant;
-  std::string filter;
-  int page_size = 0;
-  std::string page_token;
+  std::string filter;              // list, group list: a name prefix
+  int page_size = 0;               // list, group list: 0 = the server's default
+  std::string page_token;          // list only: group list follows every page
+  std::string members;             // group create: session names, comma-separated
+  std::string share;               // group create: global_amax or union_range
+  bool fill_uncalibrated = false;  // group create
   bool reduce_locally = false;
   std::string prefix;                // export, report: the session-name prefix
   std::string output;                // export, histogram: -o/--output FILE ("" = stdout)
   bool allow_uninitialized = false;  // export: leave uninitialized sessions out
   std::string html;                  // report: --html FILE, the self-contained page
-  std::string dtype;  // "" = as the .npy file says
+  std::string dtype;                 // "" = as the .npy file says
   SpecFlags spec;
   HistogramFlags histogram;
 
@@ -84,9 +87,14 @@ struct Options {
   std::string token;
 };
 
-// What --help prints ahead of the flags: the synopsis, every command, and the
-// syntax the flags share.
+// What --help prints ahead of the flags: the synopsis, every command (and every
+// group subcommand), and the syntax the flags share.
 std::string UsageMessage();
+
+// The help of --calculator: the compute calculators and the session calculators,
+// taken from the core's calculator registry (the server's), so that it lists every
+// one.
+std::string CalculatorFlagHelp();
 
 // Prepares `argv` (argv[0] first) for absl::ParseCommandLine: rewrites every flag name
 // spelled with dashes (`--reduce-locally`) with absl's underscores, and checks that

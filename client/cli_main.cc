@@ -61,15 +61,24 @@ ABSL_FLAG(std::string, token, "",
           "users), else none");
 
 // Command options.
-ABSL_FLAG(std::string, calculator, "",
-          "compute: \"\" (= dynamic), dynamic or static. create: \"\" (= default), static, "
-          "moving_average or global_minmax");
+// The calculators come from the registry, so that the list is every one there is.
+ABSL_FLAG(std::string, calculator, "", qparams::cli::CalculatorFlagHelp());
 ABSL_FLAG(std::optional<double>, averaging_constant, std::nullopt,
           "create: the moving_average constant, 0 < c <= 1; sent only if given (server "
           "default 0.01)");
-ABSL_FLAG(std::string, filter, "", "list: only sessions whose names start with this");
-ABSL_FLAG(int, page_size, 0, "list: sessions per page; 0 = the server's default (50)");
+ABSL_FLAG(std::string, filter, "",
+          "list, group list: only sessions (groups) whose names start with this");
+ABSL_FLAG(int, page_size, 0,
+          "list, group list: sessions (groups) per page; 0 = the server's default (50)");
 ABSL_FLAG(std::string, page_token, "", "list: the page after the one that returned this token");
+ABSL_FLAG(std::string, members, "",
+          "group create: the member sessions, comma-separated, in order (1 to 1024)");
+ABSL_FLAG(std::string, share, "",
+          "group create: global_amax (NVFP4: one global scale from the largest member amax) "
+          "or union_range (per_tensor: one qparams from the union of the members' ranges)");
+ABSL_FLAG(bool, fill_uncalibrated, false,
+          "group create (global_amax): uncalibrated members take the group's global scale "
+          "once one member is calibrated, instead of leaving the group uninitialized");
 ABSL_FLAG(std::string, prefix, "",
           "export, report: the sessions whose names start with this (stripped from the "
           "exported tensor names)");
@@ -173,6 +182,9 @@ int main(int argc, char** argv) {
   options.html = absl::GetFlag(FLAGS_html);
   options.page_size = absl::GetFlag(FLAGS_page_size);
   options.page_token = absl::GetFlag(FLAGS_page_token);
+  options.members = absl::GetFlag(FLAGS_members);
+  options.share = absl::GetFlag(FLAGS_share);
+  options.fill_uncalibrated = absl::GetFlag(FLAGS_fill_uncalibrated);
   options.reduce_locally = absl::GetFlag(FLAGS_reduce_locally);
   options.dtype = absl::GetFlag(FLAGS_dtype);
   options.spec.spec_json = absl::GetFlag(FLAGS_spec);

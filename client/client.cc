@@ -452,6 +452,64 @@ absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
                name, router_->replica());
 }
 
+absl::StatusOr<v1::ScaleGroup> Client::CreateScaleGroup(const v1::ScaleGroup& group) {
+  v1::CreateScaleGroupRequest request;
+  *request.mutable_group() = group;
+  return Unary(*stub_, &v1::QParamsService::Stub::CreateScaleGroup, request, timeout_,
+               authorization_, group.name(), router_->replica());
+}
+
+absl::StatusOr<v1::ScaleGroup> Client::GetScaleGroup(const std::string& name) {
+  v1::GetScaleGroupRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetScaleGroup, request, timeout_,
+               authorization_, name, router_->replica());
+}
+
+absl::StatusOr<v1::ListScaleGroupsResponse> Client::ListScaleGroups(int page_size,
+                                                                    const std::string& page_token,
+                                                                    const std::string& filter) {
+  v1::ListScaleGroupsRequest request;
+  request.set_page_size(page_size);
+  request.set_page_token(page_token);
+  request.set_filter(filter);
+  return router_->ListScaleGroups(
+      request, [this](const std::string& replica, const v1::ListScaleGroupsRequest& r) {
+        return Unary(*stub_, &v1::QParamsService::Stub::ListScaleGroups, r, timeout_,
+                     authorization_, /*session=*/"", replica);
+      });
+}
+
+absl::Status Client::ReadScaleGroups(
+    const std::string& filter, int page_size,
+    const std::function<absl::Status(const v1::ScaleGroup&)>& each) {
+  std::string token;
+  do {
+    absl::StatusOr<v1::ListScaleGroupsResponse> page = ListScaleGroups(page_size, token, filter);
+    if (!page.ok()) return page.status();
+    for (const v1::ScaleGroup& group : page->groups()) {
+      if (absl::Status status = each(group); !status.ok()) return status;
+    }
+    token = std::move(*page->mutable_next_page_token());
+  } while (!token.empty());
+  return absl::OkStatus();
+}
+
+absl::Status Client::DeleteScaleGroup(const std::string& name) {
+  v1::DeleteScaleGroupRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::DeleteScaleGroup, request, timeout_,
+               authorization_, name, router_->replica())
+      .status();
+}
+
+absl::StatusOr<v1::GroupQParams> Client::GetGroupQParams(const std::string& name) {
+  v1::GetGroupQParamsRequest request;
+  request.set_name(name);
+  return Unary(*stub_, &v1::QParamsService::Stub::GetGroupQParams, request, timeout_,
+               authorization_, name, router_->replica());
+}
+
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(
     const std::string& service) {
   grpc::health::v1::HealthCheckRequest request;

@@ -9,9 +9,11 @@
 // qparams_client_routing and includes none of the tools (cli, npy, report).
 //
 // Sharded deployments (replicas behind HAProxy, docs/sharding.md): every call that
-// names one session carries it in the x-qparams-session header, on which the
-// balancer routes it to the session's owner. Calls over many sessions (ObserveStream,
-// ObserveBatch) and over all of them (ListSessions, ReadSessions) are split into one
+// names one session or one scale group carries the name's hashed part (its hash tag,
+// else the whole name; common/slot.h) in the x-qparams-session header, on which the
+// balancer routes it to the owner. Calls over many sessions (ObserveStream,
+// ObserveBatch) and over all sessions or groups (ListSessions, ReadSessions,
+// ListScaleGroups, ReadScaleGroups) are split into one
 // call per owning replica, each addressed by the x-qparams-replica header, using the
 // topology the client reads once with GetTopology at the first such call. A Client
 // of one server (no slot map), or of a deployment of one replica, makes the same
@@ -207,6 +209,42 @@ class Client {
   // session has computed a forward.
   absl::StatusOr<v1::Session> SetGranularity(const std::string& name,
                                              const v1::Granularity& granularity);
+
+  // Scale groups (nvfp4.md §4, docs/scale_groups.md). A group routes by its name as
+  // a session does; sharded, a group and its members must share a slot (one hash
+  // tag, "{layer0}.qkv"), which the server checks.
+
+  // Creates the group `group` (create_time is ignored): ALREADY_EXISTS if the name
+  // is taken, NOT_FOUND for a member that is no session, INVALID_ARGUMENT for no or
+  // duplicate members, an unspecified share, members whose resolved specs differ or
+  // a share the spec does not allow (nvfp4.md §4.1).
+  absl::StatusOr<v1::ScaleGroup> CreateScaleGroup(const v1::ScaleGroup& group);
+
+  // The group `name`: NOT_FOUND if there is none.
+  absl::StatusOr<v1::ScaleGroup> GetScaleGroup(const std::string& name);
+
+  // One page of the groups whose names start with `filter`, ordered by name, as
+  // ListSessions pages sessions (page_size 0 = the server's default, 50; at most
+  // 1000; negative is INVALID_ARGUMENT). Sharded: the replicas' pages merged in name
+  // order, with a next_page_token any replica accepts.
+  absl::StatusOr<v1::ListScaleGroupsResponse> ListScaleGroups(int page_size,
+                                                              const std::string& page_token,
+                                                              const std::string& filter);
+
+  // Every group whose name starts with `filter` ("" for all), in name order, through
+  // `each`, following ListScaleGroups's pages of `page_size` (0 = the server's
+  // default) to the last. The first error ends it (a page's status, or `each`'s).
+  absl::Status ReadScaleGroups(const std::string& filter, int page_size,
+                               const std::function<absl::Status(const v1::ScaleGroup&)>& each);
+
+  // Deletes the group `name`, never its members: NOT_FOUND if there is none.
+  absl::Status DeleteScaleGroup(const std::string& name);
+
+  // The shared result of the group `name` (nvfp4.md §4.2): NOT_FOUND for an unknown
+  // group; FAILED_PRECONDITION naming a deleted member, members whose specs no
+  // longer agree or whose input dtypes differ; `initialized: false` with the
+  // uncalibrated members while any is (unless fill_uncalibrated).
+  absl::StatusOr<v1::GroupQParams> GetGroupQParams(const std::string& name);
 
   // The health of `service` ("" = the server as a whole; "qparams.v1.QParamsService").
   // Sends no bearer token.

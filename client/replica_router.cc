@@ -121,29 +121,35 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> ReplicaRouter::Observe(
   return responses;
 }
 
-absl::StatusOr<v1::ListSessionsResponse> ReplicaRouter::ListSessions(
-    const v1::ListSessionsRequest& request, const ListCall& call) {
-  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
-  if (!routing.ok()) return routing.status();
-  if (*routing == nullptr) return call(replica_, request);
-  std::vector<v1::Session> merged;
+namespace {
+
+// One page of each of `replicas` (`call`'s answers to `request`) merged in name
+// order, with a next_page_token any replica accepts. `items` is the response's
+// repeated field of named items (sessions, scale groups).
+template <typename Response, typename Request, typename Item>
+absl::StatusOr<Response> MergePages(
+    const std::vector<std::string>& replicas, const Request& request,
+    const std::function<absl::StatusOr<Response>(const std::string&, const Request&)>& call,
+    google::protobuf::RepeatedPtrField<Item>* (Response::*items)()) {
+  std::vector<Item> merged;
   // Only the names up to the last one of the shortest-reaching page that has more
   // are surely the next ones: a replica that has more may hold names between its
   // last and another replica's last.
   std::optional<std::string> bound;
   int longest = 0;
-  for (const std::string& replica : (*routing)->replicas()) {
-    absl::StatusOr<v1::ListSessionsResponse> page = call(replica, request);
+  for (const std::string& replica : replicas) {
+    absl::StatusOr<Response> page = call(replica, request);
     if (!page.ok()) return FromReplica(replica, page.status());
-    longest = std::max(longest, page->sessions_size());
-    if (!page->next_page_token().empty() && page->sessions_size() > 0) {
-      const std::string& last = page->sessions(page->sessions_size() - 1).name();
+    google::protobuf::RepeatedPtrField<Item>& got = *((*page).*items)();
+    longest = std::max(longest, got.size());
+    if (!page->next_page_token().empty() && !got.empty()) {
+      const std::string& last = got[got.size() - 1].name();
       if (!bound || last < *bound) bound = last;
     }
-    for (v1::Session& session : *page->mutable_sessions()) merged.push_back(std::move(session));
+    for (Item& item : got) merged.push_back(std::move(item));
   }
   std::sort(merged.begin(), merged.end(),
-            [](const v1::Session& a, const v1::Session& b) { return a.name() < b.name(); });
+            [](const Item& a, const Item& b) { return a.name() < b.name(); });
   // A page is no longer than the longest replica page (page_size, or the server's
   // default for 0).
   size_t taken = 0;
@@ -151,13 +157,33 @@ absl::StatusOr<v1::ListSessionsResponse> ReplicaRouter::ListSessions(
          (!bound || merged[taken].name() <= *bound)) {
     ++taken;
   }
-  v1::ListSessionsResponse response;
-  for (size_t i = 0; i < taken; ++i) *response.add_sessions() = std::move(merged[i]);
+  Response response;
+  google::protobuf::RepeatedPtrField<Item>& page = *(response.*items)();
+  for (size_t i = 0; i < taken; ++i) *page.Add() = std::move(merged[i]);
   if (taken > 0 && (taken < merged.size() || bound)) {
-    response.set_next_page_token(
-        EncodePageToken(request.filter(), response.sessions(taken - 1).name()));
+    response.set_next_page_token(EncodePageToken(request.filter(), page[taken - 1].name()));
   }
   return response;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ListSessionsResponse> ReplicaRouter::ListSessions(
+    const v1::ListSessionsRequest& request, const ListCall& call) {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  if (*routing == nullptr) return call(replica_, request);
+  return MergePages((*routing)->replicas(), request, call,
+                    &v1::ListSessionsResponse::mutable_sessions);
+}
+
+absl::StatusOr<v1::ListScaleGroupsResponse> ReplicaRouter::ListScaleGroups(
+    const v1::ListScaleGroupsRequest& request, const ListGroupsCall& call) {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  if (*routing == nullptr) return call(replica_, request);
+  return MergePages((*routing)->replicas(), request, call,
+                    &v1::ListScaleGroupsResponse::mutable_groups);
 }
 
 absl::Status ReplicaRouter::ReadSessions(

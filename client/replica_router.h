@@ -48,6 +48,9 @@ class ReplicaRouter {
   // One ListSessions call with `request` to `replica`.
   using ListCall = std::function<absl::StatusOr<v1::ListSessionsResponse>(
       const std::string& replica, const v1::ListSessionsRequest& request)>;
+  // One ListScaleGroups call with `request` to `replica`.
+  using ListGroupsCall = std::function<absl::StatusOr<v1::ListScaleGroupsResponse>(
+      const std::string& replica, const v1::ListScaleGroupsRequest& request)>;
   // A ReadSessions stream from `replica`.
   using OpenSessions = std::function<std::unique_ptr<SessionStream>(const std::string& replica)>;
 
@@ -63,8 +66,10 @@ class ReplicaRouter {
   // The replica a call that is not split is addressed to ("" = none).
   const std::string& replica() const { return replica_; }
 
-  // Adds the routing headers of a call naming `session` ("" = none) addressed to
-  // `replica` ("" = none): x-qparams-session, on which the balancer routes it, and
+  // Adds the routing headers of a call naming `session` ("" = none), or a scale
+  // group, which routes as a session name does, addressed to `replica` ("" = none):
+  // x-qparams-session, carrying the name's hashed part (its hash tag, or the whole
+  // name: common/slot.h HashedPart), on which the balancer routes it, and
   // x-qparams-replica. A name no header can carry goes without one: the server
   // refuses that name anyway.
   static void AddHeaders(grpc::ClientContext& context, const std::string& session,
@@ -88,6 +93,10 @@ class ReplicaRouter {
   // name order, with a next_page_token any replica accepts.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(const v1::ListSessionsRequest& request,
                                                         const ListCall& call);
+
+  // As ListSessions, for scale groups (which page, by name, as sessions do).
+  absl::StatusOr<v1::ListScaleGroupsResponse> ListScaleGroups(
+      const v1::ListScaleGroupsRequest& request, const ListGroupsCall& call);
 
   // The sessions of `open`'s stream from replica(), or, split, of one stream from
   // each replica merged in name order, through `each`. The first error ends it (a

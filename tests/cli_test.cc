@@ -13,9 +13,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/client.h"
 #include "client/npy.h"
 #include "common/file.h"
+#include "core/registry.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -321,6 +324,24 @@ TEST_F(CliTest, SlotIsComputedWithoutAServer) {
             "a                    67\n"
             "model/layer1.weight  62\n");
 
+  // A name with a hash tag shows the tag it hashes; without one, nothing more.
+  const ProcessResult tagged = slot({"slot", "g{layer1}", "layer1", "{}x"});
+  ASSERT_EQ(tagged.exit_code, 0) << tagged.err;
+  EXPECT_EQ(tagged.out,
+            "{\n"
+            " \"slots\": [\n"
+            "  {\"name\": \"g{layer1}\", \"slot\": 236, \"hashed_part\": \"layer1\"},\n"
+            "  {\"name\": \"layer1\", \"slot\": 236},\n"
+            "  {\"name\": \"{}x\", \"slot\": 22}\n"
+            " ]\n"
+            "}\n");
+  const ProcessResult tagged_table = slot({"--format=table", "slot", "g{layer1}", "layer1", "{}x"});
+  EXPECT_EQ(tagged_table.out,
+            "NAME       SLOT  HASHED_PART\n"
+            "g{layer1}  236   layer1\n"
+            "layer1     236   -\n"
+            "{}x        22    -\n");
+
   const ProcessResult none = slot({"slot"});
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_TRUE(absl::StrContains(none.err, "slot NAME [NAME ...]")) << none.err;
@@ -504,6 +525,196 @@ TEST_F(CliTest, Nvfp4SessionsShowTheirTwoLevelScales) {
   const ProcessResult refused = Cli(bad);
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(refused.err, "INVALID_ARGUMENT: spec.convention")) << refused.err;
+}
+
+TEST_F(CliTest, ScaleGroups) {
+  std::vector<double> values(32, 0.0);
+  values[3] = -7;
+  values[20] = 3.5;
+  const std::string q = Npy("gq.npy", F32({1, 32}, values));
+  for (double& v : values) v /= 2;
+  const std::string k = Npy("gk.npy", F32({1, 32}, values));
+  for (const char* name : {"{cg}.q", "{cg}.k", "{cg}.v"}) {
+    Ok<v1::Session>({"create", name, "--calculator=global_minmax", "--quant_dtype=float4_e2m1fn_x2",
+                     "--scale_dtype=float8_e4m3fn", "--granularity=per_block:-1:16"});
+  }
+  ASSERT_EQ(Cli({"observe", "{cg}.q", q}).exit_code, 0);
+  ASSERT_EQ(Cli({"observe", "{cg}.k", k}).exit_code, 0);
+
+  const auto created =
+      Ok<v1::ScaleGroup>({"group", "create", "{cg}.qkv", "--members={cg}.q,{cg}.k,{cg}.v",
+                          "--share=global_amax", "--fill_uncalibrated"});
+  EXPECT_EQ(created.name(), "{cg}.qkv");
+  ASSERT_EQ(created.members_size(), 3);
+  EXPECT_EQ(created.members(2), "{cg}.v");
+  EXPECT_EQ(created.share(), v1::ScaleGroup::GLOBAL_AMAX);
+  EXPECT_TRUE(created.fill_uncalibrated());
+  EXPECT_TRUE(
+      MessageDifferencer::Equals(Ok<v1::ScaleGroup>({"group", "get", "{cg}.qkv"}), created));
+  Ok<v1::ScaleGroup>(
+      {"group", "create", "{cg}.qk", "--members={cg}.q,{cg}.k", "--share=GLOBAL_AMAX"});
+
+  // What the service returns, as JSON; and in the table, each member's codes.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address()));
+  ASSERT_OK_AND_ASSIGN(const v1::GroupQParams expected, client->GetGroupQParams("{cg}.qkv"));
+  const auto result = Ok<v1::GroupQParams>({"group", "qparams", "{cg}.qkv"});
+  EXPECT_TRUE(MessageDifferencer::Equals(result, expected)) << result.DebugString();
+  EXPECT_TRUE(result.initialized());
+  EXPECT_EQ(result.amax(), 7.0f);
+  ASSERT_EQ(result.members_size(), 3);
+  EXPECT_EQ(result.members(0).qparams().scale_e4m3(), std::string("\x7e\x76", 2));
+  const ProcessResult table = Cli({"--format=table", "group", "qparams", "{cg}.qkv"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_TRUE(
+      absl::StartsWith(table.out,
+                       "group {cg}.qkv  initialized true\n"
+                       "uncalibrated {cg}.v\n"
+                       "amax 7  global_scale 384.000031\n"
+                       "member {cg}.q  amax 7\n"
+                       "shape [1, 2]  precision FLOAT32  global_scale 384.000031  amax 7\n"))
+      << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "448    -           -       0x7e\n")) << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "member {cg}.k  amax 3.5\n")) << table.out;
+  EXPECT_TRUE(
+      absl::StrContains(table.out,
+                        "member {cg}.v  filled\n"
+                        "shape [0]  precision DTYPE_UNSPECIFIED  global_scale 384.000031\n"))
+      << table.out;
+  // {cg}.qk has no uncalibrated member.
+  const auto qk = Ok<v1::GroupQParams>({"group", "qparams", "{cg}.qk"});
+  EXPECT_TRUE(qk.initialized());
+  EXPECT_EQ(qk.uncalibrated_size(), 0);
+
+  // UNION_RANGE: the union's min and max and the one qparams.
+  Ok<v1::Session>({"create", "cg/a", "--qscheme=asymmetric"});
+  Ok<v1::Session>({"create", "cg/b", "--qscheme=asymmetric"});
+  ASSERT_EQ(Cli({"observe", "cg/a", q}).exit_code, 0);
+  const auto waiting_union = Ok<v1::ScaleGroup>(
+      {"group", "create", "cg/ab", "--members=cg/a,cg/b", "--share=union_range"});
+  EXPECT_EQ(waiting_union.share(), v1::ScaleGroup::UNION_RANGE);
+  const ProcessResult waiting = Cli({"--format=table", "group", "qparams", "cg/ab"});
+  EXPECT_EQ(waiting.out, "group cg/ab  initialized false\nuncalibrated cg/b\n");
+  ASSERT_EQ(Cli({"observe", "cg/b", k}).exit_code, 0);
+  ASSERT_OK_AND_ASSIGN(const v1::GroupQParams union_expected, client->GetGroupQParams("cg/ab"));
+  const auto union_result = Ok<v1::GroupQParams>({"group", "qparams", "cg/ab"});
+  EXPECT_TRUE(MessageDifferencer::Equals(union_result, union_expected));
+  EXPECT_EQ(union_result.min(), -7.0f);
+  EXPECT_EQ(union_result.max(), 3.5f);
+  const ProcessResult union_table = Cli({"--format=table", "group", "qparams", "cg/ab"});
+  EXPECT_TRUE(absl::StartsWith(union_table.out,
+                               "group cg/ab  initialized true\n"
+                               "min -7  max 3.5\n"
+                               "shape [1]  precision FLOAT32\n"
+                               "INDEX  SCALE"))
+      << union_table.out;
+  // A result without e4m3 codes has no scaleE4m3 field; one with codes has it.
+  const ProcessResult union_json = Cli({"group", "qparams", "cg/ab"});
+  EXPECT_FALSE(absl::StrContains(union_json.out, "scaleE4m3")) << union_json.out;
+  EXPECT_TRUE(absl::StrContains(Cli({"group", "qparams", "{cg}.qkv"}).out, "\"scaleE4m3\": \"fnY"));
+
+  // list follows the pages: every group under the filter in one document.
+  for (const char* page_size : {"--page_size=1", "--page_size=0"}) {
+    const auto listed =
+        Ok<v1::ListScaleGroupsResponse>({"group", "list", "--filter={cg}", page_size});
+    ASSERT_EQ(listed.groups_size(), 2) << page_size;
+    EXPECT_EQ(listed.groups(0).name(), "{cg}.qk");
+    EXPECT_EQ(listed.groups(1).name(), "{cg}.qkv");
+    EXPECT_EQ(listed.next_page_token(), "");
+  }
+  const ProcessResult list_table = Cli({"--format=table", "group", "list", "--filter=cg/"});
+  ASSERT_EQ(list_table.exit_code, 0) << list_table.err;
+  EXPECT_TRUE(absl::StartsWith(list_table.out,
+                               "NAME   SHARE        FILL_UNCALIBRATED  MEMBERS    CREATED\n"
+                               "cg/ab  union_range  false              cg/a,cg/b  "))
+      << list_table.out;
+
+  // delete removes the group, never its members.
+  const ProcessResult deleted = Cli({"group", "delete", "{cg}.qk"});
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.err;
+  EXPECT_EQ(deleted.out, "{}\n");
+  const ProcessResult deleted_table = Cli({"--format=table", "group", "delete", "cg/ab"});
+  EXPECT_EQ(deleted_table.out, "deleted group cg/ab\n");
+  Ok<v1::Session>({"get", "cg/a"});
+  EXPECT_EQ(Ok<v1::ListScaleGroupsResponse>({"group", "list"}).groups_size(), 1);
+}
+
+TEST_F(CliTest, ScaleGroupErrors) {
+  Ok<v1::Session>({"create", "ge/m"});
+  // An unknown group: the server's NOT_FOUND and message, exit 1.
+  for (const char* sub : {"get", "qparams", "delete"}) {
+    const ProcessResult r = Cli({"group", sub, "ge/absent"});
+    EXPECT_EQ(r.exit_code, 1) << sub;
+    EXPECT_TRUE(absl::StartsWith(r.err, "error: NOT_FOUND: ")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "ge/absent")) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  // The server judges the members: a missing one, a spec the share does not take.
+  const ProcessResult no_member =
+      Cli({"group", "create", "ge/g", "--members=ge/m,ge/nope", "--share=union_range"});
+  EXPECT_EQ(no_member.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(no_member.err, "error: NOT_FOUND: ")) << no_member.err;
+  EXPECT_TRUE(absl::StrContains(no_member.err, "ge/nope")) << no_member.err;
+  const ProcessResult not_nvfp4 =
+      Cli({"group", "create", "ge/g", "--members=ge/m", "--share=global_amax"});
+  EXPECT_EQ(not_nvfp4.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(not_nvfp4.err, "error: INVALID_ARGUMENT: ")) << not_nvfp4.err;
+  const ProcessResult bad_page = Cli({"group", "list", "--page_size=-1"});
+  EXPECT_EQ(bad_page.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(bad_page.err, "error: INVALID_ARGUMENT: ")) << bad_page.err;
+
+  // Usage errors: exit 2, naming the flag, or the synopsis.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> usage = {
+      {{"group", "create", "ge/g", "--share=union_range"}, "--members"},
+      {{"group", "create", "ge/g", "--members=ge/m,,x", "--share=union_range"}, "--members"},
+      {{"group", "create", "ge/g", "--members=ge/m"}, "--share"},
+      {{"group", "create", "ge/g", "--members=ge/m", "--share=sideways"}, "--share"},
+      {{"group", "create", "--members=ge/m", "--share=union_range"}, "group create NAME"},
+      {{"group", "get"}, "group get NAME"},
+      {{"group", "qparams"}, "group qparams NAME"},
+      {{"group", "delete"}, "group delete NAME"},
+      {{"group", "get", "a", "b"}, "group get NAME"},
+      {{"group", "list", "--page_token=x"}, "--page_token"},
+      {{"group", "list", "extra"}, "group list"},
+      {{"group"}, "SUBCOMMAND"},
+      {{"group", "frobnicate"}, "frobnicate"},
+  };
+  for (const auto& [args, named] : usage) {
+    const ProcessResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(args, " ") << ": " << r.err;
+    EXPECT_TRUE(absl::StartsWith(r.err, "error: INVALID_ARGUMENT: ")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, named)) << r.err;
+  }
+  EXPECT_EQ(Ok<v1::ListScaleGroupsResponse>({"group", "list", "--filter=ge/"}).groups_size(), 0);
+}
+
+TEST_F(CliTest, HelpListsTheGroupSubcommandsAndEveryCalculator) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"group", "--help"}, {"group", "create", "--help"}, {"create", "--help"}}) {
+    const ProcessResult help = Cli(args);
+    ASSERT_EQ(help.exit_code, 0) << help.err;
+    for (const char* line :
+         {"  group SUBCOMMAND [ARGS]\n",
+          "      group create NAME --members=A,B,... --share=global_amax|union_range "
+          "[--fill_uncalibrated]\n",
+          "      group get NAME\n", "      group list [--filter=PREFIX] [--page_size=N]\n",
+          "      group delete NAME\n", "      group qparams NAME\n", "--members", "--share",
+          "--fill_uncalibrated"}) {
+      EXPECT_TRUE(absl::StrContains(help.out, line)) << line;
+    }
+    // create's help and --calculator's name every session calculator of the registry.
+    const size_t create = help.out.find("  create NAME\n");
+    const size_t flag = help.out.find("--calculator (");
+    ASSERT_NE(create, std::string::npos);
+    ASSERT_NE(flag, std::string::npos);
+    for (const CalculatorClass* c : QParamsCalculatorRegistry::Global().ListRegistryValues()) {
+      if (c->create_stateful == nullptr) continue;
+      EXPECT_NE(help.out.find(c->key, create), std::string::npos) << c->key;
+      const std::string calculator_help =
+          help.out.substr(flag, help.out.find("); default: ", flag) - flag);
+      EXPECT_TRUE(absl::StrContains(calculator_help, c->key))
+          << c->key << " in " << calculator_help;
+    }
+  }
 }
 
 TEST_F(CliTest, TablesAreShort) {

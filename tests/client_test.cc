@@ -15,7 +15,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/slot.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
@@ -176,6 +180,207 @@ TEST_F(ClientTest, SessionLifecycle) {
 
   EXPECT_OK(client_->DeleteSession("s"));
   EXPECT_CODE(client_->GetSession("s"), absl::StatusCode::kNotFound);
+}
+
+// An NVFP4 (compressed_tensors) session spec: one e4m3 scale per 16 values.
+v1::QuantSpec Nvfp4Spec() {
+  v1::QuantSpec spec;
+  spec.set_dtype("float4_e2m1fn_x2");
+  spec.set_scale_dtype("float8_e4m3fn");
+  spec.mutable_granularity()->mutable_per_block()->set_axis(-1);
+  spec.mutable_granularity()->mutable_per_block()->add_block_size(16);
+  return spec;
+}
+
+v1::ScaleGroup Group(const std::string& name, const std::vector<std::string>& members,
+                     v1::ScaleGroup::Share share) {
+  v1::ScaleGroup group;
+  group.set_name(name);
+  for (const std::string& member : members) group.add_members(member);
+  group.set_share(share);
+  return group;
+}
+
+TEST_F(ClientTest, ScaleGroupLifecycle) {
+  for (const char* name : {"{l0}.q", "{l0}.k", "{l0}.v"}) {
+    v1::CreateSessionRequest request = CreateRequest(name, Nvfp4Spec());
+    request.set_calculator("global_minmax");
+    ASSERT_OK(client_->CreateSession(request));
+  }
+  std::vector<double> values(32, 0.0);
+  values[3] = -7;
+  values[20] = 3.5;
+  ASSERT_OK(client_->Observe("{l0}.q", F32({1, 32}, values).view()));
+  for (double& v : values) v /= 2;
+  ASSERT_OK(client_->Observe("{l0}.k", F32({1, 32}, values).view()));
+
+  const v1::ScaleGroup asked =
+      Group("{l0}.qkv", {"{l0}.q", "{l0}.k", "{l0}.v"}, v1::ScaleGroup::GLOBAL_AMAX);
+  ASSERT_OK_AND_ASSIGN(v1::ScaleGroup created, client_->CreateScaleGroup(asked));
+  EXPECT_EQ(created.name(), "{l0}.qkv");
+  EXPECT_EQ(created.members_size(), 3);
+  EXPECT_TRUE(created.has_create_time());
+  EXPECT_CODE(client_->CreateScaleGroup(asked), absl::StatusCode::kAlreadyExists);
+  ASSERT_OK_AND_ASSIGN(v1::ScaleGroup got, client_->GetScaleGroup("{l0}.qkv"));
+  EXPECT_TRUE(MessageDifferencer::Equals(got, created));
+
+  // {l0}.v never saw data: the group waits for it.
+  ASSERT_OK_AND_ASSIGN(v1::GroupQParams waiting, client_->GetGroupQParams("{l0}.qkv"));
+  EXPECT_FALSE(waiting.initialized());
+  ASSERT_EQ(waiting.uncalibrated_size(), 1);
+  EXPECT_EQ(waiting.uncalibrated(0), "{l0}.v");
+
+  // Filled, the largest member's qparams are its own; the other takes its scale.
+  v1::ScaleGroup filled =
+      Group("{l0}.qk", {"{l0}.q", "{l0}.k", "{l0}.v"}, v1::ScaleGroup::GLOBAL_AMAX);
+  filled.set_fill_uncalibrated(true);
+  ASSERT_OK(client_->CreateScaleGroup(filled));
+  ASSERT_OK_AND_ASSIGN(v1::GroupQParams result, client_->GetGroupQParams("{l0}.qk"));
+  EXPECT_TRUE(result.initialized());
+  EXPECT_EQ(result.amax(), 7.0f);
+  ASSERT_EQ(result.members_size(), 3);
+  ASSERT_OK_AND_ASSIGN(v1::GetQParamsResponse q, client_->GetQParams("{l0}.q"));
+  EXPECT_TRUE(MessageDifferencer::Equals(result.members(0).qparams(), q.qparams()));
+  EXPECT_EQ(result.members(0).amax(), 7.0f);
+  EXPECT_EQ(result.members(1).amax(), 3.5f);
+  EXPECT_EQ(result.members(1).qparams().global_scale(), result.global_scale());
+  EXPECT_EQ(result.members(1).qparams().scale_e4m3().size(), 2u);
+  EXPECT_FALSE(result.members(2).has_amax());
+  EXPECT_EQ(result.members(2).qparams().global_scale(), result.global_scale());
+
+  // One page, and every page.
+  ASSERT_OK(client_->CreateScaleGroup(Group("other", {"{l0}.q"}, v1::ScaleGroup::GLOBAL_AMAX)));
+  ASSERT_OK_AND_ASSIGN(v1::ListScaleGroupsResponse page, client_->ListScaleGroups(1, "", "{l0}"));
+  ASSERT_EQ(page.groups_size(), 1);
+  EXPECT_EQ(page.groups(0).name(), "{l0}.qk");
+  EXPECT_NE(page.next_page_token(), "");
+  std::vector<std::string> names;
+  ASSERT_OK(client_->ReadScaleGroups("{l0}", 1, [&names](const v1::ScaleGroup& group) {
+    names.push_back(group.name());
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(names, (std::vector<std::string>{"{l0}.qk", "{l0}.qkv"}));
+  names.clear();
+  ASSERT_OK(client_->ReadScaleGroups("", 0, [&names](const v1::ScaleGroup& group) {
+    names.push_back(group.name());
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(names, (std::vector<std::string>{"other", "{l0}.qk", "{l0}.qkv"}));
+  // The callback's error ends it, and is the result.
+  int seen = 0;
+  EXPECT_CODE(client_->ReadScaleGroups("", 1,
+                                       [&seen](const v1::ScaleGroup&) {
+                                         ++seen;
+                                         return absl::AbortedError("enough");
+                                       }),
+              absl::StatusCode::kAborted);
+  EXPECT_EQ(seen, 1);
+
+  // Deleting a group keeps its members.
+  EXPECT_OK(client_->DeleteScaleGroup("{l0}.qkv"));
+  EXPECT_CODE(client_->GetScaleGroup("{l0}.qkv"), absl::StatusCode::kNotFound);
+  EXPECT_OK(client_->GetSession("{l0}.v"));
+}
+
+TEST_F(ClientTest, ScaleGroupCallsCarryTheServersErrors) {
+  ASSERT_OK(client_->CreateSession(CreateRequest("m")));
+  const absl::StatusOr<v1::GroupQParams> missing = client_->GetGroupQParams("absent");
+  EXPECT_CODE(missing, absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "absent")) << missing.status();
+  EXPECT_CODE(client_->GetScaleGroup("absent"), absl::StatusCode::kNotFound);
+  EXPECT_CODE(client_->DeleteScaleGroup("absent"), absl::StatusCode::kNotFound);
+  EXPECT_CODE(client_->CreateScaleGroup(Group("g", {}, v1::ScaleGroup::UNION_RANGE)), kInvalid);
+  EXPECT_CODE(client_->CreateScaleGroup(Group("g", {"m"}, v1::ScaleGroup::SHARE_UNSPECIFIED)),
+              kInvalid);
+  EXPECT_CODE(client_->CreateScaleGroup(Group("g", {"m", "nope"}, v1::ScaleGroup::UNION_RANGE)),
+              absl::StatusCode::kNotFound);
+  // An int8 member has no e4m3 scales to share a global scale of.
+  EXPECT_CODE(client_->CreateScaleGroup(Group("g", {"m"}, v1::ScaleGroup::GLOBAL_AMAX)), kInvalid);
+  EXPECT_CODE(client_->ListScaleGroups(-1, "", ""), kInvalid);
+  EXPECT_CODE(client_->ReadScaleGroups("bad prefix", 0,
+                                       [](const v1::ScaleGroup&) { return absl::OkStatus(); }),
+              kInvalid);
+}
+
+// The x-qparams-session header of each call it receives, refusing the call.
+class HeaderRecorder final : public v1::QParamsService::Service {
+ public:
+  std::vector<std::pair<std::string, std::string>> seen() {
+    absl::MutexLock lock(&mu_);
+    return seen_;
+  }
+
+  grpc::Status CreateScaleGroup(grpc::ServerContext* context, const v1::CreateScaleGroupRequest*,
+                                v1::ScaleGroup*) override {
+    return Record("CreateScaleGroup", *context);
+  }
+  grpc::Status GetScaleGroup(grpc::ServerContext* context, const v1::GetScaleGroupRequest*,
+                             v1::ScaleGroup*) override {
+    return Record("GetScaleGroup", *context);
+  }
+  grpc::Status ListScaleGroups(grpc::ServerContext* context, const v1::ListScaleGroupsRequest*,
+                               v1::ListScaleGroupsResponse*) override {
+    return Record("ListScaleGroups", *context);
+  }
+  grpc::Status DeleteScaleGroup(grpc::ServerContext* context, const v1::DeleteScaleGroupRequest*,
+                                v1::DeleteScaleGroupResponse*) override {
+    return Record("DeleteScaleGroup", *context);
+  }
+  grpc::Status GetGroupQParams(grpc::ServerContext* context, const v1::GetGroupQParamsRequest*,
+                               v1::GroupQParams*) override {
+    return Record("GetGroupQParams", *context);
+  }
+  grpc::Status GetSession(grpc::ServerContext* context, const v1::GetSessionRequest*,
+                          v1::Session*) override {
+    return Record("GetSession", *context);
+  }
+
+ private:
+  grpc::Status Record(const std::string& method, const grpc::ServerContext& context) {
+    const auto& metadata = context.client_metadata();
+    const auto header = metadata.find(kSessionHeader);
+    absl::MutexLock lock(&mu_);
+    seen_.emplace_back(method, header == metadata.end()
+                                   ? "(none)"
+                                   : std::string(header->second.data(), header->second.size()));
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "recorded");
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, std::string>> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+// A group routes as a session does: the header carries the name's hash tag only
+// (what HAProxy hashes), or the whole name without one; a listing names none.
+TEST(ScaleGroupRoutingTest, CallsCarryTheHashedPartOfTheGroupName) {
+  HeaderRecorder recorder;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&recorder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                       Client::Connect(absl::StrCat("127.0.0.1:", port)));
+  const absl::StatusCode unavailable = absl::StatusCode::kUnavailable;
+  EXPECT_CODE(client->CreateScaleGroup(
+                  Group("{layer0}.qkv", {"{layer0}.q_proj"}, v1::ScaleGroup::GLOBAL_AMAX)),
+              unavailable);
+  EXPECT_CODE(client->GetScaleGroup("{layer0}.qkv"), unavailable);
+  EXPECT_CODE(client->DeleteScaleGroup("w/{layer0}.gate_up"), unavailable);
+  EXPECT_CODE(client->GetGroupQParams("{layer0}.qkv"), unavailable);
+  EXPECT_CODE(client->GetGroupQParams("plain.group"), unavailable);
+  EXPECT_CODE(client->ListScaleGroups(0, "", "{layer0}"), unavailable);
+  EXPECT_CODE(client->GetSession("{layer0}.q_proj"), unavailable);  // the same rule
+  server->Shutdown();
+  EXPECT_EQ(recorder.seen(),
+            (std::vector<std::pair<std::string, std::string>>{{"CreateScaleGroup", "layer0"},
+                                                              {"GetScaleGroup", "layer0"},
+                                                              {"DeleteScaleGroup", "layer0"},
+                                                              {"GetGroupQParams", "layer0"},
+                                                              {"GetGroupQParams", "plain.group"},
+                                                              {"ListScaleGroups", "(none)"},
+                                                              {"GetSession", "layer0"}}));
 }
 
 // A range observation reduced with the core gives what the tensor gives.

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -287,6 +288,55 @@ TEST_F(ShardedClientTest, ListingsMergeEveryReplicaAndExportsRefuse) {
       client->ExportSessions(exported, [](absl::string_view) { return absl::OkStatus(); });
   EXPECT_CODE(refused, absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(refused.message(), "r0, r1, r2")) << refused;
+}
+
+// Groups named with their members' hash tag live on the members' replica, reached
+// through HAProxy by the tag in the routing header; listings merge every replica.
+TEST_F(ShardedClientTest, ScaleGroupsRouteByTheirHashTagAndListAcrossReplicas) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
+  std::vector<std::string> groups;
+  std::set<std::string> owners;
+  for (int t = 0; t < 8; ++t) {
+    const std::string tag = absl::StrCat("{t", t, "}");
+    v1::ScaleGroup group;
+    group.set_name(absl::StrCat(tag, ".g"));
+    group.set_share(v1::ScaleGroup::UNION_RANGE);
+    for (const char* member : {".a", ".b"}) {
+      v1::CreateSessionRequest create;
+      create.set_name(absl::StrCat(tag, member));
+      ASSERT_OK(client->CreateSession(create).status());
+      group.add_members(create.name());
+    }
+    ASSERT_OK(client->CreateScaleGroup(group).status());
+    ASSERT_OK(client->GetScaleGroup(group.name()).status());
+    ASSERT_OK_AND_ASSIGN(const v1::GroupQParams result, client->GetGroupQParams(group.name()));
+    EXPECT_FALSE(result.initialized());
+    groups.push_back(group.name());
+    owners.insert(map_->OwnerOfSession(group.name()));
+  }
+  ASSERT_GT(owners.size(), 1u) << "the tags should spread over the replicas";
+  std::sort(groups.begin(), groups.end());
+
+  for (int page_size : {0, 1, 3}) {
+    std::vector<std::string> listed;
+    std::string token;
+    do {
+      ASSERT_OK_AND_ASSIGN(const v1::ListScaleGroupsResponse page,
+                           client->ListScaleGroups(page_size, token, "{t"));
+      ASSERT_LE(page.groups_size(), page_size == 0 ? 50 : page_size);
+      for (const v1::ScaleGroup& group : page.groups()) listed.push_back(group.name());
+      token = page.next_page_token();
+      ASSERT_LE(listed.size(), groups.size());
+    } while (!token.empty());
+    EXPECT_EQ(listed, groups) << "page_size " << page_size;
+  }
+  std::vector<std::string> read;
+  ASSERT_OK(client->ReadScaleGroups("", 2, [&read](const v1::ScaleGroup& group) {
+    read.push_back(group.name());
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(read, groups);
+  for (const std::string& name : groups) EXPECT_OK(client->DeleteScaleGroup(name));
 }
 
 // r1 keeps its sessions in a data directory whose file system the test breaks.
