@@ -65,7 +65,7 @@ calculate_qparams of an observer using the same client, once, naming the session
 """
 
 from qparams.torch._fused import (EXPERT_INPUTS, FUSED_SIBLINGS, FusedGroup, FusedGroups,
-                                  checkpoint_name, find_fused_groups)
+                                  find_fused_groups)
 from qparams.torch._naming import parameter_names
 from qparams.torch._nvfp4 import NVFP4Calibration, NVFP4Checkpoint, read_checkpoint
 from qparams.torch._observer import RemoteObserver, name_observers
@@ -76,4 +76,4 @@ from qparams.torch._registry import (close_clients, default_run, delete_run, flu
 __all__ = ["RemoteObserver", "name_observers", "onnx_tensor_names", "parameter_names",
            "shared_client", "flush_all", "close_clients", "default_run", "delete_run",
            "find_fused_groups", "FusedGroup", "FusedGroups", "FUSED_SIBLINGS", "EXPERT_INPUTS",
-           "checkpoint_name", "NVFP4Calibration", "NVFP4Checkpoint", "read_checkpoint"]
+           "NVFP4Calibration", "NVFP4Checkpoint", "read_checkpoint"]

@@ -22,8 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["FUSED_SIBLINGS", "EXPERT_INPUTS", "FusedGroup", "FusedGroups", "find_fused_groups",
-           "checkpoint_name"]
+__all__ = ["FUSED_SIBLINGS", "EXPERT_INPUTS", "FusedGroup", "FusedGroups", "find_fused_groups"]
 
 #: Sibling sets by name: module names relative to a common parent (dotted paths allowed,
 #: or "re:" and a regular expression matched against the whole relative name). These are
@@ -101,13 +100,6 @@ def _check_sets(what: str, sets: Mapping[str, Sequence[str]]) -> dict[str, tuple
 def _matches(pattern: tuple[str, re.Pattern | None], relative: str) -> bool:
     name, regex = pattern
     return regex.fullmatch(relative) is not None if regex is not None else relative == name
-
-
-def checkpoint_name(name: str) -> str:
-    """A tagged name below the run as the checkpoint names it: the hash tag's braces
-    removed ("{model.layers.0.self_attn}.q_proj.weight" ->
-    "model.layers.0.self_attn.q_proj.weight")."""
-    return name.replace("{", "").replace("}", "")
 
 
 class FusedGroups(Sequence[FusedGroup]):

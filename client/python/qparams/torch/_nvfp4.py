@@ -22,7 +22,7 @@ from qparams import nvfp4, safetensors
 from qparams._errors import FusedGlobalScalesDiffer, NotFound
 from qparams.client import Client
 from qparams.torch._fused import (EXPERT_INPUTS, FUSED_SIBLINGS, FusedGroup, FusedGroups,
-                                  checkpoint_name, find_fused_groups)
+                                  find_fused_groups)
 from qparams.torch._registry import shared_client
 
 __all__ = ["NVFP4Calibration", "NVFP4Checkpoint", "read_checkpoint"]
@@ -243,15 +243,10 @@ class NVFP4Calibration:
             UncalibratedGroup: a weight group with a member that never saw data.
             FailedPrecondition: uncalibrated sessions (named).
         """
-        names = {}
-        prefix = self.run + "/"
-        for m in self.modules:
-            for role in ("weight", "input") if "input" in self._created else ("weight",):
-                below = self.session(m, role)[len(prefix):]
-                names[below] = checkpoint_name(below)
+        # The server drops the hash tags' braces from the tensor names it exports.
         export = (self.client.export_compressed_tensors if self.convention == "compressed_tensors"
                   else self.client.export_modelopt)
-        return export(prefix, tensor_names=names)
+        return export(self.run + "/")
 
     def _check_fused(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, float]:
         """Each module's weight global scale; FusedGlobalScalesDiffer when the members of
