@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -16,6 +18,40 @@ namespace qparams {
 namespace {
 
 const QParamsCalculatorRegistry& Registry() { return QParamsCalculatorRegistry::Global(); }
+
+std::string Bound(const std::optional<double>& v) { return v ? absl::StrCat(*v) : "unset"; }
+
+// The first field in which two resolved specs differ, with both values, for the
+// message that refuses grouping them ("" when they are equal).
+std::string SpecDifference(const QuantSpec& a, const QuantSpec& b) {
+  auto differ = [](absl::string_view field, absl::string_view x, absl::string_view y) {
+    return absl::StrCat(field, " ", x, " vs ", y);
+  };
+  if (a.dtype != b.dtype) return differ("dtype", a.dtype, b.dtype);
+  if (a.qscheme != b.qscheme) return differ("qscheme", QSchemeName(a.qscheme), QSchemeName(b.qscheme));
+  if (!(a.granularity == b.granularity)) {
+    return differ("granularity", a.granularity.ToString(), b.granularity.ToString());
+  }
+  if (a.target != b.target) return differ("target", TargetName(a.target), TargetName(b.target));
+  if (a.quant_min != b.quant_min || a.quant_max != b.quant_max) {
+    return differ("quant range", absl::StrCat("[", Bound(a.quant_min), ", ", Bound(a.quant_max), "]"),
+                  absl::StrCat("[", Bound(b.quant_min), ", ", Bound(b.quant_max), "]"));
+  }
+  if (a.float_range.min != b.float_range.min || a.float_range.max != b.float_range.max) {
+    return differ("float_range",
+                  absl::StrCat("[", Bound(a.float_range.min), ", ", Bound(a.float_range.max), "]"),
+                  absl::StrCat("[", Bound(b.float_range.min), ", ", Bound(b.float_range.max), "]"));
+  }
+  if (a.scale_dtype != b.scale_dtype) {
+    return differ("scale_dtype", a.scale_dtype.empty() ? "unset" : a.scale_dtype,
+                  b.scale_dtype.empty() ? "unset" : b.scale_dtype);
+  }
+  if (a.range_calculator != b.range_calculator) {
+    return differ("range_calculator", a.range_calculator, b.range_calculator);
+  }
+  if (a.convention != b.convention) return differ("convention", a.convention, b.convention);
+  return "";
+}
 
 }  // namespace
 
@@ -262,7 +298,8 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request.name, "group.name"));
   QPARAMS_RETURN_IF_ERROR(CheckOwned(request.name));
   if (request.members.empty()) {
-    return absl::InvalidArgumentError("group.members is empty; a group has 1 to 1024 members");
+    return absl::InvalidArgumentError(absl::StrCat("group.members is empty; a group has 1 to ",
+                                                   kMaxGroupMembers, " members"));
   }
   if (static_cast<int>(request.members.size()) > kMaxGroupMembers) {
     return absl::InvalidArgumentError(absl::StrCat("group.members has ", request.members.size(),
@@ -279,7 +316,8 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
   }
   if (!request.share.has_value()) {
     return absl::InvalidArgumentError(
-        "group.share is SHARE_UNSPECIFIED; set GLOBAL_AMAX (NVFP4) or UNION_RANGE");
+        "group.share is unset (SHARE_UNSPECIFIED) or not a known value; set GLOBAL_AMAX (NVFP4) "
+        "or UNION_RANGE");
   }
   if (options_.slot_map != nullptr) {
     const int slot = SlotOf(request.name);
@@ -300,18 +338,23 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
   }
   std::vector<GroupMemberState> members;
   members.reserve(request.members.size());
-  for (const std::string& member : request.members) {
-    QPARAMS_ASSIGN_OR_RETURN(std::shared_ptr<Session> session,
-                             store_.Find({std::string(tenant), member}));
-    QPARAMS_ASSIGN_OR_RETURN(GroupMemberState state, session->GroupMember());
-    members.push_back(std::move(state));
+  for (size_t i = 0; i < request.members.size(); ++i) {
+    absl::StatusOr<std::shared_ptr<Session>> session =
+        store_.Find({std::string(tenant), request.members[i]});
+    absl::StatusOr<GroupMemberState> state =
+        session.ok() ? (*session)->GroupMember() : session.status();
+    if (!state.ok()) {
+      return absl::Status(state.status().code(), absl::StrCat("group.members[", i, "]: ",
+                                                              state.status().message()));
+    }
+    members.push_back(*std::move(state));
   }
   for (const GroupMemberState& m : members) {
     if (!(m.spec == members.front().spec)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "group.members: the resolved specs of \"", members.front().name, "\" and \"", m.name,
-          "\" differ (granularity ", members.front().spec.granularity.ToString(), " vs ",
-          m.spec.granularity.ToString(), "); a group's members share one spec"));
+          "\" differ (", SpecDifference(members.front().spec, m.spec),
+          "); a group's members share one spec"));
     }
   }
   QPARAMS_RETURN_IF_ERROR(CheckGroupShare(*request.share, members.front().spec));

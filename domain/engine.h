@@ -38,7 +38,8 @@ namespace qparams {
 
 struct EngineOptions {
   int64_t max_sessions = 100000;
-  // Scale groups per server (all tenants).
+  // Scale groups per server (all tenants together); CreateScaleGroup beyond it is
+  // RESOURCE_EXHAUSTED naming --max_scale_groups. The server's flag is >= 1.
   int64_t max_scale_groups = 100000;
   // Sessions no call has named for this long are evicted; zero keeps them forever.
   absl::Duration session_ttl = absl::ZeroDuration();

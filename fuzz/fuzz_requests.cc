@@ -3,11 +3,11 @@
 // transport (fuzz/service_harness.h).
 //
 // Input formats:
-//   * byte 0 < 0xF0: one request. Byte 0 % 12 picks the method (Method in
+//   * byte 0 < 0xF0: one request. Byte 0 % 17 picks the method (Method in
 //     service_harness.h), the rest is that request message serialized. The service
 //     persists across inputs, so sessions created by one input are observed by later
-//     ones; it is bounded (max_sessions 32, tensors of at most 2^16 elements) and
-//     rebuilt every kRequestsPerService inputs.
+//     ones; it is bounded (max_sessions 32, max_scale_groups 16, tensors of at most
+//     2^16 elements) and rebuilt every kRequestsPerService inputs.
 //   * byte 0 >= 0xF0: a sequence run on a fresh service: frames of
 //     [method byte][uint32 little-endian length][request]. A failure that may depend
 //     on earlier inputs is also written in this form (WriteHistory) so that it
@@ -16,7 +16,8 @@
 // Besides crashes and sanitizer reports, the harness traps on broken contract rules
 // of shared/docs/api.md: status codes outside the documented set, a handler that
 // does not finish, malformed qparams, a failed call that changes its session, a
-// resolved spec that does not recreate the same session, unsorted or short pages.
+// resolved spec that does not recreate the same session, unsorted or short pages, a
+// group call that changes a member session, a group result out of member order.
 
 #include <cstddef>
 #include <cstdint>

@@ -5,7 +5,9 @@
 //
 // fuzz_requests seeds are valid requests of every method (byte 0 picks the method,
 // see service_harness.h) on the session names "s", "m" and "h" (percentile), and
-// three sequences that walk a session through its life on a fresh service.
+// three sequences that walk a session through its life on a fresh service, and two
+// that walk scale groups through theirs (UNION_RANGE over int8 sessions, GLOBAL_AMAX
+// over NVFP4 weights with a member deleted under the group).
 // fuzz_restore seeds are the records of engines holding sessions of every stateful
 // calculator, initialized or not, in export mode, deleted and evicted. fuzz_core
 // seeds are deterministic pseudo-random bytes: a FuzzedDataProvider makes something
@@ -35,12 +37,17 @@ namespace {
 namespace fs = std::filesystem;
 
 using fuzz::kCompute;
+using fuzz::kCreateScaleGroup;
 using fuzz::kCreateSession;
+using fuzz::kDeleteScaleGroup;
 using fuzz::kDeleteSession;
+using fuzz::kGetGroupQParams;
 using fuzz::kGetHistogram;
 using fuzz::kGetQParams;
+using fuzz::kGetScaleGroup;
 using fuzz::kGetSession;
 using fuzz::kListCalculators;
+using fuzz::kListScaleGroups;
 using fuzz::kListSessions;
 using fuzz::kObserve;
 using fuzz::kObserveBatch;
@@ -78,6 +85,100 @@ v1::Tensor Bf16(Shape shape, const std::vector<float>& values) {
   }
   t.set_data(data);
   return t;
+}
+
+v1::CreateScaleGroupRequest GroupRequest(const std::string& name,
+                                         const std::vector<std::string>& members,
+                                         v1::ScaleGroup::Share share) {
+  v1::CreateScaleGroupRequest r;
+  r.mutable_group()->set_name(name);
+  for (const std::string& m : members) r.mutable_group()->add_members(m);
+  r.mutable_group()->set_share(share);
+  return r;
+}
+
+template <typename Request>
+std::string NamedRequest(const std::string& name) {
+  Request r;
+  r.set_name(name);
+  return r.SerializeAsString();
+}
+
+// Scale-group requests on "s" and "m", and two groups' lives on a fresh service.
+void GroupSeeds(const fs::path& dir) {
+  const v1::CreateScaleGroupRequest union_sm =
+      GroupRequest("{l0}.g", {"s", "m"}, v1::ScaleGroup::UNION_RANGE);
+  Write(dir / "create_scale_group", Single(kCreateScaleGroup, union_sm));
+  v1::GetScaleGroupRequest get_g;
+  get_g.set_name("{l0}.g");
+  Write(dir / "get_scale_group", Single(kGetScaleGroup, get_g));
+  v1::ListScaleGroupsRequest list_g;
+  list_g.set_page_size(1);
+  list_g.set_filter("{l0}");
+  Write(dir / "list_scale_groups", Single(kListScaleGroups, list_g));
+  v1::DeleteScaleGroupRequest del_g;
+  del_g.set_name("{l0}.g");
+  Write(dir / "delete_scale_group", Single(kDeleteScaleGroup, del_g));
+  v1::GetGroupQParamsRequest result_g;
+  result_g.set_name("{l0}.g");
+  Write(dir / "get_group_qparams", Single(kGetGroupQParams, result_g));
+
+  // UNION_RANGE: two static int8 sessions, one observed, then both.
+  std::vector<std::pair<uint8_t, std::string>> union_life;
+  for (const char* name : {"{l0}.a", "{l0}.b"}) {
+    v1::CreateSessionRequest create;
+    create.set_name(name);
+    create.set_calculator("static");
+    union_life.emplace_back(kCreateSession, create.SerializeAsString());
+  }
+  union_life.emplace_back(kCreateScaleGroup,
+                          GroupRequest("{l0}.ab", {"{l0}.a", "{l0}.b"},
+                                       v1::ScaleGroup::UNION_RANGE)
+                              .SerializeAsString());
+  v1::ObserveRequest observe_a;
+  observe_a.set_name("{l0}.a");
+  *observe_a.mutable_tensor() = F32({4}, {-1, 0.5f, 2, 3});
+  union_life.emplace_back(kObserve, observe_a.SerializeAsString());
+  union_life.emplace_back(kGetGroupQParams, NamedRequest<v1::GetGroupQParamsRequest>("{l0}.ab"));
+  v1::ObserveRequest observe_b = observe_a;
+  observe_b.set_name("{l0}.b");
+  *observe_b.mutable_tensor() = F32({2}, {-6, 1});
+  union_life.emplace_back(kObserve, observe_b.SerializeAsString());
+  union_life.emplace_back(kGetGroupQParams, NamedRequest<v1::GetGroupQParamsRequest>("{l0}.ab"));
+  v1::ListScaleGroupsRequest list_all;
+  union_life.emplace_back(kListScaleGroups, list_all.SerializeAsString());
+  union_life.emplace_back(kDeleteScaleGroup, NamedRequest<v1::DeleteScaleGroupRequest>("{l0}.ab"));
+  Write(dir / "sequence_union_range", Sequence(union_life));
+
+  // GLOBAL_AMAX: NVFP4 weights q and k, k deleted under the group.
+  std::vector<std::pair<uint8_t, std::string>> amax_life;
+  std::vector<float> values(64);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.125f * static_cast<float>(i) - 4.0f;
+  for (const char* name : {"{qk}.q", "{qk}.k"}) {
+    v1::CreateSessionRequest create;
+    create.set_name(name);
+    create.set_calculator("global_minmax");
+    v1::QuantSpec* spec = create.mutable_spec();
+    spec->set_dtype("float4_e2m1fn_x2");
+    spec->set_scale_dtype("float8_e4m3fn");
+    spec->mutable_granularity()->mutable_per_block()->set_axis(-1);
+    spec->mutable_granularity()->mutable_per_block()->add_block_size(16);
+    amax_life.emplace_back(kCreateSession, create.SerializeAsString());
+  }
+  v1::ObserveRequest observe_q;
+  observe_q.set_name("{qk}.q");
+  *observe_q.mutable_tensor() = F32({2, 32}, values);
+  amax_life.emplace_back(kObserve, observe_q.SerializeAsString());
+  v1::CreateScaleGroupRequest amax_qk =
+      GroupRequest("{qk}.g", {"{qk}.q", "{qk}.k"}, v1::ScaleGroup::GLOBAL_AMAX);
+  amax_qk.mutable_group()->set_fill_uncalibrated(true);
+  amax_life.emplace_back(kCreateScaleGroup, amax_qk.SerializeAsString());
+  amax_life.emplace_back(kGetGroupQParams, NamedRequest<v1::GetGroupQParamsRequest>("{qk}.g"));
+  amax_life.emplace_back(kGetScaleGroup, NamedRequest<v1::GetScaleGroupRequest>("{qk}.g"));
+  amax_life.emplace_back(kDeleteSession, NamedRequest<v1::DeleteSessionRequest>("{qk}.k"));
+  amax_life.emplace_back(kGetGroupQParams, NamedRequest<v1::GetGroupQParamsRequest>("{qk}.g"));
+  amax_life.emplace_back(kDeleteScaleGroup, NamedRequest<v1::DeleteScaleGroupRequest>("{qk}.g"));
+  Write(dir / "sequence_global_amax", Sequence(amax_life));
 }
 
 void RequestSeeds(const fs::path& dir) {
@@ -231,6 +332,8 @@ void RequestSeeds(const fs::path& dir) {
                      g.set_name("m");
                      return g.SerializeAsString();
                    }()}}));
+
+  GroupSeeds(dir);
 }
 
 // The records of `engine`, framed as fuzz_restore reads them.

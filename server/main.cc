@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "Address to serve on, host:port (port 0 picks a free one; the log says which).");
 ABSL_FLAG(int64_t, max_sessions, 100000,
           "Most sessions the server holds; CreateSession beyond it is RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_scale_groups, qparams::EngineOptions().max_scale_groups,
+          "Most scale groups the server holds (all tenants together), >= 1; "
+          "CreateScaleGroup beyond it is RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int32_t, max_message_bytes, 64 << 20,
           "Largest request accepted, in bytes; larger ones are RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_tensor_elements, qparams::kDefaultMaxTensorElements,
@@ -129,6 +132,7 @@ absl::StatusOr<Flags> ReadFlags() {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.engine.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  options.engine.max_scale_groups = absl::GetFlag(FLAGS_max_scale_groups);
   options.service.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
   options.service.log_failed_rpcs = absl::GetFlag(FLAGS_log_failed_rpcs);
   options.engine.session_ttl = absl::GetFlag(FLAGS_session_ttl);
@@ -155,6 +159,10 @@ absl::StatusOr<Flags> ReadFlags() {
         "--max_sessions must be >= 0, --max_tensor_elements >= 1, "
         "--shutdown_grace and --session_ttl >= 0, --flush_interval > 0");
   }
+  if (options.engine.max_scale_groups < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_scale_groups is ", options.engine.max_scale_groups, "; it must be >= 1"));
+  }
   // Checked by QParamsServer::Start, with --listen and --max_message_bytes.
   options.omp_threads = absl::GetFlag(FLAGS_omp_threads);
   if (const std::string flag = absl::GetFlag(FLAGS_metrics_listen); !flag.empty()) {
@@ -173,6 +181,7 @@ absl::StatusOr<Flags> ReadFlags() {
 void LogStart(const Flags& flags) {
   const qparams::ServerOptions& options = flags.server;
   qparams::LogInfo(absl::StrCat("starting: max_sessions=", options.engine.max_sessions,
+                                " max_scale_groups=", options.engine.max_scale_groups,
                                 " max_message_bytes=", options.max_message_bytes,
                                 " max_tensor_elements=", options.service.max_tensor_elements,
                                 " omp_threads=", options.omp_threads,

@@ -1,7 +1,8 @@
 // Hardening: a table of bad requests against an in-process server that holds
-// sessions in varied states. Every row names the RPC, the request, the expected
-// gRPC code and a substring of the message that names the offending field; after
-// every row the whole store (ListSessions of every session, every field, times
+// sessions and scale groups in varied states, for two tenants. Every row names the
+// RPC, the request, the expected gRPC code and a substring of the message that
+// names the offending field; after every row the whole store (ListSessions of every
+// session and ListScaleGroups of every group, of both tenants, every field, times
 // included) must be byte-for-byte what it was before the table (api.md: "A failed
 // call changes nothing").
 
@@ -14,6 +15,8 @@
 #include <optional>
 #include <set>
 #include <string>
+
+#include <unistd.h>
 #include <tuple>
 #include <utility>
 #include <variant>
@@ -24,6 +27,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/scale_group.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -58,6 +62,38 @@ constexpr char kNvfp4Ct[] = "hard/gmm-nvfp4-ct.q_proj.weight";
 constexpr char kNvfp4CtK[] = "hard/gmm-nvfp4-ct.k_proj.weight";
 constexpr char kNvfp4Mo[] = "hard/gmm-nvfp4-mo.weight";
 constexpr char kPrefix[] = "hard/";
+
+// The two tenants (authentication is on): every row runs as kTenantA unless it says
+// otherwise.
+constexpr char kTokenA[] = "hardening-token-of-a-0123";
+constexpr char kTokenB[] = "hardening-token-of-b-0123";
+// Scale groups (nvfp4.md 4), under their own prefix, out of every export row's: an
+// export reads the GLOBAL_AMAX groups of the sessions it exports. Tenant A's
+// sessions for them: NVFP4 weights as kNvfp4Ct's spec, q and k observed in f32, v in
+// bf16; u.a and u.b static int8 per_tensor, uninitialized, until u.b's granularity
+// is set per_channel(0) after its group was created; doomed, deleted after its group
+// was created.
+constexpr char kGrpQ[] = "hgrp/{l0}.q";
+constexpr char kGrpK[] = "hgrp/{l0}.k";
+constexpr char kGrpV[] = "hgrp/{l0}.v";
+constexpr char kGrpUa[] = "hgrp/u.a";
+constexpr char kGrpUb[] = "hgrp/u.b";
+constexpr char kGrpDoomed[] = "hgrp/doomed";
+// Tenant A's groups: q+k GLOBAL_AMAX; q+v GLOBAL_AMAX (input dtypes differ); u.a+u.b
+// UNION_RANGE (specs no longer agree); u.a+doomed UNION_RANGE (a member deleted);
+// kHist UNION_RANGE (a member without a range).
+constexpr char kGroupQk[] = "hgrp/g.qk";
+constexpr char kGroupDtypes[] = "hgrp/g.dtypes";
+constexpr char kGroupDrift[] = "hgrp/g.drift";
+constexpr char kGroupOrphan[] = "hgrp/g.orphan";
+constexpr char kGroupHist[] = "hgrp/g.hist";
+constexpr char kGroupPrefix[] = "hgrp/g.";
+// Tenant B: a session of kGrpQ's name, one only B has, and a GLOBAL_AMAX group of
+// the first.
+constexpr char kBOnly[] = "hgrp/b-only";
+constexpr char kGroupB[] = "hgrp/g.b";
+// The server holds exactly this many groups, its --max_scale_groups.
+constexpr int kGroups = 6;
 
 // ---- Request building ----
 
@@ -276,6 +312,11 @@ enum class Method {
   kGetHistogram,
   kSetExportMode,
   kSetGranularity,
+  kCreateScaleGroup,
+  kGetScaleGroup,
+  kListScaleGroups,
+  kDeleteScaleGroup,
+  kGetGroupQParams,
 };
 
 const char* MethodName(Method m) {
@@ -308,6 +349,16 @@ const char* MethodName(Method m) {
       return "SetExportMode";
     case Method::kSetGranularity:
       return "SetGranularity";
+    case Method::kCreateScaleGroup:
+      return "CreateScaleGroup";
+    case Method::kGetScaleGroup:
+      return "GetScaleGroup";
+    case Method::kListScaleGroups:
+      return "ListScaleGroups";
+    case Method::kDeleteScaleGroup:
+      return "DeleteScaleGroup";
+    case Method::kGetGroupQParams:
+      return "GetGroupQParams";
   }
   return "?";
 }
@@ -317,7 +368,9 @@ using Request =
                  v1::ListSessionsRequest, v1::ReadSessionsRequest, v1::ExportSessionsRequest,
                  v1::DeleteSessionRequest, v1::ObserveRequest, v1::ObserveBatchRequest,
                  v1::GetQParamsRequest, v1::GetHistogramRequest, v1::SetExportModeRequest,
-                 v1::SetGranularityRequest>;
+                 v1::SetGranularityRequest, v1::CreateScaleGroupRequest,
+                 v1::GetScaleGroupRequest, v1::ListScaleGroupsRequest,
+                 v1::DeleteScaleGroupRequest, v1::GetGroupQParamsRequest>;
 
 struct Row {
   std::string what;
@@ -325,6 +378,7 @@ struct Row {
   Request request;
   StatusCode code;
   std::string field;  // the message must contain it
+  bool as_tenant_b = false;  // run with kTokenB instead of kTokenA
 };
 
 std::string CodeName(int code) {
@@ -335,7 +389,28 @@ std::string CodeName(int code) {
 struct Tokens {
   std::string for_all;     // ListSessions(page_size 1, filter "")
   std::string for_prefix;  // ListSessions(page_size 1, filter kPrefix)
+  std::string for_groups;  // ListScaleGroups(page_size 1, filter kGroupPrefix)
 };
+
+v1::CreateScaleGroupRequest GroupReq(const std::string& name,
+                                     const std::vector<std::string>& members, int share,
+                                     bool fill_uncalibrated = false) {
+  v1::CreateScaleGroupRequest r;
+  v1::ScaleGroup* group = r.mutable_group();
+  group->set_name(name);
+  for (const std::string& m : members) group->add_members(m);
+  group->set_share(static_cast<v1::ScaleGroup::Share>(share));
+  group->set_fill_uncalibrated(fill_uncalibrated);
+  return r;
+}
+v1::ListScaleGroupsRequest ListGroupsReq(int32_t page_size, const std::string& token,
+                                         const std::string& filter) {
+  v1::ListScaleGroupsRequest r;
+  r.set_page_size(page_size);
+  r.set_page_token(token);
+  r.set_filter(filter);
+  return r;
+}
 
 std::vector<Row> BadRequests(const Tokens& tokens) {
   const StatusCode kInvalid = StatusCode::INVALID_ARGUMENT;
@@ -1022,18 +1097,171 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
                   "compressed-tensors", false, kInvalid, "separate prefixes");
   export_sessions("of fused siblings with different global scales and no group",
                   kNvfp4CtSiblings, "compressed-tensors", false, kPrecondition, "GLOBAL_AMAX");
+
+  // ---- Scale groups (nvfp4.md 4.1, 4.2; docs/scale_groups.md) ----
+  {
+    const int kGlobalAmax = v1::ScaleGroup::GLOBAL_AMAX;
+    const int kUnionRange = v1::ScaleGroup::UNION_RANGE;
+    auto group = [&](std::string what, v1::CreateScaleGroupRequest r, StatusCode code,
+                     std::string field) {
+      add(std::move(what), Method::kCreateScaleGroup, std::move(r), code, std::move(field));
+    };
+    const std::vector<std::string> qk = {kGrpQ, kGrpK};
+    // 4.1, in the order of its table.
+    group("an existing name", GroupReq(kGroupQk, qk, kGlobalAmax), kExists, kGroupQk);
+    group("an existing name with other members and share", GroupReq(kGroupQk, {kGrpUa}, kUnionRange),
+          kExists, kGroupQk);
+    for (const auto& [what, name] : std::vector<std::pair<std::string, std::string>>{
+             {"empty", ""},
+             {"of 129 characters", long_name},
+             {"with a space", "hgrp/g x"},
+             {"with a colon", "hgrp:g"},
+             {"with a newline", "hgrp/g\n"},
+             {"with a NUL byte", std::string("hgrp/g\0x", 8)},
+             {"with a non-ASCII byte", "hgrp/g\xc3\xa9"},
+             {"with a bracket", "hgrp/g[0]"}}) {
+      group(absl::StrCat("name ", what), GroupReq(name, qk, kGlobalAmax), kInvalid, "group.name");
+      add(absl::StrCat("name ", what), Method::kGetScaleGroup,
+          Named<v1::GetScaleGroupRequest>(name), kInvalid, "name");
+      add(absl::StrCat("name ", what), Method::kDeleteScaleGroup,
+          Named<v1::DeleteScaleGroupRequest>(name), kInvalid, "name");
+      add(absl::StrCat("name ", what), Method::kGetGroupQParams,
+          Named<v1::GetGroupQParamsRequest>(name), kInvalid, "name");
+      if (!name.empty()) {
+        group(absl::StrCat("member ", what), GroupReq("hgrp/g.new", {kGrpQ, name}, kGlobalAmax),
+              kInvalid, "group.members[1]");
+        add(absl::StrCat("filter ", what), Method::kListScaleGroups, ListGroupsReq(0, "", name),
+            kInvalid, "filter");
+      }
+    }
+    group("member empty", GroupReq("hgrp/g.new", {kGrpQ, ""}, kGlobalAmax), kInvalid,
+          "group.members[1]");
+    group("members empty", GroupReq("hgrp/g.new", {}, kGlobalAmax), kInvalid, "group.members");
+    group("a duplicated member", GroupReq("hgrp/g.new", {kGrpQ, kGrpK, kGrpQ}, kGlobalAmax),
+          kInvalid, absl::StrCat("\"", kGrpQ, "\" twice"));
+    group("one member twice and nothing else", GroupReq("hgrp/g.new", {kGrpUa, kGrpUa}, kUnionRange),
+          kInvalid, "twice");
+    {
+      std::vector<std::string> many;
+      for (int i = 0; i <= kMaxGroupMembers; ++i) many.push_back(absl::StrCat("hgrp/m", i));
+      group("1025 members (kMaxGroupMembers + 1)", GroupReq("hgrp/g.new", many, kGlobalAmax),
+            kInvalid, "group.members has 1025");
+      // 1024 pass the count; the first of them then does not exist.
+      many.pop_back();
+      group("1024 members that do not exist", GroupReq("hgrp/g.new", many, kGlobalAmax), kNotFound,
+            "group.members[0]");
+    }
+    group("share unset", GroupReq("hgrp/g.new", qk, v1::ScaleGroup::SHARE_UNSPECIFIED), kInvalid,
+          "group.share");
+    group("share an unknown enum value 7", GroupReq("hgrp/g.new", qk, 7), kInvalid, "group.share");
+    group("share a negative enum value", GroupReq("hgrp/g.new", qk, -1), kInvalid, "group.share");
+    group("a member that does not exist", GroupReq("hgrp/g.new", {kGrpQ, "hgrp/none"}, kGlobalAmax),
+          kNotFound, "group.members[1]: session \"hgrp/none\" does not exist");
+    group("a member deleted before (doomed)", GroupReq("hgrp/g.new", {kGrpUa, kGrpDoomed}, kUnionRange),
+          kNotFound, kGrpDoomed);
+    group("a member only tenant B has", GroupReq("hgrp/g.new", {kGrpQ, kBOnly}, kGlobalAmax),
+          kNotFound, kBOnly);
+    {
+      Row row{"tenant B naming tenant A's session", Method::kCreateScaleGroup,
+              GroupReq("hgrp/g.new", {kGrpQ, kGrpK}, kGlobalAmax), kNotFound, kGrpK, true};
+      rows.push_back(std::move(row));
+    }
+    group("specs differ in granularity only (u.a per_tensor, u.b now per_channel)",
+          GroupReq("hgrp/g.new", {kGrpUa, kGrpUb}, kUnionRange), kInvalid,
+          "granularity per_tensor vs per_channel(axis=0)");
+    group("specs differ in convention only", GroupReq("hgrp/g.new", {kGrpQ, kNvfp4Mo}, kGlobalAmax),
+          kInvalid, "convention compressed_tensors vs modelopt");
+    group("specs differ in dtype", GroupReq("hgrp/g.new", {kGrpUa, kExport}, kUnionRange), kInvalid,
+          "dtype int8 vs int4");
+    group("specs differ in dtype and the rest", GroupReq("hgrp/g.new", {kGrpUa, kMovingAvg}, kUnionRange),
+          kInvalid, "dtype int8 vs uint8");
+    group("GLOBAL_AMAX on an int8 spec", GroupReq("hgrp/g.new", {kGrpUa}, kGlobalAmax), kInvalid,
+          "scale_dtype float8_e4m3fn");
+    group("GLOBAL_AMAX on an int4 spec", GroupReq("hgrp/g.new", {kExport}, kGlobalAmax), kInvalid,
+          "GLOBAL_AMAX");
+    group("UNION_RANGE on a float8_e4m3fn spec", GroupReq("hgrp/g.new", qk, kUnionRange), kInvalid,
+          "scale_dtype float8_e4m3fn");
+    group("UNION_RANGE on per_channel", GroupReq("hgrp/g.new", {kStatic}, kUnionRange), kInvalid,
+          "granularity per_channel(axis=1)");
+    group("UNION_RANGE on per_block", GroupReq("hgrp/g.new", {kBlock}, kUnionRange), kInvalid,
+          "UNION_RANGE");
+    group("a valid group beyond --max_scale_groups", GroupReq("hgrp/g.new", qk, kGlobalAmax),
+          kExhausted, "--max_scale_groups");
+
+    // Get / Delete / GetGroupQParams of groups that do not exist, for the caller.
+    for (Method method : {Method::kGetScaleGroup, Method::kDeleteScaleGroup, Method::kGetGroupQParams}) {
+      auto named = [method](const std::string& name) -> Request {
+        switch (method) {
+          case Method::kGetScaleGroup:
+            return Named<v1::GetScaleGroupRequest>(name);
+          case Method::kDeleteScaleGroup:
+            return Named<v1::DeleteScaleGroupRequest>(name);
+          default:
+            return Named<v1::GetGroupQParamsRequest>(name);
+        }
+      };
+      add("unknown group", method, named("hgrp/g.none"), kNotFound, "hgrp/g.none");
+      add("a session's name, not a group's", method, named(kStatic), kNotFound, kStatic);
+      add("tenant B's group", method, named(kGroupB), kNotFound, kGroupB);
+      rows.push_back({"tenant A's group, as tenant B", method, named(kGroupQk), kNotFound, kGroupQk,
+                      true});
+      add("a group name differing in case", method, named("hgrp/G.qk"), kNotFound, "hgrp/G.qk");
+    }
+    // 4.2, steps 2 and 4.
+    add("a member deleted under the group", Method::kGetGroupQParams,
+        Named<v1::GetGroupQParamsRequest>(kGroupOrphan), kPrecondition,
+        absl::StrCat("member \"", kGrpDoomed, "\""));
+    add("a member whose granularity changed since", Method::kGetGroupQParams,
+        Named<v1::GetGroupQParamsRequest>(kGroupDrift), kPrecondition,
+        absl::StrCat("member \"", kGrpUb, "\""));
+    add("members' input dtypes differ (f32, bf16)", Method::kGetGroupQParams,
+        Named<v1::GetGroupQParamsRequest>(kGroupDtypes), kPrecondition, "input dtypes differ");
+    add("a calibrated histogram member keeps no range", Method::kGetGroupQParams,
+        Named<v1::GetGroupQParamsRequest>(kGroupHist), kPrecondition,
+        absl::StrCat("member \"", kHist, "\""));
+
+    // ListScaleGroups: paging as ListSessions.
+    auto list_groups = [&](std::string what, v1::ListScaleGroupsRequest r, std::string field) {
+      add(std::move(what), Method::kListScaleGroups, std::move(r), kInvalid, std::move(field));
+    };
+    list_groups("negative page_size", ListGroupsReq(-1, "", ""), "page_size");
+    list_groups("page_size INT32_MIN",
+                ListGroupsReq(std::numeric_limits<int32_t>::min(), "", kGroupPrefix), "page_size");
+    list_groups("a garbage page token", ListGroupsReq(0, "garbage", ""), "page_token");
+    list_groups("a page token that is not base64", ListGroupsReq(0, "%%%", ""), "page_token");
+    list_groups("a page token cut short",
+                ListGroupsReq(0, tokens.for_groups.substr(0, tokens.for_groups.size() / 2),
+                              kGroupPrefix),
+                "page_token");
+    list_groups("a group page token with another filter", ListGroupsReq(1, tokens.for_groups, ""),
+                "page_token was issued for filter");
+    list_groups("a group page token with a longer filter",
+                ListGroupsReq(1, tokens.for_groups, "hgrp/g.q"), "page_token was issued for filter");
+    list_groups("a session page token of another filter", ListGroupsReq(1, tokens.for_prefix, ""),
+                "page_token was issued for filter");
+    list_groups("filter of 129 characters", ListGroupsReq(0, "", long_name), "filter");
+  }
   return rows;
 }
 
 // ---- The test ----
 
 // One test per row of the table (the parameter is the row's index), each on a fresh
-// server holding the same sessions in varied states.
+// server holding the same sessions and groups in varied states, for two tenants.
 class Hardening : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
+    tokens_file_ = absl::StrCat(::testing::TempDir(), "/hardening-tokens-", getpid());
+    {
+      std::FILE* file = std::fopen(tokens_file_.c_str(), "w");
+      ASSERT_NE(file, nullptr);
+      std::fprintf(file, "%s a\n%s b\n", kTokenA, kTokenB);
+      std::fclose(file);
+    }
     ServerOptions options;
     options.service.max_tensor_elements = kMaxElements;
+    options.engine.max_scale_groups = kGroups;
+    options.auth_tokens_file = tokens_file_;
     server_ = TestServer::Start(options);
     ASSERT_NE(server_, nullptr);
     stub_ = server_->NewStub();
@@ -1045,7 +1273,7 @@ class Hardening : public ::testing::TestWithParam<int> {
     Observe(ObserveTensorReq(kExport, F32({4}, {1, -2, 3, 0.5})));
     {
       grpc::ClientContext context;
-      Deadline(&context);
+      Prepare(&context);
       v1::Session session;
       ASSERT_TRUE(stub_->SetExportMode(&context, ExportReq(kExport, true), &session).ok());
       ASSERT_TRUE(session.export_mode());
@@ -1070,12 +1298,65 @@ class Hardening : public ::testing::TestWithParam<int> {
       for (size_t i = 0; i < values.size(); ++i) values[i] = amax * (static_cast<double>(i) / 32 - 1);
       Observe(ObserveTensorReq(name, F32({2, 32}, values)));
     }
+    CreateGroups();
     tokens_.for_all = FirstPageToken("");
     tokens_.for_prefix = FirstPageToken(kPrefix);
+    tokens_.for_groups = FirstGroupPageToken(kGroupPrefix);
   }
 
-  static void Deadline(grpc::ClientContext* context) {
+  void TearDown() override { std::remove(tokens_file_.c_str()); }
+
+  // The sessions and groups of the kGrp* and kGroup* comments, for both tenants.
+  void CreateGroups() {
+    const v1::QuantSpec nvfp4 = [] {
+      v1::QuantSpec spec = WithScaleDType(
+          Spec("float4_e2m1fn_x2", v1::SYMMETRIC, PerBlockAxis(-1, {16})), "float8_e4m3fn");
+      spec.set_convention("compressed_tensors");
+      return spec;
+    }();
+    std::vector<double> values(64);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = 3.0 * (static_cast<double>(i) / 32 - 1);
+    for (const auto& [name, token, tensor] :
+         {std::tuple{kGrpQ, kTokenA, F32({2, 32}, values)},
+          std::tuple{kGrpK, kTokenA, F32({2, 32}, values)},
+          std::tuple{kGrpV, kTokenA, Bf16({2, 32}, values)},
+          std::tuple{kGrpQ, kTokenB, F32({2, 32}, values)},
+          std::tuple{kBOnly, kTokenB, F32({2, 32}, values)}}) {
+      Create(CreateReq(name, "global_minmax", nvfp4), token);
+      Observe(ObserveTensorReq(name, tensor), token);
+    }
+    for (const char* name : {kGrpUa, kGrpUb, kGrpDoomed}) {
+      Create(CreateReq(name, "static", Spec("int8")));
+    }
+    const int kGlobalAmax = v1::ScaleGroup::GLOBAL_AMAX;
+    const int kUnionRange = v1::ScaleGroup::UNION_RANGE;
+    CreateGroup(GroupReq(kGroupQk, {kGrpQ, kGrpK}, kGlobalAmax));
+    CreateGroup(GroupReq(kGroupDtypes, {kGrpQ, kGrpV}, kGlobalAmax));
+    CreateGroup(GroupReq(kGroupDrift, {kGrpUa, kGrpUb}, kUnionRange));
+    CreateGroup(GroupReq(kGroupOrphan, {kGrpUa, kGrpDoomed}, kUnionRange));
+    CreateGroup(GroupReq(kGroupHist, {kHist}, kUnionRange));
+    CreateGroup(GroupReq(kGroupB, {kGrpQ}, kGlobalAmax), kTokenB);
+    {
+      grpc::ClientContext context;
+      Prepare(&context);
+      v1::Session session;
+      ASSERT_TRUE(
+          stub_->SetGranularity(&context, GranularityReq(kGrpUb, PerChannel(0)), &session).ok());
+    }
+    {
+      grpc::ClientContext context;
+      Prepare(&context);
+      v1::DeleteSessionResponse response;
+      ASSERT_TRUE(
+          stub_->DeleteSession(&context, Named<v1::DeleteSessionRequest>(kGrpDoomed), &response)
+              .ok());
+    }
+  }
+
+  // A deadline, and the bearer token of the tenant the call is made for.
+  static void Prepare(grpc::ClientContext* context, const char* token = kTokenA) {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
   }
 
   // Runs `row`'s request; the status (for ObserveStream and a batch of one, the
@@ -1083,7 +1364,7 @@ class Hardening : public ::testing::TestWithParam<int> {
   grpc::Status Call(const Row& row, std::optional<v1::ObserveResponse>* stream_response,
                     std::string* stream_error) {
     grpc::ClientContext context;
-    Deadline(&context);
+    Prepare(&context, row.as_tenant_b ? kTokenB : kTokenA);
     switch (row.method) {
       case Method::kCompute: {
         v1::ComputeResponse response;
@@ -1180,39 +1461,77 @@ class Hardening : public ::testing::TestWithParam<int> {
         return stub_->SetGranularity(&context, std::get<v1::SetGranularityRequest>(row.request),
                                      &response);
       }
+      case Method::kCreateScaleGroup: {
+        v1::ScaleGroup response;
+        return stub_->CreateScaleGroup(
+            &context, std::get<v1::CreateScaleGroupRequest>(row.request), &response);
+      }
+      case Method::kGetScaleGroup: {
+        v1::ScaleGroup response;
+        return stub_->GetScaleGroup(&context, std::get<v1::GetScaleGroupRequest>(row.request),
+                                    &response);
+      }
+      case Method::kListScaleGroups: {
+        v1::ListScaleGroupsResponse response;
+        return stub_->ListScaleGroups(
+            &context, std::get<v1::ListScaleGroupsRequest>(row.request), &response);
+      }
+      case Method::kDeleteScaleGroup: {
+        v1::DeleteScaleGroupResponse response;
+        return stub_->DeleteScaleGroup(
+            &context, std::get<v1::DeleteScaleGroupRequest>(row.request), &response);
+      }
+      case Method::kGetGroupQParams: {
+        v1::GroupQParams response;
+        return stub_->GetGroupQParams(
+            &context, std::get<v1::GetGroupQParamsRequest>(row.request), &response);
+      }
     }
     return grpc::Status(StatusCode::INTERNAL, "unknown method");
   }
 
-  // Every session, every field.
-  v1::ListSessionsResponse Store() {
-    grpc::ClientContext context;
-    Deadline(&context);
-    v1::ListSessionsRequest request;
-    request.set_page_size(1000);
-    v1::ListSessionsResponse response;
-    const grpc::Status status = stub_->ListSessions(&context, request, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    return response;
+  // Every session and every group of both tenants, every field.
+  struct Snapshot {
+    v1::ListSessionsResponse sessions_a, sessions_b;
+    v1::ListScaleGroupsResponse groups_a, groups_b;
+  };
+  Snapshot Store() {
+    Snapshot snapshot;
+    for (const auto& [token, sessions, groups] :
+         {std::tuple{kTokenA, &snapshot.sessions_a, &snapshot.groups_a},
+          std::tuple{kTokenB, &snapshot.sessions_b, &snapshot.groups_b}}) {
+      grpc::ClientContext context;
+      Prepare(&context, token);
+      v1::ListSessionsRequest request;
+      request.set_page_size(1000);
+      const grpc::Status status = stub_->ListSessions(&context, request, sessions);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      grpc::ClientContext groups_context;
+      Prepare(&groups_context, token);
+      const grpc::Status listed =
+          stub_->ListScaleGroups(&groups_context, ListGroupsReq(1000, "", ""), groups);
+      EXPECT_TRUE(listed.ok()) << listed.error_message();
+    }
+    return snapshot;
   }
 
-  void Create(const v1::CreateSessionRequest& request) {
+  void Create(const v1::CreateSessionRequest& request, const char* token = kTokenA) {
     grpc::ClientContext context;
-    Deadline(&context);
+    Prepare(&context, token);
     v1::Session session;
     const grpc::Status status = stub_->CreateSession(&context, request, &session);
     ASSERT_TRUE(status.ok()) << request.name() << ": " << status.error_message();
   }
-  void Observe(const v1::ObserveRequest& request) {
+  void Observe(const v1::ObserveRequest& request, const char* token = kTokenA) {
     grpc::ClientContext context;
-    Deadline(&context);
+    Prepare(&context, token);
     v1::ObserveResponse response;
     const grpc::Status status = stub_->Observe(&context, request, &response);
     ASSERT_TRUE(status.ok()) << request.name() << ": " << status.error_message();
   }
   std::string FirstPageToken(const std::string& filter) {
     grpc::ClientContext context;
-    Deadline(&context);
+    Prepare(&context);
     v1::ListSessionsResponse response;
     const grpc::Status status = stub_->ListSessions(&context, ListReq(1, "", filter), &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
@@ -1220,15 +1539,37 @@ class Hardening : public ::testing::TestWithParam<int> {
     return response.next_page_token();
   }
 
+  void CreateGroup(const v1::CreateScaleGroupRequest& request, const char* token = kTokenA) {
+    grpc::ClientContext context;
+    Prepare(&context, token);
+    v1::ScaleGroup group;
+    const grpc::Status status = stub_->CreateScaleGroup(&context, request, &group);
+    ASSERT_TRUE(status.ok()) << request.group().name() << ": " << status.error_message();
+  }
+  std::string FirstGroupPageToken(const std::string& filter) {
+    grpc::ClientContext context;
+    Prepare(&context);
+    v1::ListScaleGroupsResponse response;
+    const grpc::Status status =
+        stub_->ListScaleGroups(&context, ListGroupsReq(1, "", filter), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_FALSE(response.next_page_token().empty()) << filter;
+    return response.next_page_token();
+  }
+
+  std::string tokens_file_;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<v1::QParamsService::Stub> stub_;
   Tokens tokens_;
 };
 
 TEST_P(Hardening, FailsWithTheRightCodeNamesTheFieldAndChangesNothing) {
-  const v1::ListSessionsResponse before = Store();
-  ASSERT_EQ(before.sessions_size(), 10);
-  ASSERT_TRUE(before.next_page_token().empty());
+  const Snapshot before = Store();
+  ASSERT_EQ(before.sessions_a.sessions_size(), 15);
+  ASSERT_TRUE(before.sessions_a.next_page_token().empty());
+  ASSERT_EQ(before.sessions_b.sessions_size(), 2);
+  ASSERT_EQ(before.groups_a.groups_size() + before.groups_b.groups_size(), kGroups);
+  ASSERT_EQ(before.groups_b.groups_size(), 1);
   const std::vector<Row> rows = BadRequests(tokens_);
   ASSERT_LT(GetParam(), static_cast<int>(rows.size()));
   const Row& row = rows[GetParam()];
@@ -1251,18 +1592,25 @@ TEST_P(Hardening, FailsWithTheRightCodeNamesTheFieldAndChangesNothing) {
             ? std::get<v1::ObserveBatchRequest>(row.request).observations(0).name()
             : std::get<v1::ObserveRequest>(row.request).name();
     int64_t count = 0;
-    for (const v1::Session& s : before.sessions()) {
+    for (const v1::Session& s : before.sessions_a.sessions()) {
       if (s.name() == name) count = s.observation_count();
     }
     EXPECT_EQ(stream_response->observation_count(), count) << actual;
     EXPECT_FALSE(stream_response->has_qparams()) << actual;
   }
-  const v1::ListSessionsResponse after = Store();
-  std::string diff;
-  google::protobuf::util::MessageDifferencer differencer;
-  differencer.ReportDifferencesToString(&diff);
-  EXPECT_TRUE(differencer.Compare(before, after)) << "the store changed (" << actual << "):\n"
-                                                  << diff;
+  const Snapshot after = Store();
+  for (const auto& [what, was, is] :
+       {std::tuple<const char*, const google::protobuf::Message*, const google::protobuf::Message*>{
+            "tenant A's sessions", &before.sessions_a, &after.sessions_a},
+        {"tenant B's sessions", &before.sessions_b, &after.sessions_b},
+        {"tenant A's groups", &before.groups_a, &after.groups_a},
+        {"tenant B's groups", &before.groups_b, &after.groups_b}}) {
+    std::string diff;
+    google::protobuf::util::MessageDifferencer differencer;
+    differencer.ReportDifferencesToString(&diff);
+    EXPECT_TRUE(differencer.Compare(*was, *is)) << what << " changed (" << actual << "):\n"
+                                                << diff;
+  }
 }
 
 // The rows' names (the table needs no server to be listed): the method and what the
@@ -1304,7 +1652,7 @@ TEST(HardeningTable, HasARowForEveryMethodAndEnoughOfThem) {
   EXPECT_GE(rows.size(), 180u);
   std::set<Method> methods;
   for (const Row& row : rows) methods.insert(row.method);
-  EXPECT_EQ(methods.size(), 14u);  // every Method
+  EXPECT_EQ(methods.size(), 19u);  // every Method
 }
 
 }  // namespace

@@ -146,16 +146,59 @@ TEST(ServerBinary, HelpPrintsTheFlagsAndExitsZero) {
     const ProcessResult help = RunProcess({QPARAMS_SERVER_PATH, flag}, dir);
     EXPECT_EQ(help.exit_code, 0) << flag << ": " << help.err;
     EXPECT_TRUE(absl::StrContains(help.out, "--data_dir")) << flag << ": " << help.out;
+    EXPECT_TRUE(absl::StrContains(help.out, "--max_scale_groups")) << flag << ": " << help.out;
   }
   std::filesystem::remove_all(dir);
 }
 
+TEST(ServerBinary, MaxScaleGroupsRefusesTheGroupBeyondIt) {
+  ServerProcess server({"--max_scale_groups=1"});
+  ASSERT_TRUE(server.started());
+  EXPECT_NE(server.WaitForLine("max_scale_groups=1"), "");
+  const std::string listening = server.WaitForLine("listening on 127.0.0.1:");
+  ASSERT_NE(listening, "");
+  auto stub = v1::QParamsService::NewStub(
+      grpc::CreateChannel(AddressFrom(listening), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_name("m");
+    request.set_calculator("static");
+    v1::Session session;
+    ASSERT_TRUE(stub->CreateSession(&context, request, &session).ok());
+  }
+  for (const char* name : {"g1", "g2"}) {
+    grpc::ClientContext context;
+    v1::CreateScaleGroupRequest request;
+    request.mutable_group()->set_name(name);
+    request.mutable_group()->add_members("m");
+    request.mutable_group()->set_share(v1::ScaleGroup::UNION_RANGE);
+    v1::ScaleGroup group;
+    const grpc::Status status = stub->CreateScaleGroup(&context, request, &group);
+    if (std::string(name) == "g1") {
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_TRUE(absl::StrContains(status.error_message(), "--max_scale_groups"))
+          << status.error_message();
+    }
+  }
+  stub.reset();
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+}
+
 TEST(ServerBinary, BadFlagsAndAddressesFailAtStart) {
-  for (const char* flag : {"--max_sessions=-1", "--omp_threads=-2", "--listen=nonsense"}) {
+  for (const char* flag : {"--max_sessions=-1", "--omp_threads=-2", "--listen=nonsense",
+                           "--max_scale_groups=0", "--max_scale_groups=-5"}) {
     ServerProcess server({flag});
     ASSERT_TRUE(server.started());
     server.WaitForLine("\x01");  // read to EOF: the process exits by itself
     EXPECT_TRUE(absl::StrContains(server.log_text(), " E qparams-server: ")) << flag;
+    if (absl::StartsWith(flag, "--max_scale_groups")) {
+      EXPECT_TRUE(absl::StrContains(server.log_text(), "--max_scale_groups is ") &&
+                  absl::StrContains(server.log_text(), "it must be >= 1"))
+          << server.log_text();
+    }
     EXPECT_NE(server.Stop(0), 0) << flag;
   }
 }
