@@ -8,11 +8,19 @@
 // entropy and mse searches on a full histogram, in milliseconds per search (target:
 // entropy at the defaults < 100 ms), each printed as a table after the range pass's.
 //
-//   core_bench [--histogram_data=PATH] [--json=PATH] [Google Benchmark flags]
+// NVFP4 (nvfp4.md §3): the block scales of a 4096 x 4096 bfloat16 weight (per_block 16
+// on the last axis, float8_e4m3fn codes, the global scale from the tensor's amax) as
+// the dynamic calculator computes them, in each convention, against the same
+// read-and-sum of the weight's buffer (target >= 50%).
+//
+//   core_bench [--histogram_data=PATH] [--nvfp4_data=PATH] [--json=PATH]
+//              [Google Benchmark flags]
 //
 // --histogram_data writes the binning benchmark's tensor (raw little-endian float32)
 // to PATH and the core's histogram of it to PATH.json, for bench/histogram_bench.py
 // to time torch.histc and torch.bincount on the same data and check its counts.
+// --nvfp4_data does the same for the NVFP4 weight and its block codes, for
+// bench/nvfp4_bench.py (WriteNvfp4Data says what it writes).
 // --json writes the summary figures as one JSON object.
 
 #include <malloc.h>
@@ -25,6 +33,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,8 +45,13 @@
 #include "core/calibration.h"
 #include "core/granularity.h"
 #include "core/histogram.h"
+#include "core/nvfp4.h"
+#include "core/observation.h"
 #include "core/qparams.h"
+#include "core/qparams_calculator.h"
+#include "core/quant_spec.h"
 #include "core/range.h"
+#include "core/registry.h"
 #include "core/tensor.h"
 
 namespace qparams {
@@ -138,6 +152,73 @@ void BM_ObserveRange(benchmark::State& state, DType dtype, Granularity granulari
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
   state.counters["baseline_GBps"] = bytes / baseline_seconds / 1e9;
   state.counters["ratio"] = baseline_seconds / range_seconds;
+}
+
+// ---------------------------------------------------------------- NVFP4
+
+// A weight as NVFP4 checkpoints hold it: [out, in] bfloat16, blocks of 16 along in.
+constexpr int64_t kNvfp4Rows = 4096;
+constexpr int64_t kNvfp4Cols = 4096;  // 32 MiB
+constexpr uint32_t kNvfp4Seed = 4;
+
+// kNvfp4Rows x kNvfp4Cols bfloat16 N(0, 0.02) draws, a linear layer's weight scale,
+// with every 64th row scaled by 8 so that the block amax spans several e4m3 binades.
+// Built once, untimed.
+const std::string& Nvfp4Buffer() {
+  static std::string* data = [] {
+    const int64_t n = kNvfp4Rows * kNvfp4Cols;
+    auto* bytes = new std::string(n * 2, '\0');
+    std::mt19937 rng(kNvfp4Seed);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = normal(rng) * ((i / kNvfp4Cols) % 64 == 0 ? 8.0f : 1.0f);
+      const uint16_t b = FloatToBFloat16(v);
+      std::memcpy(&(*bytes)[2 * i], &b, 2);
+    }
+    return bytes;
+  }();
+  return *data;
+}
+
+TensorView Nvfp4Tensor() {
+  return TensorView::Create(DType::kBFloat16, {kNvfp4Rows, kNvfp4Cols}, Nvfp4Buffer()).value();
+}
+
+// The dynamic calculator of an NVFP4 weight spec (per_block 16 on the last axis,
+// float8_e4m3fn block scales), as the service's Compute builds it.
+std::unique_ptr<QParamsCalculatorBase> Nvfp4Calculator(Nvfp4Convention convention) {
+  QuantSpec spec;
+  spec.dtype = "float4_e2m1fn_x2";
+  spec.granularity = Granularity::PerBlock(-1, 16);
+  spec.scale_dtype = std::string(kE4M3ScaleDType);
+  spec.convention = std::string(Nvfp4ConventionName(convention));
+  return QParamsCalculatorRegistry::Global().Create("dynamic", spec).value();
+}
+
+// As BM_ObserveRange: the read-and-sum and one forward of the dynamic calculator
+// (the range pass, the global scale from the tensor's amax and the block codes) in
+// alternation within each iteration; the reported time is the forward's.
+void BM_Nvfp4Scales(benchmark::State& state, Nvfp4Convention convention) {
+  const std::string& data = Nvfp4Buffer();
+  const Observation x = Observation::FromTensor(Nvfp4Tensor());
+  std::unique_ptr<QParamsCalculatorBase> calculator = Nvfp4Calculator(convention);
+  double baseline_seconds = 0, scales_seconds = 0;
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(ReadAndSum(data));
+    baseline_seconds += Seconds(start);
+    start = std::chrono::steady_clock::now();
+    absl::StatusOr<QParams> q = calculator->Forward(x);
+    const double seconds = Seconds(start);
+    if (!q.ok()) state.SkipWithError(std::string(q.status().message()).c_str());
+    benchmark::DoNotOptimize(q);
+    scales_seconds += seconds;
+    state.SetIterationTime(seconds);
+  }
+  const double bytes = static_cast<double>(state.iterations()) * data.size();
+  state.SetBytesProcessed(static_cast<int64_t>(bytes));
+  state.counters["baseline_GBps"] = bytes / baseline_seconds / 1e9;
+  state.counters["ratio"] = baseline_seconds / scales_seconds;
 }
 
 // ---------------------------------------------------------------- histograms
@@ -294,6 +375,55 @@ bool WriteHistogramData(const std::string& path) {
   return out.good() && json.good();
 }
 
+struct Nvfp4Case {
+  Nvfp4Convention convention;
+  double target;  // share of the read-and-sum bandwidth
+};
+
+const std::vector<Nvfp4Case>& Nvfp4Cases() {
+  static const auto* cases = new std::vector<Nvfp4Case>{
+      {Nvfp4Convention::kCompressedTensors, 0.50},
+      {Nvfp4Convention::kModelOpt, 0.50},
+  };
+  return *cases;
+}
+
+std::string Nvfp4Name(Nvfp4Convention convention) {
+  return absl::StrFormat("nvfp4_scales/bfloat16/%s", Nvfp4ConventionName(convention));
+}
+
+// --nvfp4_data: the weight's bytes (raw little-endian bfloat16) to `path`, each
+// convention's block codes (one byte a block, row-major) to `path`.CONVENTION.e4m3, and
+// `path`.json with the shape, seed, and each convention's global scale and amax (as
+// float32 bit patterns and values).
+bool WriteNvfp4Data(const std::string& path) {
+  const std::string& data = Nvfp4Buffer();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  out.close();
+  bool ok = out.good();
+  std::vector<std::string> json = {
+      absl::StrFormat("\"rows\": %d, \"cols\": %d, \"block_size\": %d, \"seed\": %d",
+                      kNvfp4Rows, kNvfp4Cols, kNvfp4BlockSize, kNvfp4Seed)};
+  for (const Nvfp4Case& c : Nvfp4Cases()) {
+    const QParams q = Nvfp4Calculator(c.convention)->Forward(Observation::FromTensor(Nvfp4Tensor())).value();
+    const std::string name(Nvfp4ConventionName(c.convention));
+    std::ofstream codes(path + "." + name + ".e4m3", std::ios::binary | std::ios::trunc);
+    codes.write(reinterpret_cast<const char*>(q.scale_e4m3.data()),
+                static_cast<std::streamsize>(q.scale_e4m3.size()));
+    codes.close();
+    ok &= codes.good();
+    json.push_back(absl::StrFormat(
+        "\"%s\": {\"global_scale\": %.9g, \"global_scale_bits\": %u, \"amax\": %.9g, "
+        "\"amax_bits\": %u}",
+        name, *q.global_scale, FloatBits(*q.global_scale), *q.amax, FloatBits(*q.amax)));
+  }
+  std::ofstream meta(path + ".json", std::ios::trunc);
+  meta << "{" << absl::StrJoin(json, ", ") << "}\n";
+  meta.close();
+  return ok && meta.good();
+}
+
 struct Layout {
   const char* name;
   Granularity granularity;
@@ -389,6 +519,14 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     }
   }
+  for (const Nvfp4Case& c : Nvfp4Cases()) {
+    benchmark::RegisterBenchmark(Nvfp4Name(c.convention).c_str(), BM_Nvfp4Scales, c.convention)
+        ->UseManualTime()
+        ->MinTime(1.0)
+        ->Repetitions(5)
+        ->ReportAggregatesOnly(true)
+        ->Unit(benchmark::kMillisecond);
+  }
   benchmark::RegisterBenchmark("bin_tensor/float32/bins:4096", BM_BinTensor)
       ->UseManualTime()
       ->MinTime(1.0)
@@ -405,9 +543,14 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
   }
   const std::string histogram_data = TakeFlag(&argc, argv, "histogram_data");
+  const std::string nvfp4_data = TakeFlag(&argc, argv, "nvfp4_data");
   const std::string json_path = TakeFlag(&argc, argv, "json");
   if (!histogram_data.empty() && !WriteHistogramData(histogram_data)) {
     std::cerr << "core_bench: cannot write " << histogram_data << "\n";
+    return 1;
+  }
+  if (!nvfp4_data.empty() && !WriteNvfp4Data(nvfp4_data)) {
+    std::cerr << "core_bench: cannot write " << nvfp4_data << "\n";
     return 1;
   }
   benchmark::Initialize(&argc, argv);
@@ -458,6 +601,36 @@ int main(int argc, char** argv) {
     json.push_back(absl::StrFormat("\"bin_gbps\": %.3f", (*c)["bytes_per_second"] / 1e9));
     json.push_back(absl::StrFormat("\"bin_baseline_gbps\": %.3f", (*c)["baseline_GBps"]));
     json.push_back(absl::StrFormat("\"bin_ratio\": %.4f", (*c)["ratio"]));
+  }
+  bool nvfp4 = false;
+  for (const Nvfp4Case& nc : Nvfp4Cases()) {
+    std::map<std::string, double>* c = Median(reporter, Nvfp4Name(nc.convention));
+    if (c == nullptr) continue;
+    if (!nvfp4) {
+      nvfp4 = true;
+      std::cout << "\nNVFP4 block scales of a weight (the dynamic calculator's forward: the "
+                   "range pass in\nblocks of 16 along the last axis, the global scale from "
+                   "the tensor's amax, the float8_e4m3fn\nblock codes; nvfp4.md §3) vs. the "
+                   "same read-and-sum of the same buffer, timed in alternation;\nmedians of 5 "
+                   "repetitions ("
+                << kNvfp4Rows << " x " << kNvfp4Cols << " bfloat16, " << omp_get_max_threads()
+                << " threads)\n\n"
+                << "| convention | GB/s | baseline GB/s | ratio | ms | target |\n"
+                << "|---|---|---|---|---|---|\n";
+    }
+    const bool met = (*c)["ratio"] >= nc.target;
+    all_met &= met;
+    const std::string name(Nvfp4ConventionName(nc.convention));
+    std::cout << absl::StrFormat("| %s | %.2f | %.2f | %.0f%% | %.2f | >= %.0f%% %s |\n", name,
+                                 (*c)["bytes_per_second"] / 1e9, (*c)["baseline_GBps"],
+                                 100 * (*c)["ratio"], (*c)["real_time"], 100 * nc.target,
+                                 met ? "met" : "MISSED");
+    json.push_back(
+        absl::StrFormat("\"nvfp4_%s_gbps\": %.3f", name, (*c)["bytes_per_second"] / 1e9));
+    json.push_back(
+        absl::StrFormat("\"nvfp4_%s_baseline_gbps\": %.3f", name, (*c)["baseline_GBps"]));
+    json.push_back(absl::StrFormat("\"nvfp4_%s_ratio\": %.4f", name, (*c)["ratio"]));
+    json.push_back(absl::StrFormat("\"nvfp4_%s_ms\": %.3f", name, (*c)["real_time"]));
   }
   bool searches = false;
   for (const SearchCase& sc : SearchCases()) {

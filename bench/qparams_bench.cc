@@ -9,6 +9,8 @@
 // `--compare-calculator` loads sessions of a second calculator on the same server with
 // the same requests, taking turns (e.g. entropy against global_minmax, with
 // --omit-qparams so that the histogram session runs no search per observation).
+// `--mode group` times GetGroupQParams of a GLOBAL_AMAX group of --members NVFP4
+// weight sessions against a one-member group (bench/group_latency.h).
 
 #include <algorithm>
 #include <iostream>
@@ -28,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/echo_server.h"
+#include "bench/group_latency.h"
 #include "bench/load_generator.h"
 #include "bench/restart.h"
 #include "bench/session_fill.h"
@@ -36,7 +39,8 @@
 #include "server/process_tuning.h"
 #include "server/server.h"
 
-ABSL_FLAG(std::string, mode, "observe", "compute, observe, stream, range, memory or restart");
+ABSL_FLAG(std::string, mode, "observe",
+          "compute, observe, stream, range, memory, restart or group");
 ABSL_FLAG(std::string, target, "",
           "host:port of the server to load; empty starts a qparams server in this process");
 ABSL_FLAG(int, concurrency, 1, "Workers, each with its own session, calling back to back");
@@ -73,6 +77,8 @@ ABSL_FLAG(int64_t, sessions, 100000, "Memory and restart modes: sessions to crea
 ABSL_FLAG(int64_t, channels, 1024, "Memory and restart modes: channels of each session");
 ABSL_FLAG(std::string, server_binary, "",
           "Restart mode: the qparams-server binary to fill, kill and restart");
+ABSL_FLAG(int, members, 64, "Group mode: members of the measured GLOBAL_AMAX group");
+ABSL_FLAG(int64_t, calls, 2000, "Group mode: GetGroupQParams calls per group (over --rounds)");
 ABSL_FLAG(std::string, scratch_dir, "/var/tmp",
           "Restart mode: where the data directory is made (on disk, not tmpfs; it is "
           "removed afterwards)");
@@ -425,13 +431,67 @@ absl::Status RunRestart() {
   return absl::OkStatus();
 }
 
+absl::Status RunGroup() {
+  GroupLatencySpec spec;
+  spec.members = absl::GetFlag(FLAGS_members);
+  spec.calls = absl::GetFlag(FLAGS_calls);
+  spec.rounds = absl::GetFlag(FLAGS_rounds);
+  absl::StatusOr<Shape> shape = ParseShape(absl::GetFlag(FLAGS_shape));
+  if (!shape.ok()) return shape.status();
+  spec.shape = *shape;
+  absl::StatusOr<DType> dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return dtype.status();
+  spec.dtype = *dtype;
+  std::unique_ptr<QParamsServer> server;
+  std::string target = absl::GetFlag(FLAGS_target);
+  if (target.empty()) {
+    // The response carries every member's block scales: no receive limit in the way.
+    absl::StatusOr<std::unique_ptr<QParamsServer>> started =
+        StartServer(INT32_MAX, ServerOptions().engine.max_sessions);
+    if (!started.ok()) return started.status();
+    server = *std::move(started);
+    target = server->address();
+  }
+  absl::StatusOr<GroupLatencyResult> r = MeasureGroupLatency(target, spec);
+  if (!r.ok()) return r.status();
+  LoadResult group, ref;
+  group.latency_ns = r->latency_ns;
+  ref.latency_ns = r->ref_latency_ns;
+  if (absl::GetFlag(FLAGS_json)) {
+    std::cout << absl::StrFormat(
+                     "{\"mode\": \"group\", \"shape\": \"%s\", \"dtype\": \"%s\", "
+                     "\"members\": %d, \"calls\": %d, \"response_bytes\": %d, "
+                     "\"p50_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, "
+                     "\"ref_members\": 1, \"ref_response_bytes\": %d, \"ref_p50_us\": %.1f, "
+                     "\"ref_p99_us\": %.1f, \"ref_mean_us\": %.1f}",
+                     absl::GetFlag(FLAGS_shape), DTypeName(spec.dtype), spec.members,
+                     r->latency_ns.size(), r->response_bytes, group.LatencyUs(0.5),
+                     group.LatencyUs(0.99), MeanUs(r->latency_ns), r->ref_response_bytes,
+                     ref.LatencyUs(0.5), ref.LatencyUs(0.99), MeanUs(r->ref_latency_ns))
+              << std::endl;
+  } else {
+    std::cout << absl::StrFormat(
+        "GetGroupQParams, GLOBAL_AMAX groups of NVFP4 weight sessions (%s %s each), %d calls "
+        "each in %d round(s), sequential\n"
+        "%-10s %8s %10s %9s %9s %9s\n"
+        "%-10s %8d %10d %9.1f %9.1f %9.1f\n"
+        "%-10s %8d %10d %9.1f %9.1f %9.1f\n",
+        absl::GetFlag(FLAGS_shape), DTypeName(spec.dtype), r->latency_ns.size(), spec.rounds,
+        "group", "members", "resp_bytes", "p50_us", "p99_us", "mean_us", "measured",
+        spec.members, r->response_bytes, group.LatencyUs(0.5), group.LatencyUs(0.99),
+        MeanUs(r->latency_ns), "reference", 1, r->ref_response_bytes, ref.LatencyUs(0.5),
+        ref.LatencyUs(0.99), MeanUs(r->ref_latency_ns));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace qparams::bench
 
 int main(int argc, char** argv) {
   qparams::TuneProcessForServing();
   absl::SetProgramUsageMessage(
-      "qparams-bench --mode=observe|compute|stream|range|memory|restart [--target=HOST:PORT] "
+      "qparams-bench --mode=observe|compute|stream|range|memory|restart|group [--target=HOST:PORT] "
       "[--compare-echo] ...");
   // Accepts --compare-echo for --compare_echo (and so on) as ghz-style spellings.
   std::vector<std::string> args(argv, argv + argc);
@@ -451,6 +511,8 @@ int main(int argc, char** argv) {
     status = qparams::bench::RunMemory();
   } else if (mode == "restart") {
     status = qparams::bench::RunRestart();
+  } else if (mode == "group") {
+    status = qparams::bench::RunGroup();
   } else if (absl::StatusOr<qparams::bench::Mode> load = qparams::bench::ParseMode(mode);
              load.ok()) {
     status = qparams::bench::RunLoad(*load);

@@ -5,7 +5,9 @@
 # with the package built into BUILD_DIR/python), then the histogram calculators'
 # Python side (bench/histogram_bench.py: torch.histc and torch.bincount on core_bench's
 # binning data, the client's local histogram against sending the tensor), each target
-# checked; writes
+# checked, then NVFP4 in torch (bench/nvfp4_bench.py on core_bench's weight) and the
+# GetGroupQParams latency of a 64-member GLOBAL_AMAX group (qparams-bench --mode group);
+# writes
 # OUT/RESULTS.md (tables), the raw outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
 # DURATION (default 8s) and ROUNDS (16) set each comparison's length: many short
@@ -16,7 +18,7 @@
 # core_bench and histogram_bench.py run on as many OpenMP / torch threads as the
 # machine has cores (OMP_NUM_THREADS=$(nproc), torch.set_num_threads(os.cpu_count())).
 # core_bench writes its 256 MiB binning tensor to OUT for histogram_bench.py; it is
-# removed at the end.
+# removed at the end, as is its 32 MiB NVFP4 weight (and codes) for nvfp4_bench.py.
 set -euo pipefail
 
 build=${1:-build}
@@ -29,7 +31,8 @@ rm -f "$out/service.jsonl"
 
 echo "== core_bench (bench/core_bench.cc)"
 OMP_NUM_THREADS=$(nproc) "$build/bench/core_bench" --benchmark_color=false \
-  --histogram_data="$out/histogram_data.f32" --json="$out/core_bench.json" |
+  --histogram_data="$out/histogram_data.f32" --nvfp4_data="$out/nvfp4_data.bf16" \
+  --json="$out/core_bench.json" |
   tee "$out/core_bench.txt"
 jq -c '. + {scenario: "core"}' "$out/core_bench.json" >> "$out/service.jsonl"
 
@@ -61,6 +64,8 @@ scenario hist_mib_c1 --mode=observe --shape=262144 --calculator=entropy \
   --duration="$duration" --rounds="$rounds" --warmup=100ms
 scenario hist_mib_c1_qparams --mode=observe --shape=262144 --calculator=entropy \
   --compare-calculator=global_minmax --concurrency=1 --duration=4s --rounds=4 --warmup=100ms
+# GetGroupQParams of a 64-member GLOBAL_AMAX group of NVFP4 weights, and of one member.
+scenario group --mode=group --members=64 --shape=64,256 --dtype=bfloat16 --calls=2000 --rounds=4
 scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
 # About 3 GB of data directory under SCRATCH_DIR (on disk, not tmpfs), removed after.
 scenario restart --mode=restart --server_binary="$build/server/qparams-server" \
@@ -81,6 +86,13 @@ PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/histogram
   --json="$out/histogram_bench.json" | tee "$out/histogram_bench.txt"
 jq -c '. + {scenario: "histogram"}' "$out/histogram_bench.json" | tee -a "$out/service.jsonl"
 rm -f "$out/histogram_data.f32"
+
+echo "== NVFP4 in torch: bench/nvfp4_bench.py" >&2
+PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/nvfp4_bench.py \
+  --data="$out/nvfp4_data.bf16" --core-json="$out/core_bench.json" \
+  --json="$out/nvfp4_bench.json" | tee "$out/nvfp4_bench.txt"
+jq -c '. + {scenario: "nvfp4"}' "$out/nvfp4_bench.json" | tee -a "$out/service.jsonl"
+rm -f "$out"/nvfp4_data.bf16*
 
 get() { jq -r "select(.scenario == \"$1\") | $2" "$out/service.jsonl"; }
 verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
@@ -127,6 +139,22 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
   echo "- torch read-and-sum (x.sum()) of the binning tensor, alongside torch's turns: $(get histogram .torch_read_gbps) GB/s; core_bench's read-and-sum alongside the core's: $(get core .bin_baseline_gbps) GB/s."
   echo
   core_table "| search |"
+  echo
+  echo "## NVFP4: block scales, torch, scale groups"
+  echo
+  core_table "| convention |"
+  echo
+  echo "| scenario | qparams | other | ratio | target | |"
+  echo "|---|---|---|---|---|---|"
+  for conv in compressed_tensors modelopt; do
+    c=$(get core ".nvfp4_${conv}_gbps")
+    t=$(get nvfp4 ".nvfp4_torch_${conv}_gbps")
+    r=$(div "$c" "$t")
+    echo "| NVFP4 block scales, 4096 x 4096 bfloat16, $conv: core (dynamic calculator) vs torch on the CPU (abs().amax(-1), divide, e4m3 encode), same codes: $(get nvfp4 "if .nvfp4_${conv}_matches_core then \"yes\" else \"NO\" end") | $c GB/s | $t GB/s | ${r}x | >= 3x | $(verdict "$r" 3 '>=') |"
+  done
+  echo "| GetGroupQParams, GLOBAL_AMAX group of $(get group .members) NVFP4 weights ($(get group .shape) $(get group .dtype) each, $(get group .response_bytes) B response), sequential: p50 / p99 / mean | $(get group .p50_us) / $(get group .p99_us) / $(get group .mean_us) µs | 1 member ($(get group .ref_response_bytes) B): $(get group .ref_p50_us) / $(get group .ref_p99_us) / $(get group .ref_mean_us) µs | | (information) | |"
+  echo
+  echo "- torch read-and-sum (x.sum()) of the weight, alongside torch's turns: $(get nvfp4 .nvfp4_torch_read_gbps) GB/s, on $(get nvfp4 .torch_threads) intra-op threads."
   echo
   echo "## Service vs the in-process echo server (qparams-bench)"
   echo

@@ -3,7 +3,7 @@
 # servers and prints the JSON fields bench/run.sh reads; bad flags fail clearly. Given
 # a Python (with the qparams package on its PYTHONPATH) and qparams-server,
 # the restart mode and python_bench.py --quick run too, and print (write) the JSON
-# fields run.sh reads; so does histogram_bench.py --quick.
+# fields run.sh reads; so do histogram_bench.py --quick and nvfp4_bench.py --quick.
 #   bench/smoke_test.sh QPARAMS_BENCH [PYTHON QPARAMS_SERVER]
 set -euo pipefail
 qb=$1
@@ -32,6 +32,8 @@ expect covered_mb_per_s full_covered_mb_per_s covered_ratio -- \
 expect qps base_qps calculator_ratio -- --mode=observe --shape=4096 --calculator=entropy \
   --compare-calculator=global_minmax --omit-qparams "${short[@]}"
 expect rss_bytes raw_bytes rss_ratio -- --mode=memory --sessions=50 --channels=16 --json
+expect members response_bytes p50_us p99_us mean_us ref_response_bytes ref_p50_us ref_p99_us \
+  ref_mean_us -- --mode=group --members=4 --shape=16,64 --dtype=bfloat16 --calls=20 --rounds=2 --json
 if [ $# -ge 3 ]; then
   expect sessions_restored data_dir_bytes read_seconds restart_seconds restart_ratio rss_ratio \
     rss_before_ratio -- --mode=restart --server_binary="$3" --scratch_dir="${TMPDIR:-/tmp}" \
@@ -79,4 +81,11 @@ if [ $# -ge 3 ]; then
   grep -q '"client_always_kind": "histogram"' "$json" || {
     echo "FAIL: reduce=\"always\" did not send a histogram: $(cat "$json")"; exit 1; }
   echo "ok: histogram_bench.py --quick"
+
+  PYTHONDONTWRITEBYTECODE=1 "$2" "$(dirname "$0")/nvfp4_bench.py" --quick --json="$json" >/dev/null
+  for f in torch_threads nvfp4_torch_read_gbps nvfp4_torch_compressed_tensors_gbps \
+      nvfp4_torch_modelopt_gbps; do
+    grep -q "\"$f\": " "$json" || { echo "FAIL: no $f in: $(cat "$json")"; exit 1; }
+  done
+  echo "ok: nvfp4_bench.py --quick"
 fi

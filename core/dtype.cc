@@ -44,15 +44,6 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
       "unknown tensor dtype \"", name, "\"; allowed: float32, float16, bfloat16, float64"));
 }
 
-float BFloat16ToFloat(uint16_t bits) { return FloatFromBits(uint32_t{bits} << 16); }
-
-uint16_t FloatToBFloat16(float value) {
-  uint32_t u = FloatBits(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round half to even; carries into the exponent on overflow
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // The two half conversions follow Marat Dukhan's FP16 library (MIT): float arithmetic
 // does the rounding, so they are exact RNE without a table or a branch per case.
 float HalfToFloat(uint16_t bits) {

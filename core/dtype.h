@@ -41,8 +41,14 @@ inline float FloatFromBits(uint32_t u) {
 
 // bfloat16 and IEEE half, widened exactly and narrowed with round-to-nearest-even
 // (NaN stays NaN, overflow gives Inf), as PyTorch's CPU kernels do.
-float BFloat16ToFloat(uint16_t bits);
-uint16_t FloatToBFloat16(float value);
+// (Inline: the NVFP4 block codes round to bfloat16 a block, a million times a weight.)
+inline float BFloat16ToFloat(uint16_t bits) { return FloatFromBits(uint32_t{bits} << 16); }
+inline uint16_t FloatToBFloat16(float value) {
+  uint32_t u = FloatBits(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round half to even; carries into the exponent on overflow
+  return static_cast<uint16_t>(u >> 16);
+}
 float HalfToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);
 

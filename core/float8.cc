@@ -1,26 +1,8 @@
 #include "core/float8.h"
 
-#include <cmath>
-#include <limits>
-
 #include "core/dtype.h"
 
 namespace qparams {
-
-float Float8E4M3FnToFloat(uint8_t code) {
-  const bool negative = (code & 0x80) != 0;
-  const int exponent = (code >> 3) & 15;
-  const int mantissa = code & 7;
-  float magnitude;
-  if (exponent == 15 && mantissa == 7) {
-    magnitude = std::numeric_limits<float>::quiet_NaN();
-  } else if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<float>(mantissa), -9);
-  } else {
-    magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
-  }
-  return negative ? -magnitude : magnitude;
-}
 
 uint8_t FloatToFloat8E4M3Fn(float value) {
   uint32_t bits = FloatBits(value);

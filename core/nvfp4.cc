@@ -1,12 +1,19 @@
 #include "core/nvfp4.h"
 
+#include <immintrin.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "core/float8.h"
+#include "core/range.h"
+#include "core/range_kernels.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -126,20 +133,271 @@ uint8_t Nvfp4BlockScaleCode(double block_amax, float global_scale, DType precisi
 
 Nvfp4Scales ComputeNvfp4Scales(const std::vector<double>& lo, const std::vector<double>& hi,
                                DType precision, Nvfp4Convention convention) {
-  std::vector<double> block_amax(lo.size());
+  // Two passes over the range, each on the range pass's threads: a weight has a
+  // million blocks, and recomputing a block's amax is cheaper than storing them.
+  const int64_t n = static_cast<int64_t>(lo.size());
+  const int threads = RangeThreadsFor(n);
   double amax = 0;
-  for (size_t i = 0; i < lo.size(); ++i) {
-    block_amax[i] = Nvfp4BlockAmax(lo[i], hi[i]);
-    amax = NanMax(amax, block_amax[i]);
+#pragma omp parallel num_threads(threads)
+  {
+    double local = 0;
+#pragma omp for schedule(static) nowait
+    for (int64_t i = 0; i < n; ++i) local = NanMax(local, Nvfp4BlockAmax(lo[i], hi[i]));
+    // NanMax is commutative and associative: the order of the threads does not matter.
+#pragma omp critical
+    amax = NanMax(amax, local);
   }
   Nvfp4Scales scales;
   scales.amax = static_cast<float>(amax);
   scales.global_scale = Nvfp4GlobalScale(amax, precision, convention);
-  scales.e4m3.resize(lo.size());
-  for (size_t i = 0; i < lo.size(); ++i) {
-    scales.e4m3[i] = Nvfp4BlockScaleCode(block_amax[i], scales.global_scale, precision, convention);
+  scales.e4m3.resize(n);
+  const float g = scales.global_scale;
+  uint8_t* codes = scales.e4m3.data();
+  if (convention == Nvfp4Convention::kModelOpt) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) codes[i] = ModelOptBlockCode(Nvfp4BlockAmax(lo[i], hi[i]), g);
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      codes[i] = CompressedTensorsBlockCode(Nvfp4BlockAmax(lo[i], hi[i]), g, precision);
+    }
   }
   return scales;
+}
+
+namespace {
+
+// The block amax of a tensor's elements as magnitude bit patterns: for finite values
+// the order of |x| is the order of the bits with the sign cleared, and any pattern at
+// or above the infinity's is non-finite. Bits is the dtype's unsigned word, Real the
+// type that holds P exactly.
+template <typename Bits, typename Real, Bits kInfinity, typename Decode>
+struct MagnitudeFormat {
+  using BitsType = Bits;
+  using RealType = Real;
+  static constexpr Bits kMagnitudeMask = static_cast<Bits>(std::numeric_limits<Bits>::max() >> 1);
+  static constexpr Bits kInfinityBits = kInfinity;
+  static Real Value(Bits magnitude) { return Decode()(magnitude); }
+};
+
+struct DecodeBFloat16 {
+  float operator()(uint16_t b) const { return BFloat16ToFloat(b); }
+};
+struct DecodeHalf {
+  float operator()(uint16_t b) const { return HalfToFloat(b); }
+};
+struct DecodeFloat32 {
+  float operator()(uint32_t b) const { return FloatFromBits(b); }
+};
+struct DecodeFloat64 {
+  double operator()(uint64_t b) const {
+    double d;
+    std::memcpy(&d, &b, sizeof d);
+    return d;
+  }
+};
+
+// Elements, and blocks of the passes over the block amax, that a thread takes at a
+// time (as the range pass's chunks).
+constexpr int64_t kChunkElements = int64_t{1} << 20;
+constexpr int64_t kChunkBlocks = int64_t{1} << 16;
+
+// The magnitude bit pattern of each block's largest element into `amax` (blocks of
+// `size` consecutive elements from `data`); returns the largest of them. kBlock > 0:
+// the block size as a constant, so that the compiler unrolls the block's max.
+template <typename Format, int64_t kBlock>
+typename Format::BitsType BlockAmaxBits(const uint8_t* data, int64_t blocks, int64_t size,
+                                        typename Format::BitsType* amax) {
+  using Bits = typename Format::BitsType;
+  if constexpr (kBlock > 0) size = kBlock;
+  Bits largest = 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* p = data + b * size * sizeof(Bits);
+    Bits m = 0;
+    for (int64_t i = 0; i < size; ++i) {
+      Bits v;
+      std::memcpy(&v, p + i * sizeof v, sizeof v);  // the tensor's bytes need not be aligned
+      v &= Format::kMagnitudeMask;
+      m = v > m ? v : m;
+    }
+    amax[b] = m;
+    largest = m > largest ? m : largest;
+  }
+  return largest;
+}
+
+// The same for 16-bit formats in blocks of 16 (one AVX2 register a block), eight
+// blocks at a time, folded within the 128-bit lanes and across them only once: the
+// compiler's own vectorization of the loop above transposes the blocks and runs at
+// a third of the read bandwidth. Magnitudes are below 0x8000, so the signed max
+// orders them.
+__attribute__((target("avx2"))) uint16_t BlockAmaxBits16x16Avx2(const uint8_t* data,
+                                                                int64_t blocks, uint16_t* amax) {
+  const __m256i mask = _mm256_set1_epi16(0x7FFF);
+  // The low 16 bits of 32-bit elements 0, 2, 1, 3 of each lane into its low 8 bytes.
+  const __m256i gather = _mm256_setr_epi8(0, 1, 8, 9, 4, 5, 12, 13, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, 0, 1, 8, 9, 4, 5, 12, 13, -1, -1, -1, -1, -1, -1,
+                                          -1, -1);
+  auto load = [&](int64_t k) __attribute__((target("avx2"), always_inline)) {
+    return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + 32 * k)),
+                            mask);
+  };
+  // Blocks k and k + 1: in each lane, 32-bit elements [k, k, k + 1, k + 1] (the
+  // pair's maxima over that lane's half of each block, twice).
+  auto pair = [&](int64_t k) __attribute__((target("avx2"), always_inline)) {
+    const __m256i v0 = load(k), v1 = load(k + 1);
+    __m256i m = _mm256_max_epi16(_mm256_unpacklo_epi64(v0, v1), _mm256_unpackhi_epi64(v0, v1));
+    return _mm256_max_epi16(m, _mm256_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+  };
+  __m256i largest = _mm256_setzero_si256();
+  int64_t b = 0;
+  for (; b + 8 <= blocks; b += 8) {
+    // 32-bit elements [b, b + 2, b + 1, b + 3] and [b + 4, b + 6, b + 5, b + 7].
+    __m256i x = _mm256_blend_epi32(pair(b), pair(b + 2), 0xAA);
+    __m256i y = _mm256_blend_epi32(pair(b + 4), pair(b + 6), 0xAA);
+    x = _mm256_max_epi16(x, _mm256_srli_epi32(x, 16));
+    y = _mm256_max_epi16(y, _mm256_srli_epi32(y, 16));
+    // Lane 0: blocks b .. b + 3 over both halves; lane 1: b + 4 .. b + 7.
+    const __m256i z = _mm256_max_epi16(_mm256_permute2x128_si256(x, y, 0x20),
+                                       _mm256_permute2x128_si256(x, y, 0x31));
+    largest = _mm256_max_epi16(largest, z);
+    const __m256i ordered =
+        _mm256_permute4x64_epi64(_mm256_shuffle_epi8(z, gather), _MM_SHUFFLE(3, 1, 2, 0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(amax + b), _mm256_castsi256_si128(ordered));
+  }
+  // Every 16-bit element of `largest` is some block's partial or whole max.
+  alignas(32) uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), largest);
+  uint16_t result = *std::max_element(lanes, lanes + 16);
+  if (b < blocks) {  // the mask is all the format the loop uses
+    using Any16 = MagnitudeFormat<uint16_t, float, 0x7F80, DecodeBFloat16>;
+    result = std::max(result, BlockAmaxBits<Any16, kNvfp4BlockSize>(data + 32 * b, blocks - b,
+                                                                     kNvfp4BlockSize, amax + b));
+  }
+  return result;
+}
+
+// The block code of a block whose amax has magnitude pattern `bits`.
+template <typename Format>
+uint8_t CodeOfBits(typename Format::BitsType bits, float g, DType precision,
+                   Nvfp4Convention convention) {
+  const double a = static_cast<typename Format::RealType>(Format::Value(bits));
+  return convention == Nvfp4Convention::kModelOpt ? ModelOptBlockCode(a, g)
+                                                  : CompressedTensorsBlockCode(a, g, precision);
+}
+
+template <typename Format, int64_t kBlock>
+std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
+                                        Nvfp4Convention convention) {
+  using Bits = typename Format::BitsType;
+  const int64_t size = kBlock > 0 ? kBlock : block_size;
+  const int64_t blocks = x.num_elements() / size;
+  const uint8_t* data = x.data();
+  // Not a vector: its zero fill would be one more pass over a fifth of the input.
+  const std::unique_ptr<Bits[]> block_amax(new Bits[blocks]);
+  Bits amax_bits = 0;
+  const int threads = RangeThreadsFor(x.num_elements());
+  bool avx2 = false;
+  if constexpr (sizeof(Bits) == 2 && kBlock == kNvfp4BlockSize) {
+    avx2 = std::min(range_internal::DetectedKernelLevel(),
+                    range_internal::kernel_level_cap.load()) == range_internal::KernelLevel::kAvx2;
+  }
+  // Chunks first come first served, as in the range pass: a core slowed by other load
+  // does not hold the other back.
+  const int64_t chunk = std::max<int64_t>(1, kChunkElements / size);
+  const int64_t chunks = (blocks + chunk - 1) / chunk;
+#pragma omp parallel num_threads(threads)
+  {
+    Bits local = 0;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * chunk, n = std::min(chunk, blocks - begin);
+      const uint8_t* p = data + begin * size * sizeof(Bits);
+      Bits* out = block_amax.get() + begin;
+      Bits m;
+      if constexpr (sizeof(Bits) == 2 && kBlock == kNvfp4BlockSize) {
+        m = avx2 ? BlockAmaxBits16x16Avx2(p, n, out) : BlockAmaxBits<Format, kBlock>(p, n, size, out);
+      } else {
+        m = BlockAmaxBits<Format, kBlock>(p, n, size, out);
+      }
+      local = m > local ? m : local;
+    }
+#pragma omp critical
+    amax_bits = local > amax_bits ? local : amax_bits;
+  }
+  if (amax_bits >= Format::kInfinityBits) return std::nullopt;
+  const DType precision = x.dtype();
+  const double amax = Format::Value(amax_bits);
+  Nvfp4Scales scales;
+  scales.amax = static_cast<float>(amax);
+  scales.global_scale = Nvfp4GlobalScale(amax, precision, convention);
+  scales.e4m3.resize(blocks);
+  scales.values.resize(blocks);
+  const float g = scales.global_scale;
+  uint8_t* codes = scales.e4m3.data();
+  float* values = scales.values.data();
+  // A 16-bit block amax takes at most amax_bits + 1 values: when there are more
+  // blocks than that, the code of each value once and a lookup a block cost less than
+  // the arithmetic a block. The same function of the same amax: the same bits.
+  if (sizeof(Bits) == 2 && blocks > static_cast<int64_t>(amax_bits)) {
+    std::vector<uint8_t> table(static_cast<size_t>(amax_bits) + 1);
+    for (size_t v = 0; v < table.size(); ++v) {
+      table[v] = CodeOfBits<Format>(static_cast<Bits>(v), g, precision, convention);
+    }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, kChunkBlocks)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t code = table[block_amax[b]];
+      codes[b] = code;
+      values[b] = Float8E4M3FnToFloat(code);
+    }
+    return scales;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, kChunkBlocks)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t code = CodeOfBits<Format>(block_amax[b], g, precision, convention);
+    codes[b] = code;
+    values[b] = Float8E4M3FnToFloat(code);
+  }
+  return scales;
+}
+
+template <typename Format>
+std::optional<Nvfp4Scales> TensorScalesOf(const TensorView& x, int64_t block_size,
+                                          Nvfp4Convention convention) {
+  return block_size == kNvfp4BlockSize
+             ? TensorScales<Format, kNvfp4BlockSize>(x, block_size, convention)
+             : TensorScales<Format, 0>(x, block_size, convention);
+}
+
+}  // namespace
+
+std::optional<Nvfp4Scales> ComputeNvfp4ScalesOfTensor(const TensorView& x, const Shape& block,
+                                                      Nvfp4Convention convention) {
+  const Shape& shape = x.shape();
+  if (shape.empty() || block.size() != shape.size() || x.num_elements() == 0) return std::nullopt;
+  for (size_t d = 0; d + 1 < block.size(); ++d) {
+    if (block[d] != 1) return std::nullopt;
+  }
+  const int64_t size = block.back();
+  if (size < 1 || shape.back() % size != 0) return std::nullopt;
+  // Every block amax is max |x| of its elements: the range of a block clamped to
+  // include 0 gives exactly that (§3.1).
+  switch (x.dtype()) {
+    case DType::kBFloat16:
+      return TensorScalesOf<MagnitudeFormat<uint16_t, float, 0x7F80, DecodeBFloat16>>(x, size,
+                                                                                     convention);
+    case DType::kFloat16:
+      return TensorScalesOf<MagnitudeFormat<uint16_t, float, 0x7C00, DecodeHalf>>(x, size,
+                                                                                 convention);
+    case DType::kFloat32:
+      return TensorScalesOf<MagnitudeFormat<uint32_t, float, 0x7F800000u, DecodeFloat32>>(
+          x, size, convention);
+    case DType::kFloat64:
+      return TensorScalesOf<
+          MagnitudeFormat<uint64_t, double, 0x7FF0000000000000ull, DecodeFloat64>>(x, size,
+                                                                                   convention);
+  }
+  return std::nullopt;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #define QPARAMS_CORE_NVFP4_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -47,12 +48,25 @@ struct Nvfp4Scales {
   std::vector<uint8_t> e4m3;  // one code per block
   float global_scale = 1.0f;  // gs (compressed_tensors) or scale_2 (modelopt)
   float amax = 0.0f;          // A, widened to float32, before ModelOpt's floor
+  // The codes' values (Float8E4M3FnToFloat), where the pass that made the codes
+  // wrote them too (ComputeNvfp4ScalesOfTensor); else empty.
+  std::vector<float> values;
 };
 
 // The scales of the blocks whose ranges are lo[i], hi[i] (equal lengths, at least one
 // block, every value exact in `precision`): A is the largest block amax. Thread-safe.
 Nvfp4Scales ComputeNvfp4Scales(const std::vector<double>& lo, const std::vector<double>& hi,
                                DType precision, Nvfp4Convention convention);
+
+// The same scales for a whole tensor `x` in blocks of `block` (the block-size vector
+// of its granularity), P = x's dtype: bit for bit what ComputeNvfp4Scales gives on the
+// range ObserveRange and GetRange (no float_range) make of x, in one pass over x and
+// one over the block amax, on the range pass's threads (RangeThreadsFor). Only for
+// blocks of consecutive elements along the last axis (every other entry of `block`
+// 1); unset for any other block shape, and for an x holding a non-finite value, whose
+// error the range pass reports. Thread-safe.
+std::optional<Nvfp4Scales> ComputeNvfp4ScalesOfTensor(const TensorView& x, const Shape& block,
+                                                      Nvfp4Convention convention);
 
 // ---- §5: quantize, dequantize and pack (for clients and tests; no calculator
 // calls these) ----

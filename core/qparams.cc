@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/float8.h"
+#include "core/granularity.h"
 
 namespace qparams {
 namespace {
@@ -132,17 +133,25 @@ QParams QParamsFromRangeIn(const QParamsRecipe& recipe, const WorkingRange& rang
   return q;
 }
 
-QParams Nvfp4QParamsFromRange(Nvfp4Convention convention, const WorkingRange& range) {
-  Nvfp4Scales scales = ComputeNvfp4Scales(range.lo, range.hi, range.precision, convention);
+QParams Nvfp4QParams(Nvfp4Scales scales, Shape shape, DType precision) {
   QParams q;
-  q.shape = range.shape;
-  q.precision = range.precision;
-  q.scale.reserve(scales.e4m3.size());
-  for (uint8_t code : scales.e4m3) q.scale.push_back(Float8E4M3FnToFloat(code));
+  q.shape = std::move(shape);
+  q.precision = precision;
+  if (scales.values.size() == scales.e4m3.size()) {
+    q.scale = std::move(scales.values);
+  } else {
+    q.scale.resize(scales.e4m3.size());
+    for (size_t i = 0; i < scales.e4m3.size(); ++i) q.scale[i] = Float8E4M3FnToFloat(scales.e4m3[i]);
+  }
   q.scale_e4m3 = std::move(scales.e4m3);
   q.global_scale = scales.global_scale;
   q.amax = scales.amax;
   return q;
+}
+
+QParams Nvfp4QParamsFromRange(Nvfp4Convention convention, const WorkingRange& range) {
+  return Nvfp4QParams(ComputeNvfp4Scales(range.lo, range.hi, range.precision, convention),
+                      range.shape, range.precision);
 }
 
 }  // namespace
@@ -277,6 +286,13 @@ WorkingRange StoredRange::Get() const {
     range.hi = hi64_;
   }
   return range;
+}
+
+std::optional<QParams> Nvfp4QParamsFromTensor(Nvfp4Convention convention, const TensorView& x,
+                                              const Shape& block) {
+  std::optional<Nvfp4Scales> scales = ComputeNvfp4ScalesOfTensor(x, block, convention);
+  if (!scales.has_value()) return std::nullopt;
+  return Nvfp4QParams(*std::move(scales), BlockCounts(x.shape(), block), x.dtype());
 }
 
 QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range) {

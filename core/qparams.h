@@ -105,6 +105,13 @@ WorkingRange GlobalMinMaxUpdate(const WorkingRange& range, const WorkingRange& r
 // NVFP4 scales (nvfp4.md §3) when the recipe says so.
 QParams QParamsFromRange(const QParamsRecipe& recipe, const WorkingRange& range);
 
+// The NVFP4 qparams of a whole tensor `x` in blocks of `block`, as QParamsFromRange
+// gives them on GetRange(ObserveRange(x, block)) without float_range, bit for bit, in
+// one fused pass (ComputeNvfp4ScalesOfTensor); unset where that is (a block shape
+// other than runs along the last axis, a non-finite value).
+std::optional<QParams> Nvfp4QParamsFromTensor(Nvfp4Convention convention, const TensorView& x,
+                                              const Shape& block);
+
 }  // namespace qparams
 
 #endif  // QPARAMS_CORE_QPARAMS_H_

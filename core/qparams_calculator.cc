@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -440,9 +441,21 @@ absl::StatusOr<QParams> StatelessQParamsCalculatorBase::Forward(const Observatio
   QPARAMS_RETURN_IF_ERROR(RejectHistogram(x));
   absl::StatusOr<Shape> block = BlockShapeFor(x);
   if (!block.ok()) return block.status();
-  absl::StatusOr<WorkingRange> range = WorkingRangeFor(x, *block);
-  if (!range.ok()) return range.status();
-  QParams q = ComputeQParams(*range);
+  // NVFP4 scales of a whole tensor: one fused pass instead of the range pass, the
+  // widened range and the scales, with the same bits (Nvfp4QParamsFromTensor). A
+  // stateless kind keeps no range, so nothing else needs one.
+  std::optional<QParams> fused;
+  if (recipe_.nvfp4.has_value() && spec_.float_range.empty() && x.tensor() != nullptr) {
+    fused = Nvfp4QParamsFromTensor(*recipe_.nvfp4, *x.tensor(), *block);
+  }
+  QParams q;
+  if (fused.has_value()) {
+    q = *std::move(fused);
+  } else {
+    absl::StatusOr<WorkingRange> range = WorkingRangeFor(x, *block);
+    if (!range.ok()) return range.status();
+    q = ComputeQParams(*range);
+  }
   if (!initialized_) {
     compute_dtype_for_export_ = x.dtype();
     initialized_ = true;

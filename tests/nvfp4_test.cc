@@ -3,11 +3,19 @@
 
 #include "core/nvfp4.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
+#include <random>
 #include <vector>
 
 #include "core/float8.h"
+#include "core/qparams.h"
+#include "core/range.h"
+#include "core/range_kernels.h"
 #include "core/registry.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -227,6 +235,118 @@ TEST(Nvfp4Calculators, EveryKindGivesTheScalesOfItsRange) {
     EXPECT_FALSE(q.has_zero_point) << key;
     EXPECT_FALSE(q.has_minval) << key;
     EXPECT_EQ(q.precision, DType::kFloat32) << key;
+  }
+}
+
+// The tensor's values for the fused-pass test: block kinds in turn (zeros with -0.0,
+// float32 subnormals, float16 subnormals, all negative, and normal values spread over
+// five binades), so that every rounding path of both conventions is taken.
+std::vector<double> MixedBlocks(int64_t n, int64_t block, std::mt19937& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t b = i / block;
+    switch (b % 7) {
+      case 0:
+        v[i] = i % 2 ? -0.0 : 0.0;
+        break;
+      case 1:
+        v[i] = std::ldexp(normal(rng), -130);
+        break;
+      case 2:
+        v[i] = std::ldexp(normal(rng), -20);
+        break;
+      case 3:
+        v[i] = -std::fabs(normal(rng)) * 3;
+        break;
+      default:
+        v[i] = std::ldexp(normal(rng), static_cast<int>(b % 5) - 2);
+    }
+  }
+  return v;
+}
+
+// The dynamic calculator's fused pass over a whole tensor (Nvfp4QParamsFromTensor)
+// against the path it stands in for, the range pass, GetRange and QParamsFromRange:
+// the same bits in every dtype, both conventions and the block shapes it takes.
+TEST(Nvfp4Fused, GivesTheRangePathsBits) {
+  std::mt19937 rng(11);
+  struct Case {
+    Shape shape;
+    Shape block;
+  };
+  const std::vector<Case> cases = {{{7, 64}, {1, 16}}, {{2, 3, 32}, {1, 1, 32}}, {{112}, {16}},
+                                   {{4, 48}, {1, 3}},  {{1, 16}, {1, 16}},       {{3, 32}, {1, 32}}};
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
+    for (const Case& c : cases) {
+      int64_t n = 1;
+      for (int64_t d : c.shape) n *= d;
+      const Tensor x = MakeTensor(dtype, c.shape, MixedBlocks(n, c.block.back(), rng));
+      ASSERT_OK_AND_ASSIGN(BlockRange observed, ObserveRange(x.view(), c.block));
+      const WorkingRange range = GetRange(&observed, observed.min.shape, FloatRange{});
+      for (const char* convention : {"compressed_tensors", "modelopt"}) {
+        ASSERT_OK_AND_ASSIGN(QuantSpec spec, Nvfp4Spec(convention).Resolve());
+        const QParamsRecipe recipe = QParamsRecipe::FromSpec(spec);
+        const QParams expected = QParamsFromRange(recipe, range);
+        const std::optional<QParams> fused =
+            Nvfp4QParamsFromTensor(*recipe.nvfp4, x.view(), c.block);
+        const std::string where = std::string(DTypeName(dtype)) + " " + ShapeString(c.shape) +
+                                  " block " + ShapeString(c.block) + " " + convention;
+        ASSERT_TRUE(fused.has_value()) << where;
+        EXPECT_TRUE(*fused == expected) << where;
+        EXPECT_EQ(fused->scale_e4m3, expected.scale_e4m3) << where;
+      }
+    }
+  }
+  // More blocks than 16-bit amax patterns below the tensor's (the codes by lookup),
+  // with the AVX2 block max and without it.
+  std::normal_distribution<double> normal(0.0, 0.4);
+  std::vector<double> v(1100 * 256);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = std::clamp(std::ldexp(normal(rng), -static_cast<int>((i / 16) % 23)), -1.9, 1.9);
+  }
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const Tensor x = MakeTensor(dtype, {1100, 256}, v);
+    ASSERT_OK_AND_ASSIGN(BlockRange observed, ObserveRange(x.view(), {1, 16}));
+    const WorkingRange range = GetRange(&observed, observed.min.shape, FloatRange{});
+    for (auto level : {range_internal::KernelLevel::kAvx2, range_internal::KernelLevel::kPortable}) {
+      const auto saved = range_internal::kernel_level_cap.exchange(level);
+      for (const char* convention : {"compressed_tensors", "modelopt"}) {
+        ASSERT_OK_AND_ASSIGN(QuantSpec spec, Nvfp4Spec(convention).Resolve());
+        const QParamsRecipe recipe = QParamsRecipe::FromSpec(spec);
+        const std::optional<QParams> fused = Nvfp4QParamsFromTensor(*recipe.nvfp4, x.view(), {1, 16});
+        ASSERT_TRUE(fused.has_value()) << DTypeName(dtype) << " " << convention;
+        EXPECT_TRUE(*fused == QParamsFromRange(recipe, range)) << DTypeName(dtype) << " " << convention;
+      }
+      range_internal::kernel_level_cap = saved;
+    }
+  }
+  // The all-zero tensor (the global scale's fallbacks) and the calculator's own call.
+  const Tensor zeros = MakeTensor(DType::kBFloat16, {2, 32}, std::vector<double>(64, 0.0));
+  for (const char* convention : {"compressed_tensors", "modelopt"}) {
+    ASSERT_OK_AND_ASSIGN(auto dynamic, Create("dynamic", Nvfp4Spec(convention)));
+    ASSERT_OK_AND_ASSIGN(auto stat, Create("static", Nvfp4Spec(convention)));
+    ASSERT_OK_AND_ASSIGN(QParams a, Fwd(*dynamic, zeros));
+    ASSERT_OK_AND_ASSIGN(QParams b, Fwd(*stat, zeros));
+    EXPECT_TRUE(a == b) << convention;
+  }
+}
+
+TEST(Nvfp4Fused, LeavesOtherBlockShapesAndNonFiniteValuesToTheRangePass) {
+  const Tensor x = F32({4, 32}, std::vector<double>(128, 1.0));
+  EXPECT_FALSE(Nvfp4QParamsFromTensor(kCT, x.view(), {2, 16}).has_value());
+  EXPECT_FALSE(Nvfp4QParamsFromTensor(kCT, x.view(), {4, 1}).has_value());
+  for (double bad : {std::numeric_limits<double>::quiet_NaN(),
+                     -std::numeric_limits<double>::infinity()}) {
+    std::vector<double> v(128, 1.0);
+    v[77] = bad;
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
+      const Tensor t = MakeTensor(dtype, {4, 32}, v);
+      EXPECT_FALSE(Nvfp4QParamsFromTensor(kMO, t.view(), {1, 16}).has_value()) << DTypeName(dtype);
+      ASSERT_OK_AND_ASSIGN(auto dynamic, Create("dynamic", Nvfp4Spec()));
+      const absl::StatusOr<QParams> q = Fwd(*dynamic, t);
+      EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << DTypeName(dtype);
+    }
   }
 }
 
