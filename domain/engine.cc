@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/slot.h"
 #include "common/log.h"
 #include "common/page_token.h"
+#include "common/slot.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -44,12 +44,12 @@ absl::Status Engine::Recover(Journal& journal) {
   QPARAMS_RETURN_IF_ERROR(
       journal.Start([this](const Journal::Emitter& emit) { return EmitRecords(emit); },
                     /*snapshot=*/skipped));
-  LogInfo(absl::StrCat(
-      "restored ", session_count(), " session(s) and ", groups_.size(), " scale group(s) from ",
-      options_.journal.data_dir, " (",
-      recovery.files_read, " file(s), ", recovery.records, " record(s)) in ",
-      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
-      "; durability ", DurabilityName(options_.journal.durability)));
+  LogInfo(
+      absl::StrCat("restored ", session_count(), " session(s) and ", groups_.size(),
+                   " scale group(s) from ", options_.journal.data_dir, " (", recovery.files_read,
+                   " file(s), ", recovery.records, " record(s)) in ",
+                   absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+                   "; durability ", DurabilityName(options_.journal.durability)));
   return absl::OkStatus();
 }
 
@@ -57,7 +57,9 @@ Engine::Engine(EngineOptions options)
     : Engine(std::move(options), std::make_unique<NullSessionLog>()) {}
 
 Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
-    : options_(std::move(options)), log_(std::move(log)), store_(options_.max_sessions, *log_),
+    : options_(std::move(options)),
+      log_(std::move(log)),
+      store_(options_.max_sessions, *log_),
       groups_(options_.max_scale_groups, *log_) {
   if (options_.session_ttl <= absl::ZeroDuration()) return;
   // Idle sessions are found within a tenth of the TTL (at most a minute) of it.

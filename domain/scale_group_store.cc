@@ -19,8 +19,8 @@ absl::Status NotFound(absl::string_view name) {
 
 absl::Status ValidateGroupMembers(const std::vector<std::string>& members) {
   if (members.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("group.members is empty; a group has 1 to ",
-                                                   kMaxGroupMembers, " members"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group.members is empty; a group has 1 to ", kMaxGroupMembers, " members"));
   }
   if (static_cast<int>(members.size()) > kMaxGroupMembers) {
     return absl::InvalidArgumentError(absl::StrCat("group.members has ", members.size(),
@@ -31,8 +31,8 @@ absl::Status ValidateGroupMembers(const std::vector<std::string>& members) {
     const std::string& member = members[i];
     QPARAMS_RETURN_IF_ERROR(ValidateSessionName(member, absl::StrCat("group.members[", i, "]")));
     if (!seen.insert(member).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group.members names \"", member, "\" twice; members must be distinct"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("group.members names \"", member, "\" twice; members must be distinct"));
     }
   }
   return absl::OkStatus();
@@ -126,8 +126,7 @@ std::optional<std::string> ScaleGroupStore::Replay(const storage::v1::Record& re
       } else if (absl::StatusOr<DecodedGroup> group = DecodeGroup(created); !group.ok()) {
         problem =
             absl::StrCat("skipped a record that does not restore: ", group.status().message());
-      } else if (absl::Status members = ValidateGroupMembers(group->group.members);
-                 !members.ok()) {
+      } else if (absl::Status members = ValidateGroupMembers(group->group.members); !members.ok()) {
         problem = absl::StrCat("skipped a record of scale group \"", created.key().name(),
                                "\" that does not restore: ", members.message());
       } else {
@@ -142,8 +141,7 @@ std::optional<std::string> ScaleGroupStore::Replay(const storage::v1::Record& re
       return problem;
     }
     case storage::v1::Record::kGroupDelete: {
-      const std::string key =
-          MapKey(record.group_delete().tenant(), record.group_delete().name());
+      const std::string key = MapKey(record.group_delete().tenant(), record.group_delete().name());
       absl::MutexLock lock(&mu_);
       groups_.erase(key);
       return std::nullopt;

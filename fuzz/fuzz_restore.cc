@@ -82,8 +82,8 @@ void MakeKeyValid(storage::v1::SessionKey* key) {
   key->set_name(Only(key->name(), NameChar, 128, "x"));
   if (!key->tenant().empty()) {
     key->set_tenant(Only(
-        key->tenant(), [](char c) { return NameChar(c) && c != '/' && c != '{' && c != '}'; },
-        64, "t"));
+        key->tenant(), [](char c) { return NameChar(c) && c != '/' && c != '{' && c != '}'; }, 64,
+        "t"));
   }
 }
 
@@ -208,10 +208,10 @@ void ExerciseGroups(Service& s) {
     absl::StatusOr<GroupResult> result = s.engine.GetGroupQParams("", group.name);
     if (result.ok()) continue;
     const absl::StatusCode code = result.status().code();
-    Check(code == absl::StatusCode::kFailedPrecondition ||
-              code == absl::StatusCode::kInvalidArgument,
-          "GetGroupQParams of a restored group failed with an undocumented code: " +
-              result.status().ToString());
+    Check(
+        code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kInvalidArgument,
+        "GetGroupQParams of a restored group failed with an undocumented code: " +
+            result.status().ToString());
     Check(!result.status().message().empty(), "GetGroupQParams failed without a message");
   }
 }
