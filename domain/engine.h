@@ -50,9 +50,9 @@ struct EngineOptions {
   // Counts the observations applied (a session's count went up); null: not counted.
   // Must outlive the engine.
   Counter* observations = nullptr;
-  // Persistence, for Engine::Open: with a data_dir, the sessions are restored from
-  // that directory and every mutation is journaled to it (storage/journal.h); with
-  // none, nothing is persisted.
+  // Persistence, for Engine::Open: with a data_dir, the sessions and scale groups are
+  // restored from that directory and every mutation is journaled to it
+  // (storage/journal.h); with none, nothing is persisted.
   JournalOptions journal;
 };
 
