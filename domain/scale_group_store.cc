@@ -101,15 +101,25 @@ ScaleGroupStore::Page ScaleGroupStore::List(absl::string_view tenant, absl::stri
 }
 
 absl::Status ScaleGroupStore::EmitRecords(const Journal::Emitter& emit) const {
-  std::vector<storage::v1::Record> records;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    records.reserve(groups_.size());
-    for (const auto& [key, group] : groups_) {
-      records.push_back(EncodeGroupCreate(key.substr(0, key.find('\0')), group));
+  // A batch at a time, in key order, so that a snapshot holds a few groups in memory
+  // beside the store, and creations and deletions wait for no write.
+  constexpr size_t kBatch = 256;
+  std::vector<storage::v1::Record> batch;
+  std::string after;
+  bool more = true;
+  while (more) {
+    batch.clear();
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      auto it = after.empty() ? groups_.begin() : groups_.upper_bound(after);
+      for (; it != groups_.end() && batch.size() < kBatch; ++it) {
+        batch.push_back(EncodeGroupCreate(it->first.substr(0, it->first.find('\0')), it->second));
+        after = it->first;
+      }
+      more = it != groups_.end();
     }
+    for (const storage::v1::Record& record : batch) QPARAMS_RETURN_IF_ERROR(emit(record));
   }
-  for (const storage::v1::Record& record : records) QPARAMS_RETURN_IF_ERROR(emit(record));
   return absl::OkStatus();
 }
 

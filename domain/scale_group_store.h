@@ -36,7 +36,8 @@ namespace qparams {
 absl::Status ValidateGroupMembers(const std::vector<std::string>& members);
 
 // Thread safety: every method may be called concurrently; each takes the map's lock
-// only (and appends to the log under it, so one group's records keep their order).
+// only. Lock order: the map's lock, then the log's (Create and Erase append under
+// the map's lock, so one group's records keep their order; they sync after it).
 class ScaleGroupStore {
  public:
   // Creations and deletions are appended to `log` (a NullSessionLog when nothing is
@@ -63,8 +64,10 @@ class ScaleGroupStore {
   Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after,
             int limit) const;
 
-  // Every group as its creation record, in key order, for a snapshot; stops at
-  // emit's first error and returns it. Groups created meanwhile may be left out.
+  // Every group as its creation record, in key order, for a snapshot, a batch at a
+  // time (emit runs without the lock); stops at emit's first error and returns it.
+  // Groups created or deleted meanwhile may be left out or in: replaying the journal
+  // after the snapshot settles them.
   absl::Status EmitRecords(const Journal::Emitter& emit) const;
 
   // Applies one group_create or group_delete record without journaling it (any other
