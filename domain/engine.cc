@@ -6,12 +6,11 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/slot.h"
 #include "common/log.h"
 #include "common/page_token.h"
+#include "common/slot.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -81,11 +80,12 @@ absl::Status Engine::Recover(Journal& journal) {
   QPARAMS_RETURN_IF_ERROR(
       journal.Start([this](const Journal::Emitter& emit) { return EmitRecords(emit); },
                     /*snapshot=*/skipped));
-  LogInfo(absl::StrCat(
-      "restored ", session_count(), " session(s) from ", options_.journal.data_dir, " (",
-      recovery.files_read, " file(s), ", recovery.records, " record(s)) in ",
-      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
-      "; durability ", DurabilityName(options_.journal.durability)));
+  LogInfo(
+      absl::StrCat("restored ", session_count(), " session(s) and ", groups_.size(),
+                   " scale group(s) from ", options_.journal.data_dir, " (", recovery.files_read,
+                   " file(s), ", recovery.records, " record(s)) in ",
+                   absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+                   "; durability ", DurabilityName(options_.journal.durability)));
   return absl::OkStatus();
 }
 
@@ -93,8 +93,10 @@ Engine::Engine(EngineOptions options)
     : Engine(std::move(options), std::make_unique<NullSessionLog>()) {}
 
 Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
-    : options_(std::move(options)), log_(std::move(log)), store_(options_.max_sessions, *log_),
-      groups_(options_.max_scale_groups) {
+    : options_(std::move(options)),
+      log_(std::move(log)),
+      store_(options_.max_sessions, *log_),
+      groups_(options_.max_scale_groups, *log_) {
   if (options_.session_ttl <= absl::ZeroDuration()) return;
   // Idle sessions are found within a tenth of the TTL (at most a minute) of it.
   const absl::Duration period = std::min(options_.session_ttl / 10, absl::Minutes(1));
@@ -291,29 +293,49 @@ absl::StatusOr<SessionInfo> Engine::SetGranularity(
   return (*session)->Info();
 }
 
+// ---- Records ----
+
+absl::Status Engine::EmitRecords(const Journal::Emitter& emit) const {
+  QPARAMS_RETURN_IF_ERROR(store_.EmitRecords(emit));
+  return groups_.EmitRecords(emit);
+}
+
+std::vector<storage::v1::Record> Engine::Records() const {
+  std::vector<storage::v1::Record> records;
+  EmitRecords([&](const storage::v1::Record& record) {
+    records.push_back(record);
+    return absl::OkStatus();
+  }).IgnoreError();  // the emitter never fails
+  return records;
+}
+
+std::optional<std::string> Engine::Replay(const storage::v1::Record& record) {
+  switch (record.kind_case()) {
+    case storage::v1::Record::kGroupCreate:
+    case storage::v1::Record::kGroupDelete:
+      return groups_.Replay(record);
+    default:
+      return store_.Replay(record);
+  }
+}
+
+std::vector<std::string> Engine::Restore(const std::vector<storage::v1::Record>& records) {
+  std::vector<std::string> problems;
+  for (const storage::v1::Record& record : records) {
+    if (std::optional<std::string> problem = Replay(record)) {
+      problems.push_back(*std::move(problem));
+    }
+  }
+  return problems;
+}
+
 // ---- Scale groups ----
 
 absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant,
                                                         const ScaleGroupRequest& request) {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request.name, "group.name"));
   QPARAMS_RETURN_IF_ERROR(CheckOwned(request.name));
-  if (request.members.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("group.members is empty; a group has 1 to ",
-                                                   kMaxGroupMembers, " members"));
-  }
-  if (static_cast<int>(request.members.size()) > kMaxGroupMembers) {
-    return absl::InvalidArgumentError(absl::StrCat("group.members has ", request.members.size(),
-                                                   " names; the limit is ", kMaxGroupMembers));
-  }
-  absl::flat_hash_set<absl::string_view> seen;
-  for (size_t i = 0; i < request.members.size(); ++i) {
-    const std::string& member = request.members[i];
-    QPARAMS_RETURN_IF_ERROR(ValidateSessionName(member, absl::StrCat("group.members[", i, "]")));
-    if (!seen.insert(member).second) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group.members names \"", member, "\" twice; members must be distinct"));
-    }
-  }
+  QPARAMS_RETURN_IF_ERROR(ValidateGroupMembers(request.members));
   if (!request.share.has_value()) {
     return absl::InvalidArgumentError(
         "group.share is unset (SHARE_UNSPECIFIED) or not a known value; set GLOBAL_AMAX (NVFP4) "

@@ -51,9 +51,9 @@ struct EngineOptions {
   // Counts the observations applied (a session's count went up); null: not counted.
   // Must outlive the engine.
   Counter* observations = nullptr;
-  // Persistence, for Engine::Open: with a data_dir, the sessions are restored from
-  // that directory and every mutation is journaled to it (storage/journal.h); with
-  // none, nothing is persisted.
+  // Persistence, for Engine::Open: with a data_dir, the sessions and scale groups are
+  // restored from that directory and every mutation is journaled to it
+  // (storage/journal.h); with none, nothing is persisted.
   JournalOptions journal;
 };
 
@@ -96,7 +96,7 @@ class Engine {
   static constexpr int kMaxPageSize = 1000;
 
   // A ready engine. With options.journal.data_dir: the directory opened and locked,
-  // its sessions restored (a record that does not restore, or a torn or corrupt
+  // its sessions and scale groups restored (a record that does not restore, or a torn or corrupt
   // piece of a file, is logged and set aside, and a snapshot then drops what was
   // skipped), the journal started, and the restore logged. FAILED_PRECONDITION for
   // a directory that cannot be opened, locked or read (Journal::Open, Recover),
@@ -181,8 +181,12 @@ class Engine {
   // not take; NOT_FOUND for a missing member; ALREADY_EXISTS; RESOURCE_EXHAUSTED at
   // max_scale_groups). Sharded: the group's slot must be this replica's (refused as
   // a session's is) and every member must hash to it (INVALID_ARGUMENT explaining
-  // hash tags). Creating or deleting a group changes no session. A failure changes
-  // nothing.
+  // hash tags). Creating or deleting a group changes no session, and evicting or
+  // deleting a session changes no group. Creations and deletions are journaled and
+  // synced as sessions' mutations are (Open restores the groups, also those whose
+  // members are gone); a broken journal is UNAVAILABLE. A failure changes nothing,
+  // but for an fsync that fails after the append under kAlways (the mutation stays
+  // in memory, as CreateSession's does: ScaleGroupStore::Create).
   absl::StatusOr<ScaleGroupInfo> CreateScaleGroup(absl::string_view tenant,
                                                   const ScaleGroupRequest& request);
   absl::StatusOr<ScaleGroupInfo> GetScaleGroup(absl::string_view tenant,
@@ -191,6 +195,7 @@ class Engine {
   absl::StatusOr<ScaleGroupPage> ListScaleGroups(absl::string_view tenant, int page_size,
                                                  absl::string_view page_token,
                                                  absl::string_view filter) const;
+  // NOT_FOUND for an unknown group; the journal's error as CreateScaleGroup says.
   absl::Status DeleteScaleGroup(absl::string_view tenant, absl::string_view name);
   // The shared result, in the order of 4.2: NOT_FOUND for an unknown group,
   // FAILED_PRECONDITION naming a deleted member or a member whose spec no longer
@@ -204,18 +209,19 @@ class Engine {
   // without a TTL); returns how many. The background thread calls it with the time.
   int EvictIdle(absl::Time now);
 
-  // The store as records and back (SessionStore's EmitRecords, Records, Replay and
-  // Restore): the journal's snapshots and recovery (Open), the tests and fuzzers.
-  absl::Status EmitRecords(const Journal::Emitter& emit) const { return store_.EmitRecords(emit); }
-  std::vector<storage::v1::Record> Records() const { return store_.Records(); }
-  std::optional<std::string> Replay(const storage::v1::Record& record) {
-    return store_.Replay(record);
-  }
-  std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records) {
-    return store_.Restore(records);
-  }
+  // The sessions and scale groups as records and back: the journal's snapshots and
+  // recovery (Open), the tests and fuzzers. EmitRecords emits the session store's
+  // records (SessionStore::EmitRecords), then every group's creation
+  // (ScaleGroupStore::EmitRecords); Records collects them. Replay gives a group's
+  // record to the group store and any other to the session store (each says what it
+  // does); Restore replays in order and returns the problems met.
+  absl::Status EmitRecords(const Journal::Emitter& emit) const;
+  std::vector<storage::v1::Record> Records() const;
+  std::optional<std::string> Replay(const storage::v1::Record& record);
+  std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);
 
   int64_t session_count() const { return store_.size(); }
+  int64_t scale_group_count() const { return groups_.size(); }
   // SessionStore::SessionsPerTenant. Thread-safe.
   std::vector<std::pair<std::string, int64_t>> SessionsPerTenant() const {
     return store_.SessionsPerTenant();

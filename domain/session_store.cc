@@ -259,6 +259,8 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
       Remember(std::move(key), TimeFromTimestamp(record.evicted().evict_time()));
       return std::nullopt;
     }
+    case storage::v1::Record::kGroupCreate:
+    case storage::v1::Record::kGroupDelete:  // the scale groups' (ScaleGroupStore::Replay)
     case storage::v1::Record::KIND_NOT_SET:
       break;
   }

@@ -86,7 +86,8 @@ class SessionStore {
 
   // Applies one journal/snapshot record, without journaling it: the last record of a
   // key wins. A put that does not decode (or names an invalid name) leaves the key
-  // without a session and returns the problem.
+  // without a session and returns the problem. A scale group's record is not the
+  // store's: nothing (Engine::Replay gives it to the ScaleGroupStore).
   std::optional<std::string> Replay(const storage::v1::Record& record);
   // Replays `records` in order; returns the problems met.
   std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);

@@ -1,19 +1,23 @@
 // libFuzzer target: arbitrary storage records (what a data directory's snapshot and
 // journal frames hold) restored into a fresh Engine, as the server does at start,
-// then every restored session exercised through the service.
+// then every restored session exercised through the service and every restored
+// scale group read.
 //
 // Input: frames of [kind byte][uint32 little-endian length][bytes] (service_harness.h),
 // each a serialized qparams.storage.v1.Record (the kind byte is ignored); frames that
 // do not parse are skipped. The journal's own framing and checksums are not fuzzed
 // here: they guard against torn writes, not against a record that decodes badly.
-// Keys are made valid before the restore (a name of [a-zA-Z0-9._-/]{1,128}, a tenant
-// of "" or [a-zA-Z0-9._-]{1,64}), as every key the server journals passed those
-// checks: what is fuzzed is the state a key carries.
+// Keys are made valid before the restore (a session's or a scale group's name of
+// [a-zA-Z0-9._-/{}]{1,128}, braces being hash tags, a tenant of "" or
+// [a-zA-Z0-9._-]{1,64}), as every key the server journals passed those checks: what
+// is fuzzed is the state a key carries (a group's members, share and flags included,
+// which the restore checks itself).
 //
 // Checked besides crashes and sanitizer reports: the restored store exports in every
 // format (a JSON document or a documented refusal), before and after the exercise; a
 // restored session answers every method within the contract (fuzz_requests'
-// checks), its pages and their tokens work, the store's records restore into the same store again
+// checks), its pages and their tokens work, a restored group's reads answer within the
+// contract, the store's records restore into the same store again
 // (Records() -> Restore -> Records() is a fixed point), and still restore once the sessions have
 // been observed.
 
@@ -71,14 +75,15 @@ std::string Only(const std::string& text, Allowed allowed, size_t limit, const c
 
 bool NameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-         c == '_' || c == '-' || c == '/';
+         c == '_' || c == '-' || c == '/' || c == '{' || c == '}';
 }
 
 void MakeKeyValid(storage::v1::SessionKey* key) {
   key->set_name(Only(key->name(), NameChar, 128, "x"));
   if (!key->tenant().empty()) {
     key->set_tenant(Only(
-        key->tenant(), [](char c) { return NameChar(c) && c != '/'; }, 64, "t"));
+        key->tenant(), [](char c) { return NameChar(c) && c != '/' && c != '{' && c != '}'; }, 64,
+        "t"));
   }
 }
 
@@ -92,6 +97,12 @@ void MakeKeysValid(storage::v1::Record* record) {
       break;
     case storage::v1::Record::kEvicted:
       MakeKeyValid(record->mutable_evicted()->mutable_key());
+      break;
+    case storage::v1::Record::kGroupCreate:
+      MakeKeyValid(record->mutable_group_create()->mutable_key());
+      break;
+    case storage::v1::Record::kGroupDelete:
+      MakeKeyValid(record->mutable_group_delete());
       break;
     case storage::v1::Record::KIND_NOT_SET:
       break;
@@ -174,6 +185,37 @@ void Exercise(Service& s) {
   }
 }
 
+// Every scale group of the tenant "": listed in pages of one, read, and its shared
+// result computed, which answers or refuses with a documented code and a message
+// (a member absent after the restore is FAILED_PRECONDITION naming it).
+void ExerciseGroups(Service& s) {
+  absl::StatusOr<ScaleGroupPage> all = s.engine.ListScaleGroups("", 1000, "", "");
+  Check(all.ok(), "ListScaleGroups fails after a restore");
+  std::string token;
+  for (size_t i = 0; i < all->groups.size(); ++i) {
+    absl::StatusOr<ScaleGroupPage> one = s.engine.ListScaleGroups("", 1, token, "");
+    Check(one.ok() && one->groups.size() == 1 && one->groups[0].name == all->groups[i].name,
+          "ListScaleGroups pages of one disagree with the whole list");
+    token = one->next_page_token;
+  }
+  Check(token.empty(), "the last page of ListScaleGroups has a next_page_token");
+  for (const ScaleGroupInfo& group : all->groups) {
+    absl::StatusOr<ScaleGroupInfo> got = s.engine.GetScaleGroup("", group.name);
+    Check(got.ok() && got->members == group.members && got->share == group.share &&
+              got->fill_uncalibrated == group.fill_uncalibrated &&
+              got->create_time == group.create_time,
+          "GetScaleGroup disagrees with ListScaleGroups: " + group.name);
+    absl::StatusOr<GroupResult> result = s.engine.GetGroupQParams("", group.name);
+    if (result.ok()) continue;
+    const absl::StatusCode code = result.status().code();
+    Check(
+        code == absl::StatusCode::kFailedPrecondition || code == absl::StatusCode::kInvalidArgument,
+        "GetGroupQParams of a restored group failed with an undocumented code: " +
+            result.status().ToString());
+    Check(!result.status().message().empty(), "GetGroupQParams failed without a message");
+  }
+}
+
 }  // namespace
 }  // namespace qparams::fuzz
 
@@ -220,8 +262,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(sorted(saved) == sorted(again.engine.Records()),
         "Records -> Restore -> Records changes the records");
   ExportAll(s);
+  ExerciseGroups(s);
   Exercise(s);
   ExportAll(s);
+  ExerciseGroups(s);
   // What the service did to the restored sessions must restore too.
   Service after;
   const std::vector<std::string> later = after.engine.Restore(s.engine.Records());

@@ -9,7 +9,8 @@
 // that walk scale groups through theirs (UNION_RANGE over int8 sessions, GLOBAL_AMAX
 // over NVFP4 weights with a member deleted under the group).
 // fuzz_restore seeds are the records of engines holding sessions of every stateful
-// calculator, initialized or not, in export mode, deleted and evicted. fuzz_core
+// calculator, initialized or not, in export mode, deleted and evicted, and scale
+// groups of both shares, created and deleted. fuzz_core
 // seeds are deterministic pseudo-random bytes: a FuzzedDataProvider makes something
 // of any.
 
@@ -30,6 +31,7 @@
 #include "proto/convert.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "qparams/v1/qparams.pb.h"
+#include "storage/group_codec.h"
 
 namespace qparams {
 namespace {
@@ -399,6 +401,41 @@ void RestoreSeeds(const fs::path& dir) {
   erase.mutable_erase()->set_name("kept");
   history += fuzz::EncodeFrames({{0, erase.SerializeAsString()}});
   Write(dir / "records_evicted_and_erased", history);
+
+  // Scale groups: GLOBAL_AMAX over NVFP4 sessions (one uncalibrated, filled), UNION_RANGE
+  // over per_tensor ones, a group whose member is gone, and a deleted group's records.
+  Engine grouped;
+  QuantSpec nvfp4;
+  nvfp4.dtype = "float4_e2m1fn_x2";
+  nvfp4.scale_dtype = "float8_e4m3fn";
+  nvfp4.granularity = Granularity::PerBlock(-1, 16);
+  const std::vector<float> w = [] {
+    std::vector<float> v(32);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 9) - 4.0f;
+    return v;
+  }();
+  const TensorView wx = *TensorView::Create(
+      DType::kFloat32, {2, 16},
+      absl::string_view(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float)));
+  for (const char* name : {"{l}.q", "{l}.k", "{l}.v"}) {
+    (void)grouped.CreateSession("", name, "global_minmax", nvfp4, {});
+  }
+  (void)grouped.Observe("", "{l}.q", Observation::FromTensor(wx));
+  (void)grouped.Observe("", "{l}.k", Observation::FromTensor(wx));
+  (void)grouped.CreateSession("", "a", "static", QuantSpec{}, {});
+  (void)grouped.CreateSession("", "b", "moving_average", QuantSpec{}, CalculatorOptions{0.5});
+  (void)grouped.Observe("", "a", Observation::FromTensor(x));
+  (void)grouped.Observe("", "b", Observation::FromTensor(x));
+  (void)grouped.CreateScaleGroup(
+      "", {"{l}.qkv", {"{l}.v", "{l}.q", "{l}.k"}, GroupShare::kGlobalAmax, true});
+  (void)grouped.CreateScaleGroup("", {"ab", {"b", "a"}, GroupShare::kUnionRange, false});
+  (void)grouped.CreateScaleGroup("", {"a-gone", {"a"}, GroupShare::kUnionRange, false});
+  (void)grouped.CreateScaleGroup("tenant-a", {"ab", {"a"}, GroupShare::kUnionRange, false});
+  std::string groups = RecordFrames(grouped);
+  (void)grouped.DeleteSession("", "a");
+  groups += RecordFrames(grouped);
+  groups += fuzz::EncodeFrames({{0, EncodeGroupDelete("", "a-gone").SerializeAsString()}});
+  Write(dir / "records_scale_groups", groups);
 }
 
 void CoreSeeds(const fs::path& dir) {

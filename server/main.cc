@@ -53,8 +53,8 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(20),
 ABSL_FLAG(bool, log_failed_rpcs, false,
           "Log every failed call: method, peer, status code and message.");
 ABSL_FLAG(std::string, data_dir, "",
-          "Directory of the session journal and snapshots; sessions are restored from it at "
-          "start. Empty: sessions live in memory only.");
+          "Directory of the session journal and snapshots; sessions and scale groups are "
+          "restored from it at start. Empty: they live in memory only.");
 ABSL_FLAG(std::string, durability, "batched",
           "With --data_dir, when an acknowledged mutation is on disk: always (fsync before "
           "the response), batched (within --flush_interval, and at shutdown) or none "

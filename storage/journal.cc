@@ -259,6 +259,16 @@ absl::StatusOr<uint64_t> Journal::AppendEviction(const SessionKey& key, absl::Ti
   return Append(EncodeEviction(key, evict_time));
 }
 
+absl::StatusOr<uint64_t> Journal::AppendGroupCreate(absl::string_view tenant,
+                                                    const ScaleGroupInfo& group) {
+  return Append(EncodeGroupCreate(tenant, group));
+}
+
+absl::StatusOr<uint64_t> Journal::AppendGroupDelete(absl::string_view tenant,
+                                                    absl::string_view name) {
+  return Append(EncodeGroupDelete(tenant, name));
+}
+
 absl::Status Journal::Close() {
   if (closed_) return absl::OkStatus();
   closed_ = true;

@@ -1,5 +1,5 @@
-// Durable sessions: an append-only journal of full-state records plus snapshots, in
-// one data directory.
+// Durable sessions and scale groups: an append-only journal of full-state records
+// plus snapshots, in one data directory.
 //
 // Files: `snapshot-N` holds the whole store as of the start of `journal-N`; the
 // journal files numbered N and above hold every mutation since, in order. Each
@@ -45,6 +45,7 @@
 #include "metrics/metrics.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "storage/env.h"
+#include "storage/group_codec.h"
 #include "storage/session_codec.h"
 #include "storage/session_log.h"
 
@@ -96,16 +97,18 @@ struct Recovery {
 };
 
 // The SessionLog of a data directory: AppendPut, AppendErase and AppendEviction
-// encode their record (storage/session_codec.h) and Append it.
+// encode their record (storage/session_codec.h), AppendGroupCreate and
+// AppendGroupDelete theirs (storage/group_codec.h), and Append it.
 class Journal final : public SessionLog {
  public:
   // Takes each record found on disk, in order (snapshot first); the last record of a
-  // session wins.
+  // session (or of a scale group) wins.
   using Replayer = std::function<void(const storage::v1::Record&)>;
   // Takes one record of a snapshot; a failure ends the snapshot.
   using Emitter = std::function<absl::Status(const storage::v1::Record&)>;
-  // Emits the live state (puts and evictions) one record at a time, so that a
-  // snapshot never holds the whole store in memory; returns the emitter's first error.
+  // Emits the live state (puts, evictions and group creations) one record at a time,
+  // so that a snapshot never holds the whole store in memory; returns the emitter's
+  // first error.
   using Collector = std::function<absl::Status(const Emitter&)>;
 
   // Opens (creating if needed) the data directory and locks it. FAILED_PRECONDITION
@@ -140,6 +143,10 @@ class Journal final : public SessionLog {
                                      absl::Time create_time, absl::Time update_time) override;
   absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) override;
   absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key, absl::Time evict_time) override;
+  absl::StatusOr<uint64_t> AppendGroupCreate(absl::string_view tenant,
+                                             const ScaleGroupInfo& group) override;
+  absl::StatusOr<uint64_t> AppendGroupDelete(absl::string_view tenant,
+                                             absl::string_view name) override;
 
   // OK while the journal takes appends, else the failure that broke it.
   absl::Status health() const override;

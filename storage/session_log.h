@@ -1,7 +1,8 @@
 // What the domain persists, and the one interface it persists through: the records
-// of a session store (a session's whole state, its erasure, its eviction), appended
-// in order and made as durable as promised. The domain holds a SessionLog& and never
-// sees a record: the log implementation encodes them (storage/session_codec.h).
+// of a session store (a session's whole state, its erasure, its eviction) and of the
+// scale groups (a group's creation, its deletion), appended in order and made as
+// durable as promised. The domain holds a SessionLog& and never sees a record: the
+// log implementation encodes them (storage/session_codec.h, storage/group_codec.h).
 //
 // Journal (storage/journal.h) keeps them in a data directory; NullSessionLog, for a
 // server without one, keeps nothing.
@@ -13,15 +14,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/calculator_state.h"
+#include "storage/group_codec.h"
 #include "storage/session_codec.h"
 
 namespace qparams {
 
 // Thread safety: every method but Close may be called concurrently. Records of one
 // session must be appended in their order (the domain appends under the session's
-// lock).
+// lock), as must those of one scale group (under the group store's lock).
 class SessionLog {
  public:
   virtual ~SessionLog() = default;
@@ -39,6 +42,14 @@ class SessionLog {
   virtual absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) = 0;
   virtual absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key,
                                                   absl::Time evict_time) = 0;
+
+  // Appends a scale group's creation under `tenant` (names, share, fill_uncalibrated
+  // and create_time) or its deletion, as the session appends above: the sequence
+  // number for Sync, UNAVAILABLE once the log is broken.
+  virtual absl::StatusOr<uint64_t> AppendGroupCreate(absl::string_view tenant,
+                                                     const ScaleGroupInfo& group) = 0;
+  virtual absl::StatusOr<uint64_t> AppendGroupDelete(absl::string_view tenant,
+                                                     absl::string_view name) = 0;
 
   // Returns once every record up to `sequence` is as durable as the log promises
   // (Durability), or the failure that broke the log.
@@ -62,6 +73,12 @@ class NullSessionLog final : public SessionLog {
   }
   absl::StatusOr<uint64_t> AppendErase(const SessionKey&) override { return 0; }
   absl::StatusOr<uint64_t> AppendEviction(const SessionKey&, absl::Time) override { return 0; }
+  absl::StatusOr<uint64_t> AppendGroupCreate(absl::string_view, const ScaleGroupInfo&) override {
+    return 0;
+  }
+  absl::StatusOr<uint64_t> AppendGroupDelete(absl::string_view, absl::string_view) override {
+    return 0;
+  }
   absl::Status Sync(uint64_t) override { return absl::OkStatus(); }
   absl::Status health() const override { return absl::OkStatus(); }
   absl::Status Close() override { return absl::OkStatus(); }

@@ -1,6 +1,7 @@
 // Storage faults proven harmless (docs/operations.md, "When storage fails"), through
-// FaultInjectionEnv: a failing or short append, a failing fsync, a failing rename or
-// directory sync of a snapshot, and a crash between any two steps of a compaction.
+// FaultInjectionEnv: a failing or short append (of a session's record or a scale
+// group's), a failing fsync, a failing rename or directory sync of a snapshot, and a
+// crash between any two steps of a compaction.
 // The call that meets the fault is refused with UNAVAILABLE naming the operation,
 // its mutation is seen by no later read, reads go on, health says so, and a restart
 // restores exactly the acknowledged state.
@@ -144,6 +145,48 @@ TEST_P(StorageFaultTest, AFailedOrShortAppendIsRefusedAndNeverSeen) {
     ASSERT_TRUE(Start(Env::Posix()));
     EXPECT_EQ(State(), acknowledged);
     EXPECT_OK(Observe("b", {9, 9}));  // storage works again after the restart
+  }
+}
+
+// A scale group's creation or deletion that meets a failed write: UNAVAILABLE, the
+// groups as acknowledged (in memory and after the restart), every later group
+// mutation refused too.
+TEST_P(StorageFaultTest, AFailedAppendOfAScaleGroupChangesNothing) {
+  for (bool create : {true, false}) {
+    SCOPED_TRACE(create ? "CreateScaleGroup" : "DeleteScaleGroup");
+    std::filesystem::remove_all(dir_);
+    FaultInjectionEnv env;
+    ASSERT_TRUE(Start(&env));
+    Populate();
+    std::unique_ptr<v1::QParamsService::Stub> stub = server_->NewStub();
+    ASSERT_TRUE(
+        CreateScaleGroup(*stub, ScaleGroupOf("kept", {"b", "a"}, v1::ScaleGroup::UNION_RANGE))
+            .ok());
+    const std::vector<std::string> names = {"kept", "new"};
+    const std::string acknowledged = ScaleGroupState(*stub, names);
+    ASSERT_TRUE(absl::StrContains(acknowledged, "kept"));
+
+    env.FailNext(Op::kAppend);
+    const absl::Status refused =
+        FromGrpc(create ? CreateScaleGroup(
+                              *stub, ScaleGroupOf("new", {"a", "b"}, v1::ScaleGroup::UNION_RANGE))
+                        : DeleteScaleGroup(*stub, "kept"));
+    EXPECT_CODE(refused, absl::StatusCode::kUnavailable);
+    EXPECT_TRUE(absl::StrContains(refused.message(), "write")) << refused;
+    EXPECT_TRUE(absl::StrContains(refused.message(), "(injected)")) << refused;
+    EXPECT_EQ(ScaleGroupState(*stub, names), acknowledged);
+    EXPECT_EQ(
+        FromGrpc(CreateScaleGroup(*stub, ScaleGroupOf("new", {"a"}, v1::ScaleGroup::UNION_RANGE)))
+            .code(),
+        absl::StatusCode::kUnavailable);
+    EXPECT_EQ(FromGrpc(DeleteScaleGroup(*stub, "kept")).code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(ScaleGroupState(*stub, names), acknowledged);
+
+    stub.reset();
+    ASSERT_TRUE(Start(Env::Posix()));
+    stub = server_->NewStub();
+    EXPECT_EQ(ScaleGroupState(*stub, names), acknowledged);
+    EXPECT_TRUE(DeleteScaleGroup(*stub, "kept").ok());  // storage works again after the restart
   }
 }
 

@@ -17,11 +17,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
 #include "core/histogram.h"
 #include "core/range.h"
 #include "core/registry.h"
+#include "domain/scale_group_store.h"
 #include "domain/session_store.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
@@ -355,6 +357,250 @@ TEST_F(PersistenceTest, Nvfp4SessionsRestoreBitForBitFromTheJournalAndASnapshot)
     PopulateNvfp4(*client_);
     EXPECT_EQ(ContinueNvfp4(*client_), restarted);
   }
+}
+
+// ---- Scale groups ----
+
+// The scale groups of `server` as bytes (ScaleGroupState), with the answers for the
+// group names "deleted" and `absent` too.
+std::string GroupState(const TestServer& server, const std::string& absent = "deleted") {
+  return ScaleGroupState(*server.NewStub(), {"deleted", absent});
+}
+
+absl::Status CreateGroup(const TestServer& server, const v1::ScaleGroup& group) {
+  return FromGrpc(CreateScaleGroup(*server.NewStub(), group));
+}
+
+absl::Status DeleteGroup(const TestServer& server, const std::string& name) {
+  return FromGrpc(DeleteScaleGroup(*server.NewStub(), name));
+}
+
+// NVFP4 members of GLOBAL_AMAX groups (in an order that is not the names', one
+// filling its uncalibrated member), integer members of a UNION_RANGE group, a group
+// whose member was deleted, and a group deleted.
+void PopulateGroups(Client& client, const TestServer& server) {
+  auto create = [&](const std::string& name, const std::string& calculator,
+                    const v1::QuantSpec& spec) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator(calculator);
+    *request.mutable_spec() = spec;
+    return client.CreateSession(request);
+  };
+  const v1::QuantSpec nvfp4 = Nvfp4Spec("modelopt", PerBlock16());
+  for (const char* name : {"{l0}.q", "{l0}.k", "{l0}.v", "{l0}.o"}) {
+    ASSERT_OK(create(name, "global_minmax", nvfp4));
+  }
+  v1::QuantSpec int8;
+  int8.set_qscheme(v1::ASYMMETRIC);
+  for (const char* name : {"u/a", "u/b", "u/c"}) ASSERT_OK(create(name, "moving_average", int8));
+  for (uint32_t i = 0; i < 3; ++i) {
+    for (const char* name : {"{l0}.q", "{l0}.k", "{l0}.v"}) {
+      ASSERT_OK(client.Observe(name, Nvfp4Input(name, i).view()));
+    }
+    ASSERT_OK(client.Observe("u/a", Vec(RandN(16, 500 + i, 2)).view()));
+    ASSERT_OK(client.Observe("u/b", Vec(RandN(16, 510 + i, 5)).view()));
+    ASSERT_OK(client.Observe("u/c", Vec(RandN(16, 520 + i)).view()));
+  }
+  ASSERT_OK(CreateGroup(server, ScaleGroupOf("{l0}.qkv", {"{l0}.v", "{l0}.q", "{l0}.k"},
+                                             v1::ScaleGroup::GLOBAL_AMAX)));
+  ASSERT_OK(
+      CreateGroup(server, ScaleGroupOf("{l0}.qo", {"{l0}.q", "{l0}.o"}, v1::ScaleGroup::GLOBAL_AMAX,
+                                       /*fill_uncalibrated=*/true)));
+  ASSERT_OK(CreateGroup(server, ScaleGroupOf("u", {"u/b", "u/a"}, v1::ScaleGroup::UNION_RANGE)));
+  ASSERT_OK(CreateGroup(server, ScaleGroupOf("u-c", {"u/a", "u/c"}, v1::ScaleGroup::UNION_RANGE)));
+  ASSERT_OK(CreateGroup(server, ScaleGroupOf("deleted", {"u/a"}, v1::ScaleGroup::UNION_RANGE)));
+  ASSERT_OK(DeleteGroup(server, "deleted"));
+  ASSERT_OK(client.DeleteSession("u/c"));
+}
+
+TEST_F(PersistenceTest, ScaleGroupsRestoreBitForBitFromTheJournalAndASnapshot) {
+  for (Durability durability : {Durability::kAlways, Durability::kBatched}) {
+    SCOPED_TRACE(std::string(DurabilityName(durability)));
+    TearDown();
+    SetUp();
+    ServerOptions options = Options(durability);
+    Start(options);
+    PopulateGroups(*client_, *server_);
+    const std::string sessions = Everything();
+    const std::string groups = GroupState(*server_);
+    ASSERT_TRUE(absl::StrContains(groups, "{l0}.qkv"));
+    ASSERT_TRUE(absl::StrContains(groups, "member \"u/c\" of scale group \"u-c\""));
+    ASSERT_TRUE(absl::StrContains(groups, "scale group \"deleted\" does not exist"));
+
+    // The journal replayed.
+    Start(options);
+    EXPECT_EQ(GroupState(*server_), groups);
+    EXPECT_EQ(Everything(), sessions);
+
+    // A restart that compacts writes the groups into the snapshot; the next one
+    // reads them from it (the journal after it holds nothing).
+    ServerOptions compacting = options;
+    compacting.compact_min_bytes = 1;
+    Start(compacting);
+    EXPECT_EQ(GroupState(*server_), groups);
+    Start(options);
+    const std::vector<std::string> files = Files(dir_);
+    EXPECT_TRUE(std::any_of(files.begin(), files.end(), [](const std::string& name) {
+      return absl::StartsWith(name, "snapshot-");
+    })) << absl::StrJoin(files, ", ");
+    EXPECT_EQ(FileSize(JournalFile(dir_)), 8);  // the magic alone
+    EXPECT_EQ(GroupState(*server_), groups);
+    EXPECT_EQ(Everything(), sessions);
+
+    // A deletion after the snapshot survives too, and the name can be taken again.
+    ASSERT_OK(DeleteGroup(*server_, "u"));
+    const std::string fewer = GroupState(*server_, "u");
+    Start(options);
+    EXPECT_EQ(GroupState(*server_, "u"), fewer);
+    EXPECT_OK(CreateGroup(*server_, ScaleGroupOf("u", {"u/a"}, v1::ScaleGroup::UNION_RANGE)));
+  }
+}
+
+// Through the engine: tenants keep their own groups of one name, a group whose
+// members are gone (deleted, or evicted) is restored and refused naming them, and
+// the records of an engine restore into the same engine.
+TEST_F(PersistenceTest, ScaleGroupsKeepTheirTenantsAndOutliveTheirMembers) {
+  EngineOptions options;
+  options.journal.data_dir = dir_;
+  options.journal.durability = Durability::kAlways;
+  options.session_ttl = absl::Hours(1);
+  auto state = [](const Engine& engine) {
+    std::string out;
+    for (const char* tenant : {"", "team-a"}) {
+      absl::StatusOr<ScaleGroupPage> page = engine.ListScaleGroups(tenant, 0, "", "");
+      if (!page.ok()) return page.status().ToString();
+      for (const ScaleGroupInfo& g : page->groups) {
+        out += absl::StrCat(tenant, "|", g.name, "|", absl::StrJoin(g.members, ","), "|",
+                            GroupShareName(g.share), "|", g.fill_uncalibrated, "|",
+                            absl::FormatTime(g.create_time), "\n");
+        absl::StatusOr<GroupResult> r = engine.GetGroupQParams(tenant, g.name);
+        out += r.ok() ? absl::StrFormat("initialized %d min %a max %a scale %a zero_point %d\n",
+                                        r->initialized, r->min, r->max, r->qparams.scale.at(0),
+                                        r->qparams.zero_point.at(0))
+                      : r.status().ToString() + "\n";
+      }
+    }
+    return out;
+  };
+  std::string before;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(options));
+    QuantSpec spec;
+    spec.qscheme = QScheme::kAsymmetric;
+    for (const char* tenant : {"", "team-a"}) {
+      for (const char* name : {"a", "b"}) {
+        ASSERT_OK(engine->CreateSession(tenant, name, "global_minmax", spec, {}));
+        const std::vector<double> x = RandN(8, tenant[0] == 0 ? 1 : 2, name[0] == 'a' ? 1 : 4);
+        ASSERT_OK(engine->Observe(tenant, name, Observation::FromTensor(Vec(x).view())).status);
+      }
+    }
+    ASSERT_OK(engine->CreateScaleGroup("", {"g", {"b", "a"}, GroupShare::kUnionRange, false}));
+    ASSERT_OK(engine->CreateScaleGroup("", {"h", {"a"}, GroupShare::kUnionRange, false}));
+    ASSERT_OK(engine->CreateScaleGroup("team-a", {"g", {"a", "b"}, GroupShare::kUnionRange, true}));
+    ASSERT_OK(engine->DeleteSession("", "a"));  // touches no group
+    before = state(*engine);
+    EXPECT_TRUE(absl::StrContains(before, "member \"a\" of scale group \"g\"")) << before;
+    EXPECT_TRUE(absl::StrContains(before, "team-a|g|a,b|union_range|1|")) << before;
+    EXPECT_TRUE(absl::StrContains(before, "initialized 1")) << before;
+  }
+  std::string evicted;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(options));
+    EXPECT_EQ(engine->scale_group_count(), 3);
+    EXPECT_EQ(state(*engine), before);
+    Engine again;
+    EXPECT_TRUE(again.Restore(engine->Records()).empty());
+    EXPECT_EQ(state(again), before);
+    // Two hours on every session is idle: evicted, and the groups stay.
+    EXPECT_EQ(engine->EvictIdle(absl::Now() + absl::Hours(2)), 3);
+    EXPECT_EQ(engine->scale_group_count(), 3);
+    evicted = state(*engine);
+    EXPECT_TRUE(absl::StrContains(evicted, "member \"b\" of scale group \"g\"")) << evicted;
+    EXPECT_FALSE(absl::StrContains(evicted, "initialized")) << evicted;
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(options));
+  EXPECT_EQ(engine->session_count(), 0);
+  EXPECT_EQ(state(*engine), evicted);
+}
+
+// A snapshot's group records come in batches: every group of every tenant, once, in
+// key order, and they restore into the same groups.
+TEST(ScaleGroupStoreRecords, EveryGroupIsEmittedOnceInKeyOrder) {
+  NullSessionLog log;
+  ScaleGroupStore store(/*max_groups=*/2000, log);
+  const absl::Time t0 = absl::FromUnixSeconds(1'700'000'000);
+  for (const char* tenant : {"", "t"}) {
+    for (int i = 0; i < 700; ++i) {
+      ASSERT_OK(store.Create(tenant, {absl::StrFormat("g%04d", i),
+                                      {"a", "b"},
+                                      GroupShare::kUnionRange,
+                                      i % 2 == 0,
+                                      t0 + absl::Seconds(i)}));
+    }
+  }
+  std::vector<std::string> keys;
+  ScaleGroupStore again(2000, log);
+  ASSERT_OK(store.EmitRecords([&](const storage::v1::Record& record) {
+    keys.push_back(absl::StrCat(record.group_create().key().tenant(), "/",
+                                record.group_create().key().name()));
+    EXPECT_EQ(again.Replay(record), std::nullopt);
+    return absl::OkStatus();
+  }));
+  ASSERT_EQ(keys.size(), 1400u);
+  EXPECT_TRUE(std::is_sorted(keys.begin(), keys.end()));
+  EXPECT_EQ(std::adjacent_find(keys.begin(), keys.end()), keys.end());
+  for (const char* tenant : {"", "t"}) {
+    ScaleGroupStore::Page a = store.List(tenant, "", "", 1000);
+    ScaleGroupStore::Page b = again.List(tenant, "", "", 1000);
+    ASSERT_EQ(a.groups.size(), b.groups.size());
+    for (size_t i = 0; i < a.groups.size(); ++i) {
+      EXPECT_EQ(a.groups[i].name, b.groups[i].name);
+      EXPECT_EQ(a.groups[i].members, b.groups[i].members);
+      EXPECT_EQ(a.groups[i].fill_uncalibrated, b.groups[i].fill_uncalibrated);
+      EXPECT_EQ(a.groups[i].create_time, b.groups[i].create_time);
+    }
+  }
+  // A record that does not restore (an invalid member) is set aside, naming it.
+  storage::v1::Record bad =
+      EncodeGroupCreate("", {"bad", {"a", "a"}, GroupShare::kUnionRange, false, t0});
+  std::optional<std::string> problem = again.Replay(bad);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_TRUE(absl::StrContains(*problem, "\"a\" twice")) << *problem;
+  EXPECT_CODE(again.Find("", "bad"), absl::StatusCode::kNotFound);
+}
+
+// A data directory written before groups were journaled (session records only)
+// opens as before, with no group, and takes groups from then on.
+TEST_F(PersistenceTest, ADirectoryWithoutGroupRecordsOpensAndTakesGroups) {
+  QuantSpec spec;
+  spec.qscheme = QScheme::kAsymmetric;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
+                       QParamsCalculatorRegistry::Global().CreateStateful("moving_average", spec));
+  ASSERT_OK(calculator->Forward(Observation::FromTensor(Vec(RandN(8, 3)).view())).status());
+  const absl::Time t0 = absl::FromUnixSeconds(1700000000);
+  {
+    JournalOptions options;
+    options.data_dir = dir_;
+    options.durability = Durability::kAlways;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Journal> journal, Journal::Open(options));
+    ASSERT_OK(journal->Recover([](const storage::v1::Record&) {}).status());
+    ASSERT_OK(journal->Start([](const Journal::Emitter&) { return absl::OkStatus(); }));
+    for (const char* name : {"old", "older"}) {
+      ASSERT_OK_AND_ASSIGN(uint64_t sequence,
+                           journal->AppendPut({"", name}, calculator->ExportState(), t0, t0));
+      ASSERT_OK(journal->Sync(sequence));
+    }
+  }
+  Start(Options());
+  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse all, client_->ListSessions(0, "", ""));
+  EXPECT_EQ(all.sessions_size(), 2);
+  EXPECT_EQ(server_->server().engine().scale_group_count(), 0);
+  ASSERT_OK(
+      CreateGroup(*server_, ScaleGroupOf("g", {"older", "old"}, v1::ScaleGroup::UNION_RANGE)));
+  const std::string groups = GroupState(*server_);
+  Start(Options());
+  EXPECT_EQ(GroupState(*server_), groups);
 }
 
 // Histogram sessions of the three kinds, fed by tensors (NaN included under

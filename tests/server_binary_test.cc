@@ -1,6 +1,6 @@
 // The real qparams-server binary: flags, its log lines, serving on the port it
-// reports, failed-call logging, a graceful exit 0 on SIGTERM and SIGINT, and no
-// acknowledged observation lost to a SIGKILL.
+// reports, failed-call logging, a graceful exit 0 on SIGTERM and SIGINT, no
+// acknowledged observation lost to a SIGKILL, and scale groups kept across restarts.
 
 #include <signal.h>
 #include <spawn.h>
@@ -27,6 +27,7 @@
 #include "httplib.h"
 #include "proto/convert.h"
 #include "qparams/v1/qparams.grpc.pb.h"
+#include "tests/service_test_util.h"
 #include "tests/subprocess.h"
 #include "tests/test_util.h"
 
@@ -294,6 +295,94 @@ TEST(ServerBinary, SigkillLosesNoAcknowledgedObservationWithDurabilityAlways) {
 // process loses nothing; only a machine crash can lose the last flush interval.
 TEST(ServerBinary, SigkillLosesNoAcknowledgedObservationWithDurabilityBatched) {
   KillDuringLoadAndCheck("batched");
+}
+
+// Scale groups through the binary: sessions and groups (one GLOBAL_AMAX group of
+// NVFP4 sessions, one UNION_RANGE group, one deleted), a restart on the same data
+// directory (SIGTERM, then the next start), and GetScaleGroup and GetGroupQParams
+// answer the same bytes. Then a SIGKILL right after a group's creation and another
+// restart: the acknowledged group is there.
+TEST(ServerBinary, ScaleGroupsSurviveARestart) {
+  char pattern[] = "/tmp/qparams-groups-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const std::vector<std::string> flags = {"--data_dir=" + dir, "--durability=always"};
+  const std::vector<std::string> absent = {"{l1}.deleted"};
+  std::string before;
+  {
+    ServerProcess server(flags);
+    ASSERT_TRUE(server.started());
+    const std::string address = AddressFrom(server.WaitForLine("listening on"));
+    ASSERT_FALSE(address.empty());
+    auto stub = v1::QParamsService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    v1::QuantSpec nvfp4;
+    nvfp4.set_dtype("float4_e2m1fn_x2");
+    nvfp4.set_scale_dtype("float8_e4m3fn");
+    nvfp4.mutable_granularity()->mutable_per_block()->set_axis(-1);
+    nvfp4.mutable_granularity()->mutable_per_block()->add_block_size(16);
+    v1::QuantSpec int8;
+    int8.set_qscheme(v1::ASYMMETRIC);
+    uint32_t seed = 0;
+    for (const auto& [name, spec] : {std::pair{"{l1}.gate", nvfp4}, std::pair{"{l1}.up", nvfp4},
+                                     std::pair{"{l1}.a", int8}, std::pair{"{l1}.b", int8}}) {
+      grpc::ClientContext create_context;
+      v1::CreateSessionRequest create;
+      create.set_name(name);
+      create.set_calculator("global_minmax");
+      *create.mutable_spec() = spec;
+      v1::Session session;
+      ASSERT_TRUE(stub->CreateSession(&create_context, create, &session).ok()) << name;
+      for (int i = 0; i < 2; ++i) {
+        ++seed;
+        grpc::ClientContext context;
+        v1::ObserveRequest request;
+        request.set_name(name);
+        *request.mutable_tensor() = wire::TensorToProto(F32({2, 32}, RandN(64, seed, seed)).view());
+        v1::ObserveResponse response;
+        ASSERT_TRUE(stub->Observe(&context, request, &response).ok()) << name;
+      }
+    }
+    ASSERT_TRUE(CreateScaleGroup(*stub, ScaleGroupOf("{l1}.mlp", {"{l1}.up", "{l1}.gate"},
+                                                     v1::ScaleGroup::GLOBAL_AMAX))
+                    .ok());
+    ASSERT_TRUE(CreateScaleGroup(*stub, ScaleGroupOf("{l1}.ab", {"{l1}.b", "{l1}.a"},
+                                                     v1::ScaleGroup::UNION_RANGE, true))
+                    .ok());
+    ASSERT_TRUE(CreateScaleGroup(
+                    *stub, ScaleGroupOf("{l1}.deleted", {"{l1}.a"}, v1::ScaleGroup::UNION_RANGE))
+                    .ok());
+    ASSERT_TRUE(DeleteScaleGroup(*stub, "{l1}.deleted").ok());
+    before = ScaleGroupState(*stub, absent);
+    ASSERT_TRUE(absl::StrContains(before, "{l1}.mlp"));
+    stub.reset();
+    EXPECT_EQ(server.Stop(SIGTERM), 0);
+  }
+  {
+    ServerProcess server(flags);
+    ASSERT_TRUE(server.started());
+    const std::string restored = server.WaitForLine("restored ");
+    EXPECT_TRUE(absl::StrContains(restored, "4 session(s) and 2 scale group(s)")) << restored;
+    const std::string address = AddressFrom(server.WaitForLine("listening on"));
+    auto stub = v1::QParamsService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    EXPECT_EQ(ScaleGroupState(*stub, absent), before);
+    ASSERT_TRUE(
+        CreateScaleGroup(*stub, ScaleGroupOf("{l1}.late", {"{l1}.a"}, v1::ScaleGroup::UNION_RANGE))
+            .ok());
+    before = ScaleGroupState(*stub, absent);
+    stub.reset();
+    server.Kill();
+  }
+  ServerProcess server(flags);
+  ASSERT_TRUE(server.started());
+  const std::string address = AddressFrom(server.WaitForLine("listening on"));
+  auto stub =
+      v1::QParamsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(ScaleGroupState(*stub, absent), before);
+  stub.reset();
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+  std::filesystem::remove_all(dir);
 }
 
 // ---- --metrics_listen: Prometheus' text format at GET /metrics ----

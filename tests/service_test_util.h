@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/granularity.h"
@@ -127,6 +128,67 @@ inline grpc::Status DeleteSession(v1::QParamsService::Stub& stub, const std::str
   request.set_name(name);
   v1::DeleteSessionResponse response;
   return stub.DeleteSession(&context, request, &response);
+}
+
+// ---- Scale groups (the C++ client has no wrappers for them yet) ----
+
+inline v1::ScaleGroup ScaleGroupOf(const std::string& name, const std::vector<std::string>& members,
+                                   v1::ScaleGroup::Share share, bool fill_uncalibrated = false) {
+  v1::ScaleGroup group;
+  group.set_name(name);
+  for (const std::string& member : members) group.add_members(member);
+  group.set_share(share);
+  group.set_fill_uncalibrated(fill_uncalibrated);
+  return group;
+}
+
+inline grpc::Status CreateScaleGroup(v1::QParamsService::Stub& stub, const v1::ScaleGroup& group) {
+  grpc::ClientContext context;
+  v1::CreateScaleGroupRequest request;
+  *request.mutable_group() = group;
+  v1::ScaleGroup response;
+  return stub.CreateScaleGroup(&context, request, &response);
+}
+
+inline grpc::Status DeleteScaleGroup(v1::QParamsService::Stub& stub, const std::string& name) {
+  grpc::ClientContext context;
+  v1::DeleteScaleGroupRequest request;
+  request.set_name(name);
+  v1::DeleteScaleGroupResponse response;
+  return stub.DeleteScaleGroup(&context, request, &response);
+}
+
+// Every scale group with every field (create_time included) as ListScaleGroups and
+// GetScaleGroup answer, each one's GetGroupQParams (or its refusal), and the answers
+// for the names `absent` too, as bytes: equal bytes, equal groups bit for bit.
+inline std::string ScaleGroupState(v1::QParamsService::Stub& stub,
+                                   const std::vector<std::string>& absent = {}) {
+  std::string out;
+  grpc::ClientContext list_context;
+  v1::ListScaleGroupsRequest list;
+  list.set_page_size(1000);
+  v1::ListScaleGroupsResponse all;
+  if (grpc::Status s = stub.ListScaleGroups(&list_context, list, &all); !s.ok()) {
+    return FromGrpc(s).ToString();
+  }
+  out += all.SerializeAsString();
+  std::vector<std::string> names = absent;
+  for (const v1::ScaleGroup& group : all.groups()) names.push_back(group.name());
+  for (const std::string& name : names) {
+    grpc::ClientContext get_context;
+    v1::GetScaleGroupRequest get;
+    get.set_name(name);
+    v1::ScaleGroup group;
+    grpc::Status s = stub.GetScaleGroup(&get_context, get, &group);
+    out += s.ok() ? group.SerializeAsString() : FromGrpc(s).ToString();
+    grpc::ClientContext shared_context;
+    v1::GetGroupQParamsRequest shared;
+    shared.set_name(name);
+    v1::GroupQParams result;
+    s = stub.GetGroupQParams(&shared_context, shared, &result);
+    out += s.ok() ? result.SerializeAsString() : FromGrpc(s).ToString();
+  }
+  return out;
 }
 
 }  // namespace qparams::testing
