@@ -403,7 +403,13 @@ absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant,
   absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
   if (!after.ok()) return after.status();
   const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
-  ScaleGroupStore::Page page = groups_.List(tenant, filter, *after, limit);
+  // Sharded, as ListSessions: groups restored on a replica that no longer owns their
+  // slot stay out of sight.
+  ScaleGroupStore::Page page =
+      options_.slot_map == nullptr
+          ? groups_.List(tenant, filter, *after, limit)
+          : groups_.List(tenant, filter, *after, limit,
+                         [this](absl::string_view name) { return Owns(name); });
   ScaleGroupPage out;
   out.groups = std::move(page.groups);
   if (page.more) out.next_page_token = EncodePageToken(filter, out.groups.back().name);

@@ -191,7 +191,7 @@ class Engine {
                                                   const ScaleGroupRequest& request);
   absl::StatusOr<ScaleGroupInfo> GetScaleGroup(absl::string_view tenant,
                                                absl::string_view name) const;
-  // Paging and filter exactly as ListSessions.
+  // Paging, filter and (sharded) the owned slots exactly as ListSessions.
   absl::StatusOr<ScaleGroupPage> ListScaleGroups(absl::string_view tenant, int page_size,
                                                  absl::string_view page_token,
                                                  absl::string_view filter) const;

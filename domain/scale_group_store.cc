@@ -83,7 +83,8 @@ absl::Status ScaleGroupStore::Erase(absl::string_view tenant, absl::string_view 
 }
 
 ScaleGroupStore::Page ScaleGroupStore::List(absl::string_view tenant, absl::string_view prefix,
-                                            absl::string_view after, int limit) const {
+                                            absl::string_view after, int limit,
+                                            const std::function<bool(absl::string_view)>& keep) const {
   Page page;
   const std::string start = MapKey(tenant, prefix);
   const std::string resume = MapKey(tenant, after);
@@ -91,6 +92,7 @@ ScaleGroupStore::Page ScaleGroupStore::List(absl::string_view tenant, absl::stri
   auto it = after.empty() || resume < start ? groups_.lower_bound(start)
                                             : groups_.upper_bound(resume);
   for (; it != groups_.end() && absl::StartsWith(it->first, start); ++it) {
+    if (keep != nullptr && !keep(it->second.name)) continue;
     if (static_cast<int>(page.groups.size()) == limit) {
       page.more = true;
       break;

@@ -9,6 +9,7 @@
 #define QPARAMS_DOMAIN_SCALE_GROUP_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,14 +56,15 @@ class ScaleGroupStore {
   // Create says for a Sync failure).
   absl::Status Erase(absl::string_view tenant, absl::string_view name);
 
-  // Up to `limit` groups of `tenant` whose names start with `prefix` and sort after
-  // `after`, in name order, and whether more follow.
+  // Up to `limit` groups of `tenant` whose names start with `prefix`, sort after
+  // `after` and pass `keep` (if given; called under the map's reader lock, so it must
+  // not call back into the store), in name order, and whether more follow.
   struct Page {
     std::vector<ScaleGroupInfo> groups;
     bool more = false;
   };
   Page List(absl::string_view tenant, absl::string_view prefix, absl::string_view after,
-            int limit) const;
+            int limit, const std::function<bool(absl::string_view name)>& keep = nullptr) const;
 
   // Every group as its creation record, in key order, for a snapshot, a batch at a
   // time (emit runs without the lock); stops at emit's first error and returns it.

@@ -261,5 +261,53 @@ TEST(ShardingRestart, CopiesOfForeignSessionsStayOutOfSight) {
   std::filesystem::remove_all(dir);
 }
 
+// Scale groups restored beside foreign sessions are hidden the same way: listed only
+// when their slot is the replica's, refused by name otherwise.
+TEST(ShardingRestart, CopiesOfForeignScaleGroupsStayOutOfSight) {
+  char pattern[] = "/tmp/qparams-sharding-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  ASSERT_OK_AND_ASSIGN(SlotMap parsed, SlotMap::Parse(kThreeReplicas));
+  auto map = std::make_shared<const SlotMap>(std::move(parsed));
+  const std::string mine = NameOwnedBy(*map, "r1"), theirs = NameOwnedBy(*map, "r2");
+  // "{x}.group" hashes "x", the slot of the session named x.
+  const auto group_of = [](const std::string& member) { return absl::StrCat("{", member, "}.g"); };
+  ServerOptions options;
+  options.data_dir = dir;
+  options.durability = Durability::kAlways;
+  {
+    std::unique_ptr<TestServer> unsharded = TestServer::Start(options);
+    ASSERT_NE(unsharded, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(unsharded->address()));
+    for (const std::string& name : {mine, theirs}) {
+      v1::CreateSessionRequest create;
+      create.set_name(name);
+      ASSERT_OK(client->CreateSession(create).status());
+      v1::ScaleGroup group;
+      group.set_name(group_of(name));
+      group.add_members(name);
+      group.set_share(v1::ScaleGroup::UNION_RANGE);
+      ASSERT_OK(client->CreateScaleGroup(group).status());
+    }
+  }
+  options.engine.slot_map = map;
+  options.engine.replica_id = "r1";
+  {
+    std::unique_ptr<TestServer> r1 = TestServer::Start(options);
+    ASSERT_NE(r1, nullptr);
+    ClientOptions addressed;
+    addressed.replica = "r1";
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(r1->address(), addressed));
+    ASSERT_OK_AND_ASSIGN(const v1::ListScaleGroupsResponse listed,
+                         client->ListScaleGroups(0, "", ""));
+    ASSERT_EQ(listed.groups_size(), 1);
+    EXPECT_EQ(listed.groups(0).name(), group_of(mine));
+    EXPECT_CODE(client->GetScaleGroup(group_of(theirs)).status(), kPrecondition);
+    EXPECT_CODE(client->GetGroupQParams(group_of(theirs)).status(), kPrecondition);
+    EXPECT_OK(client->GetScaleGroup(group_of(mine)).status());
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace qparams::testing
