@@ -137,16 +137,19 @@ Nvfp4Scales ComputeNvfp4Scales(const std::vector<double>& lo, const std::vector<
   // million blocks, and recomputing a block's amax is cheaper than storing them.
   const int64_t n = static_cast<int64_t>(lo.size());
   const int threads = RangeThreadsFor(n);
-  double amax = 0;
+  // One slot per thread rather than a critical section: TSan's OpenMP tool (Archer)
+  // crashes in __kmpc_end_critical, and the merge is a handful of maxima anyway.
+  std::vector<double> per_thread(threads, 0.0);
 #pragma omp parallel num_threads(threads)
   {
     double local = 0;
 #pragma omp for schedule(static) nowait
     for (int64_t i = 0; i < n; ++i) local = NanMax(local, Nvfp4BlockAmax(lo[i], hi[i]));
-    // NanMax is commutative and associative: the order of the threads does not matter.
-#pragma omp critical
-    amax = NanMax(amax, local);
+    per_thread[omp_get_thread_num()] = local;
   }
+  // NanMax is commutative and associative: the order of the threads does not matter.
+  double amax = 0;
+  for (double local : per_thread) amax = NanMax(amax, local);
   Nvfp4Scales scales;
   scales.amax = static_cast<float>(amax);
   scales.global_scale = Nvfp4GlobalScale(amax, precision, convention);
@@ -306,7 +309,8 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
   // does not hold the other back.
   const int64_t chunk = std::max<int64_t>(1, kChunkElements / size);
   const int64_t chunks = (blocks + chunk - 1) / chunk;
-#pragma omp parallel num_threads(threads)
+  // A max reduction, not a critical section (see ComputeNvfp4Scales).
+#pragma omp parallel num_threads(threads) reduction(max : amax_bits)
   {
     Bits local = 0;
 #pragma omp for schedule(dynamic) nowait
@@ -322,7 +326,6 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
       }
       local = m > local ? m : local;
     }
-#pragma omp critical
     amax_bits = local > amax_bits ? local : amax_bits;
   }
   if (amax_bits >= Format::kInfinityBits) return std::nullopt;
