@@ -122,7 +122,7 @@ void ExportAll(Service& s) {
   for (const char* format : {"aimet", "onnx", "compressed-tensors"}) {
     for (bool allow_uninitialized : {false, true}) {
       absl::StatusOr<std::unique_ptr<Exporter>> exporter =
-          Exporter::Start(&s.engine, "", {"", format, allow_uninitialized});
+          Exporter::Start(&s.engine, "", {"", format, allow_uninitialized, {}});
       std::string document;
       absl::Status status = exporter.status();
       while (status.ok()) {
