@@ -343,15 +343,22 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
   // blocks than that, the code of each value once and a lookup a block cost less than
   // the arithmetic a block. The same function of the same amax: the same bits.
   if (sizeof(Bits) == 2 && blocks > static_cast<int64_t>(amax_bits)) {
-    std::vector<uint8_t> table(static_cast<size_t>(amax_bits) + 1);
-    for (size_t v = 0; v < table.size(); ++v) {
-      table[v] = CodeOfBits<Format>(static_cast<Bits>(v), g, precision, convention);
+    const size_t entries = static_cast<size_t>(amax_bits) + 1;
+    std::vector<uint8_t> code_table(entries);
+    std::vector<float> value_table(entries);
+    for (size_t v = 0; v < entries; ++v) {
+      code_table[v] = CodeOfBits<Format>(static_cast<Bits>(v), g, precision, convention);
+      value_table[v] = Float8E4M3FnToFloat(code_table[v]);
     }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, kChunkBlocks)
+    // Two independent loads a block rather than a code and then its value; raw
+    // pointers, since a store through uint8_t* may alias a vector's own pointer.
+    const uint8_t* code_of = code_table.data();
+    const float* value_of = value_table.data();
+    const Bits* a = block_amax.get();
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t code = table[block_amax[b]];
-      codes[b] = code;
-      values[b] = Float8E4M3FnToFloat(code);
+      codes[b] = code_of[a[b]];
+      values[b] = value_of[a[b]];
     }
     return scales;
   }
