@@ -289,6 +289,24 @@ uint8_t CodeOfBits(typename Format::BitsType bits, float g, DType precision,
                                                   : CompressedTensorsBlockCode(a, g, precision);
 }
 
+// codes[b] and values[b] of amax[b] from the tables, for b < n. Two independent
+// loads a block rather than a code and then its value. The pointers are parameters,
+// and restrict, so that the loop keeps them in registers: as the parallel region's
+// shared variables they were reloaded after every byte store, which may alias them.
+template <typename Bits>
+void LookUpCodes(const Bits* __restrict amax, int64_t n, const uint8_t* __restrict code_of,
+                 const float* __restrict value_of, uint8_t* __restrict codes,
+                 float* __restrict values) {
+  for (int64_t b = 0; b < n; ++b) {
+    codes[b] = code_of[amax[b]];
+    values[b] = value_of[amax[b]];
+  }
+}
+
+// One parallel region, its phases separated by barriers rather than regions of
+// their own: between two regions the other thread would spin (or sleep) through the
+// serial part, and the serial parts (the outputs' zero fill, the code table) cost as
+// much as the lookup itself.
 template <typename Format, int64_t kBlock>
 std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
                                         Nvfp4Convention convention) {
@@ -296,22 +314,41 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
   const int64_t size = kBlock > 0 ? kBlock : block_size;
   const int64_t blocks = x.num_elements() / size;
   const uint8_t* data = x.data();
+  const DType precision = x.dtype();
   // Not a vector: its zero fill would be one more pass over a fifth of the input.
   const std::unique_ptr<Bits[]> block_amax(new Bits[blocks]);
-  Bits amax_bits = 0;
   const int threads = RangeThreadsFor(x.num_elements());
   bool avx2 = false;
   if constexpr (sizeof(Bits) == 2 && kBlock == kNvfp4BlockSize) {
     avx2 = std::min(range_internal::DetectedKernelLevel(),
                     range_internal::kernel_level_cap.load()) == range_internal::KernelLevel::kAvx2;
   }
+  // A 16-bit block amax takes at most amax_bits + 1 < kInfinityBits values: when there
+  // are more blocks than that, the code of each value once and a lookup a block cost
+  // less than the arithmetic a block. The same function of the same amax: the same bits.
+  constexpr bool kTableable = sizeof(Bits) == 2;
+  const size_t table_capacity = kTableable ? static_cast<size_t>(Format::kInfinityBits) : 0;
+  const std::unique_ptr<uint8_t[]> code_table(new uint8_t[table_capacity]);
+  const std::unique_ptr<float[]> value_table(new float[table_capacity]);
+  // Per-thread maxima, merged by every thread after the barrier (a max is
+  // commutative: the order does not matter). Slots, not a critical section: TSan's
+  // OpenMP tool (Archer) crashes in __kmpc_end_critical.
+  std::vector<Bits> per_thread(threads, 0);
+  Nvfp4Scales scales;
+  Bits amax_bits = 0;
   // Chunks first come first served, as in the range pass: a core slowed by other load
   // does not hold the other back.
   const int64_t chunk = std::max<int64_t>(1, kChunkElements / size);
   const int64_t chunks = (blocks + chunk - 1) / chunk;
-  // A max reduction, not a critical section (see ComputeNvfp4Scales).
-#pragma omp parallel num_threads(threads) reduction(max : amax_bits)
+#pragma omp parallel num_threads(threads)
   {
+    // The outputs' zero fill by the first thread here, while the other starts on the
+    // amax pass; nothing touches them before the barrier.
+#pragma omp single nowait
+    {
+      scales.e4m3.resize(blocks);
+      scales.values.resize(blocks);
+    }
     Bits local = 0;
 #pragma omp for schedule(dynamic) nowait
     for (int64_t c = 0; c < chunks; ++c) {
@@ -326,48 +363,49 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
       }
       local = m > local ? m : local;
     }
-    amax_bits = local > amax_bits ? local : amax_bits;
+    per_thread[omp_get_thread_num()] = local;
+#pragma omp barrier
+    // Every thread takes the same decisions from the same slots, so that all of them
+    // meet the same work-sharing loops below.
+    Bits largest = 0;
+    for (Bits m : per_thread) largest = m > largest ? m : largest;
+    if (largest < Format::kInfinityBits) {
+      const float g = Nvfp4GlobalScale(Format::Value(largest), precision, convention);
+      uint8_t* codes = scales.e4m3.data();
+      float* values = scales.values.data();
+      const Bits* a = block_amax.get();
+      if (kTableable && blocks > static_cast<int64_t>(largest)) {
+        const int64_t entries = static_cast<int64_t>(largest) + 1;
+        uint8_t* code_of = code_table.get();
+        float* value_of = value_table.get();
+#pragma omp for schedule(static)
+        for (int64_t v = 0; v < entries; ++v) {
+          code_of[v] = CodeOfBits<Format>(static_cast<Bits>(v), g, precision, convention);
+          value_of[v] = Float8E4M3FnToFloat(code_of[v]);
+        }
+        const int64_t lookup_chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < lookup_chunks; ++c) {
+          const int64_t begin = c * kChunkBlocks;
+          LookUpCodes(a + begin, std::min(kChunkBlocks, blocks - begin), code_of, value_of,
+                      codes + begin, values + begin);
+        }
+      } else {
+#pragma omp for schedule(dynamic, kChunkBlocks)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const uint8_t code = CodeOfBits<Format>(a[b], g, precision, convention);
+          codes[b] = code;
+          values[b] = Float8E4M3FnToFloat(code);
+        }
+      }
+    }
+#pragma omp single nowait
+    amax_bits = largest;
   }
   if (amax_bits >= Format::kInfinityBits) return std::nullopt;
-  const DType precision = x.dtype();
   const double amax = Format::Value(amax_bits);
-  Nvfp4Scales scales;
   scales.amax = static_cast<float>(amax);
   scales.global_scale = Nvfp4GlobalScale(amax, precision, convention);
-  scales.e4m3.resize(blocks);
-  scales.values.resize(blocks);
-  const float g = scales.global_scale;
-  uint8_t* codes = scales.e4m3.data();
-  float* values = scales.values.data();
-  // A 16-bit block amax takes at most amax_bits + 1 values: when there are more
-  // blocks than that, the code of each value once and a lookup a block cost less than
-  // the arithmetic a block. The same function of the same amax: the same bits.
-  if (sizeof(Bits) == 2 && blocks > static_cast<int64_t>(amax_bits)) {
-    const size_t entries = static_cast<size_t>(amax_bits) + 1;
-    std::vector<uint8_t> code_table(entries);
-    std::vector<float> value_table(entries);
-    for (size_t v = 0; v < entries; ++v) {
-      code_table[v] = CodeOfBits<Format>(static_cast<Bits>(v), g, precision, convention);
-      value_table[v] = Float8E4M3FnToFloat(code_table[v]);
-    }
-    // Two independent loads a block rather than a code and then its value; raw
-    // pointers, since a store through uint8_t* may alias a vector's own pointer.
-    const uint8_t* code_of = code_table.data();
-    const float* value_of = value_table.data();
-    const Bits* a = block_amax.get();
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      codes[b] = code_of[a[b]];
-      values[b] = value_of[a[b]];
-    }
-    return scales;
-  }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, kChunkBlocks)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t code = CodeOfBits<Format>(block_amax[b], g, precision, convention);
-    codes[b] = code;
-    values[b] = Float8E4M3FnToFloat(code);
-  }
   return scales;
 }
 

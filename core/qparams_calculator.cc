@@ -460,7 +460,6 @@ absl::StatusOr<QParams> StatelessQParamsCalculatorBase::Forward(const Observatio
     compute_dtype_for_export_ = x.dtype();
     initialized_ = true;
   }
-  last_qparams_ = q;
   return q;
 }
 

@@ -243,16 +243,10 @@ class StatelessQParamsCalculatorBase : public QParamsCalculatorBase {
   absl::Status SetExportMode(bool enabled) final;
   std::string Description() const override;
 
-  // The latest forward's result, kept for debugging; unset before the first.
-  const std::optional<QParams>& last_qparams() const { return last_qparams_; }
-
  protected:
   using QParamsCalculatorBase::QParamsCalculatorBase;
   virtual QParams ComputeQParams(const WorkingRange& range) const = 0;
   absl::Status RestoreState(const CalculatorState& state) override;
-
- private:
-  std::optional<QParams> last_qparams_;
 };
 
 class DynamicQParamsCalculator final : public StatelessQParamsCalculatorBase {
