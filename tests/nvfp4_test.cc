@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/float8.h"
 #include "core/qparams.h"
 #include "core/range.h"
@@ -329,6 +330,42 @@ TEST(Nvfp4Fused, GivesTheRangePathsBits) {
     ASSERT_OK_AND_ASSIGN(QParams a, Fwd(*dynamic, zeros));
     ASSERT_OK_AND_ASSIGN(QParams b, Fwd(*stat, zeros));
     EXPECT_TRUE(a == b) << convention;
+  }
+}
+
+// Every bfloat16 block amax below the tensor's, on both kernel levels (the AVX2
+// level computes the codes in vector arithmetic, the portable one by the code table),
+// under global scales from the non-finite fallback (amax 2^-133) to the largest amax.
+TEST(Nvfp4Fused, EveryBFloat16BlockAmaxGivesTheScalarCode) {
+  for (uint16_t largest : {0x0001, 0x007F, 0x0080, 0x1000, 0x3F80, 0x4321, 0x7F7F}) {
+    // Block b holds bits b at element (b % 16), negated for odd b, and zeros.
+    const int64_t blocks = int64_t{largest} + 1;
+    std::vector<double> v(blocks * 16, 0.0);
+    std::vector<double> amax(blocks);
+    for (int64_t b = 0; b < blocks; ++b) {
+      amax[b] = BFloat16ToFloat(static_cast<uint16_t>(b));
+      v[b * 16 + b % 16] = b % 2 == 1 ? -amax[b] : amax[b];
+    }
+    const Tensor x = MakeTensor(DType::kBFloat16, {blocks, 16}, v);
+    for (auto level : {range_internal::KernelLevel::kAvx2, range_internal::KernelLevel::kPortable}) {
+      const auto saved = range_internal::kernel_level_cap.exchange(level);
+      for (Nvfp4Convention convention : {kCT, kMO}) {
+        const Nvfp4Scales expected = ScalesOfAmaxes(amax, DType::kBFloat16, convention);
+        const std::optional<Nvfp4Scales> fused = ComputeNvfp4ScalesOfTensor(x.view(), {1, 16}, convention);
+        const std::string where = absl::StrCat("largest 0x", absl::Hex(largest), " ",
+                                               Nvfp4ConventionName(convention), " level ",
+                                               static_cast<int>(level));
+        ASSERT_TRUE(fused.has_value()) << where;
+        EXPECT_EQ(FloatBits(fused->global_scale), FloatBits(expected.global_scale)) << where;
+        ASSERT_EQ(fused->e4m3, expected.e4m3) << where;
+        ASSERT_EQ(fused->values.size(), expected.e4m3.size()) << where;
+        for (int64_t b = 0; b < blocks; ++b) {
+          ASSERT_EQ(FloatBits(fused->values[b]), FloatBits(Float8E4M3FnToFloat(expected.e4m3[b])))
+              << where << " block " << b;
+        }
+      }
+      range_internal::kernel_level_cap = saved;
+    }
   }
 }
 
