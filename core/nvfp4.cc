@@ -292,15 +292,14 @@ uint8_t CodeOfBits(typename Format::BitsType bits, float g, DType precision,
 
 using BFloat16Magnitude = MagnitudeFormat<uint16_t, float, 0x7F80, DecodeBFloat16>;
 
-// codes[b] and values[b] of the bfloat16 block amax magnitude bits amax[b], b < n,
-// for P = bfloat16: CompressedTensorsBlockCode or ModelOptBlockCode, then
-// Float8E4M3FnToFloat, eight blocks a step in the same IEEE float operations in the
-// same order (division, bfloat16 rounding, product, clamp, FloatToFloat8E4M3Fn's
-// two roundings), so the same bits; the tail goes through the scalar functions.
-// Faster than the code table's five memory operations a block.
+// codes[b] of the bfloat16 block amax magnitude bits amax[b], b < n, for P =
+// bfloat16: CompressedTensorsBlockCode or ModelOptBlockCode, eight blocks a step in
+// the same IEEE float operations in the same order (division, bfloat16 rounding,
+// product, clamp, FloatToFloat8E4M3Fn's two roundings), so the same bits; the tail
+// goes through the scalar functions. Faster than a code table's lookups.
 __attribute__((target("avx2"))) void BFloat16BlockCodesAvx2(const uint16_t* amax, int64_t n,
                                                             float g, Nvfp4Convention convention,
-                                                            uint8_t* codes, float* values) {
+                                                            uint8_t* codes) {
   const bool modelopt = convention == Nvfp4Convention::kModelOpt;
   const __m256 six = _mm256_set1_ps(6.0f);
   const __m256 gs = _mm256_set1_ps(g);
@@ -318,9 +317,6 @@ __attribute__((target("avx2"))) void BFloat16BlockCodesAvx2(const uint16_t* amax
   const __m256 subnormal_shift = _mm256_set1_ps(16384.0f);
   const __m256i subnormal_base = _mm256_set1_epi32(0x46800000);
   const __m256i zero_block_code = _mm256_set1_epi32(kCompressedTensorsZeroBlockCode);
-  const __m256i eight = _mm256_set1_epi32(8);
-  const __m256 subnormal_unit = _mm256_set1_ps(0x1.0p-9f);
-  const __m256i value_rebias = _mm256_set1_epi32(120 << 3);
   // Byte 0 of each 32-bit element into the low four bytes of its lane.
   const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                                              -1, -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1,
@@ -357,14 +353,6 @@ __attribute__((target("avx2"))) void BFloat16BlockCodesAvx2(const uint16_t* amax
       code = _mm256_blendv_epi8(code, zero_block_code,
                                 _mm256_cmpeq_epi32(code, _mm256_setzero_si256()));
     }
-    // Float8E4M3FnToFloat of a code below 0x7F: m * 2^-9 below 8, else the float
-    // whose exponent is the code's plus 120 and whose top mantissa bits are its three.
-    const __m256 small = _mm256_mul_ps(_mm256_cvtepi32_ps(code), subnormal_unit);
-    const __m256 large =
-        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(code, value_rebias), 20));
-    const __m256 value =
-        _mm256_blendv_ps(large, small, _mm256_castsi256_ps(_mm256_cmpgt_epi32(eight, code)));
-    _mm256_storeu_ps(values + b, value);
     const __m256i packed =
         _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(code, low_bytes), lanes_together);
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + b), _mm256_castsi256_si128(packed));
@@ -373,28 +361,24 @@ __attribute__((target("avx2"))) void BFloat16BlockCodesAvx2(const uint16_t* amax
     const double a = BFloat16ToFloat(amax[b]);
     codes[b] = modelopt ? ModelOptBlockCode(a, g)
                         : CompressedTensorsBlockCode(a, g, DType::kBFloat16);
-    values[b] = Float8E4M3FnToFloat(codes[b]);
   }
 }
 
-// codes[b] and values[b] of amax[b] from the tables, for b < n. Two independent
-// loads a block rather than a code and then its value. The pointers are parameters,
-// and restrict, so that the loop keeps them in registers: as the parallel region's
-// shared variables they were reloaded after every byte store, which may alias them.
+// codes[b] of amax[b] from the table, for b < n. The pointers are parameters, and
+// restrict, so that the loop keeps them in registers: as the parallel region's shared
+// variables they were reloaded after every byte store, which may alias them.
 template <typename Bits>
 void LookUpCodes(const Bits* __restrict amax, int64_t n, const uint8_t* __restrict code_of,
-                 const float* __restrict value_of, uint8_t* __restrict codes,
-                 float* __restrict values) {
-  for (int64_t b = 0; b < n; ++b) {
-    codes[b] = code_of[amax[b]];
-    values[b] = value_of[amax[b]];
-  }
+                 uint8_t* __restrict codes) {
+  for (int64_t b = 0; b < n; ++b) codes[b] = code_of[amax[b]];
 }
 
 // One parallel region, its phases separated by barriers rather than regions of
 // their own: between two regions the other thread would spin (or sleep) through the
-// serial part, and the serial parts (the outputs' zero fill, the code table) cost as
-// much as the lookup itself.
+// serial part, and the serial parts (the codes' zero fill, the code table) cost as
+// much as the lookup itself. Only the codes are written: their float values (the
+// wire's QParams.scale) are decoded where they are needed (ScaleValues), which keeps
+// 4 bytes a block of writes, and their zero fill, out of the pass.
 template <typename Format, int64_t kBlock>
 std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
                                         Nvfp4Convention convention) {
@@ -425,7 +409,6 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
   }
   const size_t table_capacity = kTableable ? static_cast<size_t>(Format::kInfinityBits) : 0;
   const std::unique_ptr<uint8_t[]> code_table(new uint8_t[table_capacity]);
-  const std::unique_ptr<float[]> value_table(new float[table_capacity]);
   // Per-thread maxima, merged by every thread after the barrier (a max is
   // commutative: the order does not matter). Slots, not a critical section: TSan's
   // OpenMP tool (Archer) crashes in __kmpc_end_critical.
@@ -438,13 +421,10 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
   const int64_t chunks = (blocks + chunk - 1) / chunk;
 #pragma omp parallel num_threads(threads)
   {
-    // The outputs' zero fill by the first thread here, while the other starts on the
+    // The codes' zero fill by the first thread here, while the other starts on the
     // amax pass; nothing touches them before the barrier.
 #pragma omp single nowait
-    {
-      scales.e4m3.resize(blocks);
-      scales.values.resize(blocks);
-    }
+    scales.e4m3.resize(blocks);
     Bits local = 0;
 #pragma omp for schedule(dynamic) nowait
     for (int64_t c = 0; c < chunks; ++c) {
@@ -468,7 +448,6 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
     if (largest < Format::kInfinityBits) {
       const float g = Nvfp4GlobalScale(Format::Value(largest), precision, convention);
       uint8_t* codes = scales.e4m3.data();
-      float* values = scales.values.data();
       const Bits* a = block_amax.get();
       if (vector_codes) {
         const int64_t code_chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
@@ -477,31 +456,26 @@ std::optional<Nvfp4Scales> TensorScales(const TensorView& x, int64_t block_size,
           const int64_t begin = c * kChunkBlocks;
           if constexpr (std::is_same_v<Format, BFloat16Magnitude>) {
             BFloat16BlockCodesAvx2(a + begin, std::min(kChunkBlocks, blocks - begin), g,
-                                   convention, codes + begin, values + begin);
+                                   convention, codes + begin);
           }
         }
       } else if (kTableable && blocks > static_cast<int64_t>(largest)) {
         const int64_t entries = static_cast<int64_t>(largest) + 1;
         uint8_t* code_of = code_table.get();
-        float* value_of = value_table.get();
 #pragma omp for schedule(static)
         for (int64_t v = 0; v < entries; ++v) {
           code_of[v] = CodeOfBits<Format>(static_cast<Bits>(v), g, precision, convention);
-          value_of[v] = Float8E4M3FnToFloat(code_of[v]);
         }
         const int64_t lookup_chunks = (blocks + kChunkBlocks - 1) / kChunkBlocks;
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < lookup_chunks; ++c) {
           const int64_t begin = c * kChunkBlocks;
-          LookUpCodes(a + begin, std::min(kChunkBlocks, blocks - begin), code_of, value_of,
-                      codes + begin, values + begin);
+          LookUpCodes(a + begin, std::min(kChunkBlocks, blocks - begin), code_of, codes + begin);
         }
       } else {
 #pragma omp for schedule(dynamic, kChunkBlocks)
         for (int64_t b = 0; b < blocks; ++b) {
-          const uint8_t code = CodeOfBits<Format>(a[b], g, precision, convention);
-          codes[b] = code;
-          values[b] = Float8E4M3FnToFloat(code);
+          codes[b] = CodeOfBits<Format>(a[b], g, precision, convention);
         }
       }
     }

@@ -48,9 +48,6 @@ struct Nvfp4Scales {
   std::vector<uint8_t> e4m3;  // one code per block
   float global_scale = 1.0f;  // gs (compressed_tensors) or scale_2 (modelopt)
   float amax = 0.0f;          // A, widened to float32, before ModelOpt's floor
-  // The codes' values (Float8E4M3FnToFloat), where the pass that made the codes
-  // wrote them too (ComputeNvfp4ScalesOfTensor); else empty.
-  std::vector<float> values;
 };
 
 // The scales of the blocks whose ranges are lo[i], hi[i] (equal lengths, at least one

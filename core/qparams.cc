@@ -137,12 +137,6 @@ QParams Nvfp4QParams(Nvfp4Scales scales, Shape shape, DType precision) {
   QParams q;
   q.shape = std::move(shape);
   q.precision = precision;
-  if (scales.values.size() == scales.e4m3.size()) {
-    q.scale = std::move(scales.values);
-  } else {
-    q.scale.resize(scales.e4m3.size());
-    for (size_t i = 0; i < scales.e4m3.size(); ++i) q.scale[i] = Float8E4M3FnToFloat(scales.e4m3[i]);
-  }
   q.scale_e4m3 = std::move(scales.e4m3);
   q.global_scale = scales.global_scale;
   q.amax = scales.amax;
@@ -155,6 +149,17 @@ QParams Nvfp4QParamsFromRange(Nvfp4Convention convention, const WorkingRange& ra
 }
 
 }  // namespace
+
+std::vector<float> ScaleValues(const QParams& q) {
+  if (q.scale_e4m3.empty()) return q.scale;
+  std::vector<float> values(q.scale_e4m3.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] = Float8E4M3FnToFloat(q.scale_e4m3[i]);
+  return values;
+}
+
+size_t ScaleCount(const QParams& q) {
+  return q.scale_e4m3.empty() ? q.scale.size() : q.scale_e4m3.size();
+}
 
 QParams QParams::Empty(bool has_zero_point, bool has_minval) {
   QParams q;

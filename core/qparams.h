@@ -21,8 +21,10 @@ namespace qparams {
 // Scale, zero point and minval of N blocks: a forward's result or a calculator's
 // buffers. Empty buffers (before the first computing forward) have shape [0].
 // An NVFP4 spec (scale_dtype float8_e4m3fn) fills scale_e4m3, global_scale and amax
-// instead of zero point and minval (nvfp4.md §3.5); scale then holds the values of
-// the e4m3 codes.
+// instead of zero point and minval (nvfp4.md §3.5), and leaves `scale` empty: the
+// block scales' values are those of the e4m3 codes, decoded where a float is needed
+// (ScaleValues; the wire's QParams.scale carries them). A forward over a large weight
+// then writes one byte a block instead of five.
 struct QParams {
   Shape shape = {0};
   std::vector<float> scale;
@@ -40,6 +42,14 @@ struct QParams {
 
   friend bool operator==(const QParams& a, const QParams& b);
 };
+
+// The scales as floats: `scale`, or for NVFP4 block scales the values of the
+// scale_e4m3 codes (Float8E4M3FnToFloat). Thread-safe.
+std::vector<float> ScaleValues(const QParams& q);
+
+// The number of scales (blocks): scale_e4m3's size for NVFP4 block scales, else
+// scale's. Thread-safe.
+size_t ScaleCount(const QParams& q);
 
 // A range in working precision P, shape N. Every value is exactly representable in
 // P; double holds all four precisions exactly.

@@ -195,7 +195,7 @@ absl::Status StatefulQParamsCalculatorBase::SetExportMode(bool enabled) {
 std::string StatefulQParamsCalculatorBase::Description() const {
   const QParams& b = buffers_;
   return absl::StrCat(
-      "scale=", TensorRepr(b.scale, b.shape), ", zero_point=",
+      "scale=", TensorRepr(ScaleValues(b), b.shape), ", zero_point=",
       b.has_zero_point ? TensorRepr(b.zero_point, b.shape, ", dtype=torch.int32") : "None",
       ", minval=", b.has_minval ? TensorRepr(b.minval, b.shape) : "None",
       b.global_scale.has_value()
@@ -251,18 +251,22 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
     return absl::InvalidArgumentError(absl::StrCat(
         "state.observation_count is ", state.observation_count, "; no calculator can have it"));
   }
-  QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale", q.scale.size(), *n));
   if (recipe_.nvfp4.has_value()) {
     // The block scales are the values of their codes; global scale and amax come
-    // with the first computing forward.
+    // with the first computing forward. A state may carry those values in `scale`
+    // (records written before the buffers stopped keeping them): they are checked,
+    // then dropped, as a forward's buffers hold none.
     QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale_e4m3", q.scale_e4m3.size(), *n));
+    if (!q.scale.empty()) {
+      QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale", q.scale.size(), *n));
+    }
     if (q.global_scale.has_value() != state.initialized ||
         q.amax.has_value() != state.initialized) {
       return absl::InvalidArgumentError(
           "state.qparams: global_scale and amax are set exactly when the calculator is "
           "initialized");
     }
-    for (int64_t i = 0; i < *n; ++i) {
+    for (int64_t i = 0; i < static_cast<int64_t>(q.scale.size()); ++i) {
       const float value = Float8E4M3FnToFloat(q.scale_e4m3[i]);
       if (FloatBits(value) != FloatBits(q.scale[i]) &&
           !(std::isnan(value) && std::isnan(q.scale[i]))) {
@@ -273,6 +277,7 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
     }
     QPARAMS_RETURN_IF_ERROR(QParamsCalculatorBase::RestoreState(state));
     buffers_ = q;
+    buffers_.scale.clear();
     export_mode_ = state.export_mode;
     observation_count_ = state.observation_count;
     return absl::OkStatus();
@@ -281,6 +286,7 @@ absl::Status StatefulQParamsCalculatorBase::RestoreState(const CalculatorState& 
     return absl::InvalidArgumentError(
         "state.qparams: scale_e4m3, global_scale and amax are for a float8_e4m3fn scale_dtype");
   }
+  QPARAMS_RETURN_IF_ERROR(ExpectSize("qparams.scale", q.scale.size(), *n));
   if (absl::Status s =
           ExpectSize("qparams.zero_point", q.zero_point.size(), q.has_zero_point ? *n : 0);
       !s.ok()) {
@@ -344,8 +350,8 @@ absl::Status StaticQParamsCalculator::RestoreState(const CalculatorState& state)
   if (state.last_range.has_value()) {
     const WorkingRange& r = *state.last_range;
     if (!state.initialized || r.shape != state.qparams.shape ||
-        r.precision != state.qparams.precision || r.lo.size() != state.qparams.scale.size() ||
-        r.hi.size() != state.qparams.scale.size()) {
+        r.precision != state.qparams.precision || r.lo.size() != ScaleCount(state.qparams) ||
+        r.hi.size() != ScaleCount(state.qparams)) {
       return absl::InvalidArgumentError(
           "state.last_range: set only once initialized, with the buffers' shape and precision");
     }
@@ -400,11 +406,11 @@ absl::Status RunningRangeQParamsCalculator::RestoreState(const CalculatorState& 
                                                      " and precision ", DTypeName(r.precision),
                                                      " must be those of the buffers"));
     }
-    if (absl::Status s = ExpectSize("running.lo", r.lo.size(), state.qparams.scale.size());
+    if (absl::Status s = ExpectSize("running.lo", r.lo.size(), ScaleCount(state.qparams));
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = ExpectSize("running.hi", r.hi.size(), state.qparams.scale.size());
+    if (absl::Status s = ExpectSize("running.hi", r.hi.size(), ScaleCount(state.qparams));
         !s.ok()) {
       return s;
     }

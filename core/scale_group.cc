@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/float8.h"
 #include "core/nvfp4.h"
 
 namespace qparams {
@@ -116,7 +115,6 @@ absl::StatusOr<GroupResult> ComputeGroupQParams(GroupShare share, bool fill_unca
     for (double a : block_amax[i]) {
       const uint8_t code = Nvfp4BlockScaleCode(a, g, precision, convention);
       q.scale_e4m3.push_back(code);
-      q.scale.push_back(Float8E4M3FnToFloat(code));
       member_amax = std::max(member_amax, a);
     }
     q.amax = static_cast<float>(member_amax);

@@ -426,8 +426,8 @@ CalculatorState Mutate(FuzzedDataProvider& fdp, CalculatorState s) {
         s.running.reset();
       } else {
         s.running = WorkingRange{DType::kFloat32, s.qparams.shape,
-                                 std::vector<double>(s.qparams.scale.size(), -1),
-                                 std::vector<double>(s.qparams.scale.size(), 1)};
+                                 std::vector<double>(ScaleCount(s.qparams), -1),
+                                 std::vector<double>(ScaleCount(s.qparams), 1)};
       }
       break;
     case 12:
@@ -450,9 +450,10 @@ void CheckForwardResult(const QParamsCalculatorBase& c, const QParams& q, const 
                         const CalculatorState& before, bool cached) {
   int64_t n = 1;
   for (int64_t d : q.shape) n *= d;
-  Check(n >= 0 && static_cast<int64_t>(q.scale.size()) == n, "qparams.scale size");
-  Check(q.zero_point.size() == (q.has_zero_point ? q.scale.size() : 0), "zero_point size");
-  Check(q.minval.size() == (q.has_minval ? q.scale.size() : 0), "minval size");
+  // NVFP4 buffers keep the codes only (ScaleCount, ScaleValues).
+  Check(n >= 0 && static_cast<int64_t>(ScaleCount(q)) == n, "qparams.scale size");
+  Check(q.zero_point.size() == (q.has_zero_point ? ScaleCount(q) : 0), "zero_point size");
+  Check(q.minval.size() == (q.has_minval ? ScaleCount(q) : 0), "minval size");
   for (float s : q.scale) Check(!(s <= 0), "a scale <= 0");
   if (cached) {
     Check(q == before.qparams, "a cached forward did not return the buffers");
@@ -539,7 +540,7 @@ void Numerics(const QParamsCalculatorBase& c, FuzzedDataProvider& fdp) {
   }
   const QParamsRecipe recipe = QParamsRecipe::FromSpec(c.spec());
   const QParams q = QParamsFromRange(recipe, range);
-  Check(q.scale.size() == range.lo.size(), "QParamsFromRange size");
+  Check(ScaleCount(q) == range.lo.size(), "QParamsFromRange size");
   const WorkingRange ma = MovingAverageUpdate(fdp.ConsumeFloatingPointInRange(0.0, 1.0), range, range);
   const WorkingRange gm = GlobalMinMaxUpdate(range, ma);
   QParamsFromRange(recipe, gm);

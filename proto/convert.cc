@@ -178,7 +178,9 @@ v1::QuantSpec SpecToProto(const QuantSpec& spec) {
 v1::QParams QParamsToProto(const QParams& qparams) {
   v1::QParams out;
   out.mutable_shape()->Assign(qparams.shape.begin(), qparams.shape.end());
-  out.mutable_scale()->Assign(qparams.scale.begin(), qparams.scale.end());
+  // NVFP4: the core keeps only the codes; the wire carries their values too.
+  const std::vector<float> scale = ScaleValues(qparams);
+  out.mutable_scale()->Assign(scale.begin(), scale.end());
   out.mutable_zero_point()->Assign(qparams.zero_point.begin(), qparams.zero_point.end());
   out.mutable_minval()->Assign(qparams.minval.begin(), qparams.minval.end());
   out.set_has_zero_point(qparams.has_zero_point);
@@ -205,6 +207,8 @@ QParams QParamsFromProto(const v1::QParams& qparams) {
   absl::StatusOr<DType> precision = DTypeFromProto(qparams.precision(), "precision");
   if (precision.ok()) out.precision = *precision;
   out.scale_e4m3.assign(qparams.scale_e4m3().begin(), qparams.scale_e4m3().end());
+  // NVFP4: the wire's scale values are the codes'; the core keeps the codes only.
+  if (!out.scale_e4m3.empty()) out.scale.clear();
   if (qparams.has_global_scale()) out.global_scale = qparams.global_scale();
   if (qparams.has_amax()) out.amax = qparams.amax();
   return out;

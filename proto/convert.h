@@ -62,7 +62,8 @@ v1::QuantSpec SpecToProto(const QuantSpec& spec);
 
 // qparams (buffers or a forward's result) on the wire, and back. The NVFP4 fields
 // (scale_e4m3, global_scale, amax) are set on the wire only when the core's are, and
-// read back as sent.
+// read back as sent. NVFP4 block scales: the wire's `scale` holds the codes' values
+// (ScaleValues), which the core does not keep; reading back drops them.
 v1::QParams QParamsToProto(const QParams& qparams);
 QParams QParamsFromProto(const v1::QParams& qparams);
 

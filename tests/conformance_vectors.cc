@@ -296,7 +296,7 @@ std::string FirstDifference(const ExpectedQParams& expected, const QParams& actu
     }
     return "";
   };
-  if (std::string d = compare_bits("scale", expected.scale, actual.scale); !d.empty()) return d;
+  if (std::string d = compare_bits("scale", expected.scale, ScaleValues(actual)); !d.empty()) return d;
   if (expected.zero_point.has_value() != actual.has_zero_point) {
     return absl::StrCat("zero_point: expected ", expected.zero_point ? "values" : "null", ", got ",
                         actual.has_zero_point ? "values" : "null");
