@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "domain/engine.h"
-#include "export/exporter.h"
+#include "export/export_group_source.h"
 
 namespace qparams {
 

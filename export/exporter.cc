@@ -16,9 +16,9 @@
 #include "common/json_string.h"
 #include "core/dtype.h"
 #include "core/status_macros.h"
-#include "domain/session_cursor.h"
-#include "export/fused_siblings.h"
 #include "domain/session_store.h"
+#include "export/engine_export_source.h"
+#include "export/fused_siblings.h"
 
 namespace qparams {
 namespace {
@@ -64,18 +64,14 @@ absl::Status CheckFusedSiblings(
 
 }  // namespace
 
-Exporter::Exporter(const Engine* engine, std::string tenant, ExportOptions options,
-                   ExportFormat format, const ExportGroupSource* groups)
-    : engine_(engine),
-      tenant_(std::move(tenant)),
+Exporter::Exporter(std::unique_ptr<ExportSource> source, ExportOptions options,
+                   ExportFormat format)
+    : source_(std::move(source)),
       options_(std::move(options)),
       format_(format),
-      groups_(groups),
-      cursor_(std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix)) {}
+      cursor_(source_->NewPass()) {}
 
-absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
-                                                          ExportOptions options,
-                                                          const ExportGroupSource* groups) {
+absl::StatusOr<ExportFormat> Exporter::CheckOptions(const ExportOptions& options) {
   if (!options.prefix.empty()) {
     QPARAMS_RETURN_IF_ERROR(ValidateSessionName(options.prefix, "prefix"));
   }
@@ -91,68 +87,29 @@ absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, 
                        " bytes; an exported name has 1 to ", kMaxTensorNameBytes));
     }
   }
-  std::unique_ptr<Exporter> exporter(
-      new Exporter(engine, std::move(tenant), std::move(options), format, groups));
-  QPARAMS_RETURN_IF_ERROR(exporter->LoadGroups());
+  return format;
+}
+
+absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(const Engine* engine, std::string tenant,
+                                                          ExportOptions options,
+                                                          const ExportGroupSource* groups) {
+  QPARAMS_ASSIGN_OR_RETURN(const ExportFormat format, CheckOptions(options));
+  QPARAMS_ASSIGN_OR_RETURN(
+      std::unique_ptr<EngineExportSource> source,
+      EngineExportSource::Create(engine, std::move(tenant), options.prefix, format, groups));
+  return Start(std::move(source), std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Exporter>> Exporter::Start(std::unique_ptr<ExportSource> source,
+                                                          ExportOptions options) {
+  QPARAMS_ASSIGN_OR_RETURN(const ExportFormat format, CheckOptions(options));
+  std::unique_ptr<Exporter> exporter(new Exporter(std::move(source), std::move(options), format));
   QPARAMS_RETURN_IF_ERROR(exporter->Check());
   return exporter;
 }
 
-absl::Status Exporter::LoadGroups() {
-  if (groups_ == nullptr ||
-      (format_ != ExportFormat::kCompressedTensors && format_ != ExportFormat::kModelOpt)) {
-    return absl::OkStatus();
-  }
-  QPARAMS_ASSIGN_OR_RETURN(const std::vector<ExportGroupSource::Group> groups,
-                           groups_->GlobalAmaxGroups(tenant_));
-  auto exported = [&](const std::string& name) {
-    return absl::StartsWith(name, options_.prefix);
-  };
-  for (const ExportGroupSource::Group& group : groups) {
-    if (std::none_of(group.members.begin(), group.members.end(), exported)) continue;
-    absl::StatusOr<ExportGroupSource::Result> result = groups_->GroupResult(tenant_, group.name);
-    if (!result.ok()) {
-      return absl::Status(result.status().code(), absl::StrCat("scale group ", group.name, ": ",
-                                                               result.status().message()));
-    }
-    if (!result->initialized) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "scale group ", group.name, " (members ", absl::StrJoin(group.members, ", "),
-          ") has uncalibrated members ", absl::StrJoin(result->uncalibrated, ", "),
-          ", so it has no shared global scale to export: observe them",
-          group.fill_uncalibrated
-              ? " (fill_uncalibrated fills them only from a calibrated member)"
-              : ", or create the group with fill_uncalibrated to give uncalibrated inputs its "
-                "global scale"));
-    }
-    for (const ExportGroupSource::Member& member : result->members) {
-      if (!exported(member.name)) continue;
-      auto [it, added] = grouped_.try_emplace(member.name, Grouped{group.name, member});
-      const std::optional<float>& kept = it->second.member.qparams.global_scale;
-      const std::optional<float>& other = member.qparams.global_scale;
-      if (!added && FloatBits(kept.value_or(0)) != FloatBits(other.value_or(0))) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "session ", member.name, " is a member of the GLOBAL_AMAX scale groups ",
-            it->second.group, " and ", group.name, ", whose global scales differ (",
-            FloatText(kept.value_or(0)), " and ", FloatText(other.value_or(0)),
-            "): a checkpoint holds one; delete one of the groups"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-const SessionInfo& Exporter::Exported(const SessionInfo& session, SessionInfo* scratch) const {
-  const auto grouped = grouped_.find(session.name);
-  if (grouped == grouped_.end()) return session;
-  *scratch = session;
-  scratch->qparams = grouped->second.member.qparams;
-  scratch->initialized = true;  // a filled member has the group's global scale
-  return *scratch;
-}
-
 absl::Status Exporter::Check() {
-  SessionCursor cursor(engine_, tenant_, options_.prefix);
+  std::unique_ptr<ExportPass> pass = source_->NewPass();
   int64_t sessions = 0;
   std::vector<std::string> uninitialized;
   int64_t uninitialized_count = 0;
@@ -162,16 +119,13 @@ absl::Status Exporter::Check() {
   // NVFP4 weights among fused siblings, by parent module and sibling set.
   std::map<std::pair<std::string, int>, std::vector<FusedWeight>> fused;
   for (;;) {
-    QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* read, cursor.Next());
-    if (read == nullptr) break;
+    QPARAMS_ASSIGN_OR_RETURN(const ExportItem* item, pass->Next());
+    if (item == nullptr) break;
     ++sessions;
-    SessionInfo scratch;
-    const SessionInfo* session = &Exported(*read, &scratch);
-    if (const auto grouped = grouped_.find(read->name);
-        grouped != grouped_.end() && grouped->second.member.filled &&
-        read->spec.target == Target::kWeight) {
+    const SessionInfo* session = &item->session;
+    if (!item->filled_group.empty() && session->spec.target == Target::kWeight) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "scale group ", grouped->second.group, " fills session ", read->name,
+          "scale group ", item->filled_group, " fills session ", session->name,
           ", which never saw data, with the group's global scale; but it is a weight, with no "
           "block scales to export: observe it"));
     }
@@ -325,19 +279,18 @@ absl::StatusOr<std::string> Exporter::Next() {
         stage_ = Stage::kSessions;
         break;
       case Stage::kSessions: {
-        QPARAMS_ASSIGN_OR_RETURN(const SessionInfo* next, cursor_->Next());
+        QPARAMS_ASSIGN_OR_RETURN(const ExportItem* next, cursor_->Next());
         if (next == nullptr) {  // the pass is over
           if (++pass_ < passes()) {
             piece += BetweenPasses();
-            cursor_ = std::make_unique<SessionCursor>(engine_, tenant_, options_.prefix);
+            cursor_ = source_->NewPass();
             first_in_pass_ = true;
           } else {
             stage_ = Stage::kClosing;
           }
           break;
         }
-        SessionInfo scratch;
-        const SessionInfo& session = Exported(*next, &scratch);
+        const SessionInfo& session = next->session;
         if (!session.initialized) break;  // refused by Check unless allowed
         const TensorBinding binding = Bind(session);
         if (!InPass(binding)) break;

@@ -1,7 +1,9 @@
-// One export of the sessions under a prefix (ExportSessions): checks every session,
-// then writes the document a piece at a time, so that memory holds one page of
-// sessions (and, for compressed-tensors, one args entry per module) whatever the
-// prefix matches.
+// One export of the sessions under a prefix (ExportSessions, RenderExport): checks
+// every session, then writes the document a piece at a time. It reads the sessions
+// from an ExportSource: the store's (export/engine_export_source.h), so that memory
+// holds one page of sessions (and, for compressed-tensors, one args entry per module)
+// whatever the prefix matches, or items a caller supplies
+// (export/item_export_source.h), rendered to the same bytes.
 
 #ifndef QPARAMS_EXPORT_EXPORTER_H_
 #define QPARAMS_EXPORT_EXPORTER_H_
@@ -16,40 +18,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "domain/engine.h"
-#include "domain/session_cursor.h"
 #include "export/export_format.h"
+#include "export/export_group_source.h"
+#include "export/export_source.h"
 
 namespace qparams {
-
-// What an export reads of the caller's GLOBAL_AMAX scale groups (nvfp4.md section 4).
-// Implementations are thread-safe; their errors are passed on.
-class ExportGroupSource {
- public:
-  struct Group {
-    std::string name;
-    std::vector<std::string> members;  // session names, in member order
-    bool fill_uncalibrated = false;
-  };
-  struct Member {
-    std::string name;
-    QParams qparams;      // with the group's global_scale; no blocks when filled
-    bool filled = false;  // uncalibrated, given the group's global scale
-  };
-  // GetGroupQParams of a GLOBAL_AMAX group.
-  struct Result {
-    bool initialized = false;
-    std::vector<std::string> uncalibrated;  // in member order
-    float global_scale = 0;
-    std::vector<Member> members;  // every member, in member order
-  };
-
-  virtual ~ExportGroupSource() = default;
-  // Every GLOBAL_AMAX group of `tenant`.
-  virtual absl::StatusOr<std::vector<Group>> GlobalAmaxGroups(const std::string& tenant) const = 0;
-  // The group's shared result (nvfp4.md 4.2).
-  virtual absl::StatusOr<Result> GroupResult(const std::string& tenant,
-                                             const std::string& group) const = 0;
-};
 
 struct ExportOptions {
   std::string prefix;  // "" = every session
@@ -61,13 +34,17 @@ struct ExportOptions {
   std::map<std::string, std::string> tensor_names;
 };
 
-// Not thread-safe: one caller drives an Exporter. The engine must outlive it.
+// Not thread-safe: one caller drives an Exporter. The engine (of the engine's Start)
+// must outlive it.
 class Exporter {
  public:
   // The size the pieces Next() returns reach before it returns them.
   static constexpr size_t kPieceBytes = 64 << 10;
   static constexpr size_t kMaxTensorNames = 100000;
   static constexpr size_t kMaxTensorNameBytes = 1024;
+
+  // INVALID_ARGUMENT for a bad prefix, format or tensor_names entry; else the format.
+  static absl::StatusOr<ExportFormat> CheckOptions(const ExportOptions& options);
 
   // Reads every session of `tenant` under the prefix once and checks it:
   // INVALID_ARGUMENT for a bad prefix, format or tensor_names entry, or naming the first session the
@@ -88,10 +65,17 @@ class Exporter {
                                                          ExportOptions options,
                                                          const ExportGroupSource* groups = nullptr);
 
+  // The same checks and document over the items of `source` (their names under the
+  // prefix; scale groups already applied, as EngineExportSource applies them): the
+  // items of the store's sessions give the same bytes as the store.
+  static absl::StatusOr<std::unique_ptr<Exporter>> Start(std::unique_ptr<ExportSource> source,
+                                                         ExportOptions options);
+
   // The document's next bytes (at least kPieceBytes but for the last piece, and
   // whole sessions); "" once the document is complete. Sessions are read again, in
-  // name order; one changed since Start so that the format cannot express it is
-  // INVALID_ARGUMENT, and one created since then may or may not appear.
+  // name order (a new pass of the source); one changed since Start so that the format
+  // cannot express it is INVALID_ARGUMENT, and one created since then may or may not
+  // appear.
   absl::StatusOr<std::string> Next();
 
  private:
@@ -102,16 +86,9 @@ class Exporter {
     std::array<int, 3> by_role = {-1, -1, -1};
   };
 
-  Exporter(const Engine* engine, std::string tenant, ExportOptions options, ExportFormat format,
-           const ExportGroupSource* groups);
+  Exporter(std::unique_ptr<ExportSource> source, ExportOptions options, ExportFormat format);
 
   absl::Status Check();
-  // Fills grouped_ from the NVFP4 format's GLOBAL_AMAX groups with members under
-  // the prefix.
-  absl::Status LoadGroups();
-  // The session as exported: a grouped member's qparams replaced by the group's.
-  // `session` must outlive the result.
-  const SessionInfo& Exported(const SessionInfo& session, SessionInfo* scratch) const;
   // The session's binding, under its name from options_.tensor_names if it has one.
   TensorBinding Bind(const SessionInfo& session) const;
   // The number of passes over the sessions (AIMET writes activations, then params).
@@ -123,17 +100,9 @@ class Exporter {
   std::string QuantizationConfig() const;
   static std::string HfQuantConfig();
 
-  const Engine* const engine_;
-  const std::string tenant_;
+  const std::unique_ptr<ExportSource> source_;
   const ExportOptions options_;
   const ExportFormat format_;
-  const ExportGroupSource* const groups_;
-  // The group result of each grouped NVFP4 session under the prefix, by session name.
-  struct Grouped {
-    std::string group;
-    ExportGroupSource::Member member;
-  };
-  std::map<std::string, Grouped> grouped_;
   std::map<std::string, ModuleArgs> modules_;  // compressed-tensors only, by module name
   std::vector<std::string> args_;              // distinct args, as JSON objects
   // compressed-tensors: the first NVFP4 session and the first other one (a document
@@ -145,7 +114,7 @@ class Exporter {
   Stage stage_ = Stage::kOpening;
   int pass_ = 0;
   bool first_in_pass_ = true;
-  std::unique_ptr<SessionCursor> cursor_;  // the current pass's
+  std::unique_ptr<ExportPass> cursor_;  // the current pass's
 };
 
 }  // namespace qparams

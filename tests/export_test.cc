@@ -21,8 +21,10 @@
 #include "core/observation.h"
 #include "core/status_macros.h"
 #include "domain/engine.h"
+#include "export/engine_export_source.h"
 #include "export/export_format.h"
 #include "export/exporter.h"
+#include "export/item_export_source.h"
 #include "export/fused_siblings.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -482,6 +484,134 @@ TEST_F(ExportGroupsTest, MembersExportTheGroupsResult) {
   EXPECT_FALSE(absl::StrContains(document, "elsewhere")) << document;
   // Formats other than the NVFP4 ones read no group.
   EXPECT_CODE(Export("onnx"), kInvalid);
+}
+
+// The document of `exporter` to its end.
+absl::StatusOr<std::string> Document(Exporter& exporter) {
+  std::string document;
+  for (;;) {
+    QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter.Next());
+    if (piece.empty()) return document;
+    document += piece;
+  }
+}
+
+// The store's items under `prefix` (scale groups applied), in reverse name order.
+absl::StatusOr<std::vector<ExportItem>> StoreItems(const Engine& engine,
+                                                   const ExportGroupSource& groups,
+                                                   const std::string& prefix,
+                                                   ExportFormat format) {
+  QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<EngineExportSource> source,
+                           EngineExportSource::Create(&engine, "t", prefix, format, &groups));
+  std::unique_ptr<ExportPass> pass = source->NewPass();
+  std::vector<ExportItem> items;
+  for (;;) {
+    QPARAMS_ASSIGN_OR_RETURN(const ExportItem* item, pass->Next());
+    if (item == nullptr) break;
+    items.insert(items.begin(), *item);
+  }
+  return items;
+}
+
+// The same sessions supplied as items (a sharded export's, in any order) render the
+// store's bytes, refusals included.
+TEST_F(ExportGroupsTest, SuppliedItemsRenderTheStoresDocument) {
+  Create("run/l0.q_proj.weight", true, 1);
+  Create("run/l0.k_proj.weight", true, 3);
+  Create("run/l0.v_proj.weight", true, 7);
+  Create("run/l0.q_proj.input", false, 0);  // filled by its group
+  Create("run/l1.up_proj.weight", true, 2);
+  const float g = FloatFromBits(0x43C00001);
+  groups_.groups = {{"qkv", {"run/l0.q_proj.weight", "run/l0.k_proj.weight", "run/l0.v_proj.weight"}},
+                    {"inputs", {"run/l0.q_proj.input"}, true}};
+  groups_.results["qkv"] = ExportGroupSource::Result{
+      true, {}, g,
+      {Member("run/l0.q_proj.weight", {0x68, 0x08, 0x20, 0x20}, g),
+       Member("run/l0.k_proj.weight", {0x76, 0x08, 0x20, 0x20}, g),
+       Member("run/l0.v_proj.weight", {0x7E, 0x08, 0x20, 0x20}, g)}};
+  groups_.results["inputs"] = ExportGroupSource::Result{true, {}, g, {Filled("run/l0.q_proj.input", g)}};
+  for (const auto& [prefix, format] : std::vector<std::pair<std::string, std::string>>{
+           {"run/", "compressed-tensors"}, {"run/", "modelopt"}, {"run/l1", "onnx"},
+           {"nothing/", "aimet"}}) {
+    const absl::StatusOr<std::string> expected = Export(format, prefix);
+    ASSERT_OK_AND_ASSIGN(const ExportFormat parsed, ParseExportFormat(format));
+    ASSERT_OK_AND_ASSIGN(std::vector<ExportItem> items,
+                         StoreItems(engine_, groups_, prefix, parsed));
+    auto source = std::make_unique<ItemExportSource>(prefix);
+    for (ExportItem& item : items) ASSERT_OK(source->Add(std::move(item)));
+    ASSERT_OK(source->Seal());
+    absl::StatusOr<std::unique_ptr<Exporter>> exporter =
+        Exporter::Start(std::move(source), {prefix, format, false, {}});
+    const absl::StatusOr<std::string> got =
+        exporter.ok() ? Document(**exporter) : absl::StatusOr<std::string>(exporter.status());
+    EXPECT_EQ(got.status(), expected.status()) << prefix << " " << format;
+    if (expected.ok() && got.ok()) {
+      EXPECT_EQ(*got, *expected) << prefix << " " << format;
+    }
+  }
+  EXPECT_OK(Export("compressed-tensors").status());
+}
+
+// Supplied items come from the wire: what rendering relies on is checked first.
+TEST_F(ExportGroupsTest, SuppliedItemsAreCheckedAndBounded) {
+  Create("run/l0.q_proj.weight", true, 1);
+  ASSERT_OK_AND_ASSIGN(std::vector<ExportItem> items,
+                       StoreItems(engine_, groups_, "run/", ExportFormat::kCompressedTensors));
+  ASSERT_EQ(items.size(), 1u);
+  const ExportItem good = items[0];
+  std::vector<std::pair<std::string, ExportItem>> bad;
+  ExportItem item = good;
+  item.session.name = "elsewhere/x";
+  bad.emplace_back("not under the prefix", item);
+  item = good;
+  item.session.name = "run/bad name";
+  bad.emplace_back("export item name", item);
+  item = good;
+  item.session.spec.convention.clear();  // "" resolves to compressed_tensors
+  bad.emplace_back("not resolved", item);
+  item = good;
+  item.session.qparams.scale_e4m3.pop_back();
+  bad.emplace_back("scales for qparams.shape", item);
+  item = good;
+  item.session.qparams.scale.push_back(1);  // NVFP4 keeps the codes only
+  bad.emplace_back("not one per scale", item);
+  item = good;
+  item.session.qparams.shape = {-1, -4};
+  bad.emplace_back("qparams.shape", item);
+  for (const auto& [needle, malformed] : bad) {
+    ItemExportSource source("run/");
+    const absl::Status refused = source.Add(malformed);
+    EXPECT_CODE(refused, absl::StatusCode::kInvalidArgument) << needle;
+    EXPECT_TRUE(absl::StrContains(refused.message(), needle)) << needle << ": " << refused;
+  }
+  // A per-channel axis the qparams' rank does not have.
+  QuantSpec spec;
+  spec.granularity = Granularity::PerChannel(3);
+  ASSERT_OK(engine_.CreateSession("t", "run/w", "global_minmax", spec, {}));
+  ASSERT_OK(engine_.Observe("t", "run/w", Observation::FromTensor(F32({2, 2, 2, 2}, std::vector<double>(16, 1)).view())).status);
+  ASSERT_OK_AND_ASSIGN(items, StoreItems(engine_, groups_, "run/w", ExportFormat::kOnnx));
+  ASSERT_EQ(items.size(), 1u);
+  items[0].session.qparams.shape = {16};
+  items[0].session.qparams.scale.resize(16);
+  items[0].session.qparams.zero_point.resize(16);
+  if (items[0].session.qparams.has_minval) items[0].session.qparams.minval.resize(16);
+  const absl::Status unfit = ItemExportSource("run/").Add(items[0]);
+  EXPECT_CODE(unfit, absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(unfit.message(), "does not fit qparams of rank 1")) << unfit;
+
+  ItemExportSource twice("run/");
+  ASSERT_OK(twice.Add(good));
+  ASSERT_OK(twice.Add(good));
+  const absl::Status sealed = twice.Seal();
+  EXPECT_CODE(sealed, absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(sealed.message(), "given twice")) << sealed;
+
+  ItemExportSource by_count("run/", 1);
+  ASSERT_OK(by_count.Add(good));
+  EXPECT_CODE(by_count.Add(good), absl::StatusCode::kResourceExhausted);
+  ItemExportSource by_bytes("run/", 10, ItemExportSource::HeldBytes(good) + 1);
+  ASSERT_OK(by_bytes.Add(good));
+  EXPECT_CODE(by_bytes.Add(good), absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(ExportGroupsTest, RefusesGroupsWithoutAResultToExport) {
