@@ -16,7 +16,9 @@
 #include "core/status_macros.h"
 #include "domain/session_cursor.h"
 #include "domain/session_store.h"
+#include "export/engine_export_source.h"
 #include "export/exporter.h"
+#include "export/item_export_source.h"
 #include "proto/convert.h"
 #include "proto/status.h"
 
@@ -50,6 +52,38 @@ void SessionToProto(const SessionInfo& info, v1::Session* out) {
     *out->mutable_histogram() = wire::HistogramParamsToProto(*info.histogram_params);
   }
   if (info.calibration) *out->mutable_calibration() = wire::CalibrationToProto(*info.calibration);
+}
+
+// An export item (ExportSessionsRequest.items, RenderExport) on the wire.
+void ExportItemToProto(const ExportItem& item, v1::ExportItem* out) {
+  out->set_name(item.session.name);
+  *out->mutable_spec() = wire::SpecToProto(item.session.spec);
+  out->set_initialized(item.session.initialized);
+  *out->mutable_qparams() = wire::QParamsToProto(item.session.qparams);
+  out->set_filled_group(item.filled_group);
+}
+
+// INVALID_ARGUMENT naming the item for a spec the wire cannot hold; the rest of its
+// checks are ItemExportSource::Add's.
+absl::StatusOr<ExportItem> ExportItemFromProto(const v1::ExportItem& in) {
+  ExportItem item;
+  item.session.name = in.name();
+  absl::StatusOr<QuantSpec> spec = wire::SpecFromProto(in.spec());
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("export item ", in.name(), ": ", spec.status().message()));
+  }
+  item.session.spec = *std::move(spec);
+  item.session.initialized = in.initialized();
+  item.session.qparams = wire::QParamsFromProto(in.qparams());
+  item.filled_group = in.filled_group();
+  return item;
+}
+
+// An export's options on the wire.
+ExportOptions ExportOptionsFromProto(const v1::ExportSessionsRequest& request) {
+  return {request.prefix(), request.format(), request.allow_uninitialized(),
+          {request.tensor_names().begin(), request.tensor_names().end()}};
 }
 
 // The bytes of observation data a request carries, for ServerMetrics::received_bytes.
@@ -429,19 +463,40 @@ grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
       });
 }
 
-// Every session is checked before the first message (Exporter::Start).
+// Every session is checked before the first message (Exporter::Start). With
+// `items`, the options are (and the scale groups applied) before the first message,
+// and the items follow a batch per message.
 grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
     grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) {
   using Reactor = PullWriteReactor<v1::ExportChunk>;
   return new Reactor(
       this, context, "ExportSessions",
       [&](std::string tenant) -> absl::StatusOr<Reactor::Produce> {
+        ExportOptions options = ExportOptionsFromProto(*request);
+        if (request->items()) {
+          QPARAMS_ASSIGN_OR_RETURN(const ExportFormat format, Exporter::CheckOptions(options));
+          QPARAMS_ASSIGN_OR_RETURN(std::shared_ptr<const EngineExportSource> source,
+                                   EngineExportSource::Create(engine_, std::move(tenant),
+                                                              options.prefix, format,
+                                                              &export_groups_));
+          std::shared_ptr<ExportPass> pass = source->NewPass();
+          return [source, pass](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
+            // Batches of about kItemChunkBytes (at least one item, however large).
+            constexpr size_t kItemChunkBytes = 256 << 10;
+            size_t bytes = 0;
+            while (bytes < kItemChunkBytes) {
+              QPARAMS_ASSIGN_OR_RETURN(const ExportItem* item, pass->Next());
+              if (item == nullptr) break;
+              v1::ExportItem* out = chunk->add_items();
+              ExportItemToProto(*item, out);
+              bytes += out->ByteSizeLong();
+            }
+            return chunk->items_size() > 0;
+          };
+        }
         QPARAMS_ASSIGN_OR_RETURN(
             std::shared_ptr<Exporter> exporter,
-            Exporter::Start(engine_, std::move(tenant),
-                            {request->prefix(), request->format(), request->allow_uninitialized(),
-                             {request->tensor_names().begin(), request->tensor_names().end()}},
-                            &export_groups_));
+            Exporter::Start(engine_, std::move(tenant), std::move(options), &export_groups_));
         return [exporter](v1::ExportChunk* chunk) -> absl::StatusOr<bool> {
           QPARAMS_ASSIGN_OR_RETURN(std::string piece, exporter->Next());
           if (piece.empty()) return false;
@@ -449,6 +504,131 @@ grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
           return true;
         };
       });
+}
+
+// Reads the options and every item, holding them (ItemExportSource's limits); once
+// the client has closed its side, checks and renders them, and writes each piece
+// only once the client has taken the last. The first error ends the call (a refusal
+// of what the client sent, once it has closed its side).
+class QParamsServiceImpl::RenderExportReactor final
+    : public grpc::ServerBidiReactor<v1::RenderExportRequest, v1::ExportChunk> {
+ public:
+  RenderExportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    const absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    if (!tenant.ok()) {
+      End(tenant.status());
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  // A refusal waits for the client to close its side, so that it reaches the client
+  // whole: a balancer resets a stream the server ends while the client still sends.
+  // Until then the rest is read and dropped.
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client is done writing (or the call ended)
+      if (refused_.ok()) {
+        Render();
+      } else {
+        End(refused_);
+      }
+      return;
+    }
+    if (refused_.ok()) {
+      refused_ = Take(request_);
+      if (!refused_.ok()) source_.reset();  // what it held is of no use now
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the stream ended before every message was written"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Take(const v1::RenderExportRequest& request) {
+    if (!started_) {
+      if (!request.has_options()) {
+        return absl::InvalidArgumentError(
+            "the first RenderExportRequest must carry the export's options (options)");
+      }
+      if (request.options().items()) {
+        return absl::InvalidArgumentError(
+            "RenderExportRequest.options.items must be false: RenderExport writes the document");
+      }
+      options_ = ExportOptionsFromProto(request.options());
+      QPARAMS_RETURN_IF_ERROR(Exporter::CheckOptions(options_).status());
+      source_ = std::make_unique<ItemExportSource>(options_.prefix);
+      started_ = true;
+    } else if (request.has_options()) {
+      return absl::InvalidArgumentError(
+          "only the first RenderExportRequest carries options; the others carry items");
+    }
+    for (const v1::ExportItem& wire_item : request.items()) {
+      QPARAMS_ASSIGN_OR_RETURN(ExportItem item, ExportItemFromProto(wire_item));
+      QPARAMS_RETURN_IF_ERROR(source_->Add(std::move(item)));
+    }
+    return absl::OkStatus();
+  }
+
+  void Render() {
+    if (!started_) {
+      End(absl::InvalidArgumentError(
+          "RenderExport received no options: the first message carries them"));
+      return;
+    }
+    const absl::Status sealed = source_->Seal();
+    if (!sealed.ok()) {
+      End(sealed);
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<Exporter>> exporter =
+        Exporter::Start(std::move(source_), std::move(options_));
+    if (!exporter.ok()) {
+      End(exporter.status());
+      return;
+    }
+    exporter_ = *std::move(exporter);
+    WriteNext();
+  }
+
+  void WriteNext() {
+    chunk_.Clear();
+    absl::StatusOr<std::string> piece = exporter_->Next();
+    if (!piece.ok() || piece->empty()) {
+      End(piece.status());
+      return;
+    }
+    chunk_.set_data(*std::move(piece));
+    StartWrite(&chunk_);
+  }
+
+  void End(const absl::Status& status) {
+    service_->LogFailure(context_, "RenderExport", status);
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  QParamsServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::RenderExportRequest request_;
+  bool started_ = false;  // the options arrived
+  absl::Status refused_;  // the first refusal, sent once the client closes its side
+  ExportOptions options_;
+  std::unique_ptr<ItemExportSource> source_;  // from the first message until Render
+  std::unique_ptr<Exporter> exporter_;
+  v1::ExportChunk chunk_;
+};
+
+grpc::ServerBidiReactor<v1::RenderExportRequest, v1::ExportChunk>*
+QParamsServiceImpl::RenderExport(grpc::CallbackServerContext* context) {
+  return new RenderExportReactor(this, context);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetTopology(grpc::CallbackServerContext* context,

@@ -83,6 +83,8 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                                         v1::Topology* response) override;
   grpc::ServerWriteReactor<v1::ExportChunk>* ExportSessions(
       grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) override;
+  grpc::ServerBidiReactor<v1::RenderExportRequest, v1::ExportChunk>* RenderExport(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerBidiReactor<v1::ObserveRequest, v1::ObserveResponse>* ObserveStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ObserveBatch(grpc::CallbackServerContext* context,
@@ -103,13 +105,15 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
 
  private:
   class ObserveStreamReactor;
+  class RenderExportReactor;
   template <typename Message>
   class PullWriteReactor;  // ReadSessions and ExportSessions
 
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one); FAILED_PRECONDITION for a call addressed
   // to another replica (x-qparams-replica, Engine::CheckAddressedTo). Every method
-  // asks it first, once: Unary, PullWriteReactor and ObserveStreamReactor do.
+  // asks it first, once: Unary, PullWriteReactor, ObserveStreamReactor and
+  // RenderExportReactor do.
   absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context) const;
 
   // The one path of an observation into the Engine, for Observe, ObserveStream and

@@ -29,6 +29,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "proto/status.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 
@@ -762,6 +763,79 @@ class ExportTest : public ::testing::Test {
 };
 
 // Large exports span several messages whose concatenation is one JSON document.
+// RenderExport over `requests` (sent in order, then the side closed): the document,
+// or the call's status.
+absl::StatusOr<std::string> Render(v1::QParamsService::Stub& stub,
+                                   const std::vector<v1::RenderExportRequest>& requests) {
+  grpc::ClientContext context;
+  auto stream = stub.RenderExport(&context);
+  for (const v1::RenderExportRequest& request : requests) {
+    if (!stream->Write(request)) break;
+  }
+  stream->WritesDone();
+  std::string document;
+  v1::ExportChunk chunk;
+  while (stream->Read(&chunk)) document += chunk.data();
+  const grpc::Status status = stream->Finish();
+  if (!status.ok()) return wire::FromGrpcStatus(status);
+  return document;
+}
+
+// ExportSessions with `items` streams the server's share; RenderExport renders items
+// into the document ExportSessions writes, and refuses what is not an export.
+TEST_F(ExportTest, ItemsRenderTheDocumentAndRenderExportRefusesMisuse) {
+  CreateObserved("ri/fc1.weight", 4);
+  CreateObserved("ri/fc2.weight", 3);
+  CalibrateNvfp4Layer("ri/nv/layers.0.mlp.down_proj", "compressed_tensors");
+  std::unique_ptr<v1::QParamsService::Stub> stub = server_->NewStub();
+  for (const auto& [prefix, format] : std::vector<std::pair<std::string, std::string>>{
+           {"ri/fc", "aimet"}, {"ri/fc", "onnx"}, {"ri/nv/", "compressed-tensors"}}) {
+    v1::ExportSessionsRequest request;
+    request.set_prefix(prefix);
+    request.set_format(format);
+    request.set_items(true);
+    std::vector<v1::RenderExportRequest> requests(1);
+    *requests[0].mutable_options() = request;
+    requests[0].mutable_options()->set_items(false);
+    grpc::ClientContext context;
+    auto reader = stub->ExportSessions(&context, request);
+    v1::ExportChunk chunk;
+    while (reader->Read(&chunk)) {
+      EXPECT_TRUE(chunk.data().empty());
+      v1::RenderExportRequest items;
+      *items.mutable_items() = chunk.items();
+      requests.insert(requests.begin() + 1, items);  // any order
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_OK_AND_ASSIGN(const std::string expected, Export(prefix, format));
+    ASSERT_OK_AND_ASSIGN(const std::string rendered, Render(*stub, requests));
+    EXPECT_EQ(rendered, expected) << prefix << " " << format;
+  }
+
+  v1::RenderExportRequest options;
+  options.mutable_options()->set_prefix("ri/");
+  options.mutable_options()->set_format("onnx");
+  v1::RenderExportRequest item;
+  v1::ExportItem& one = *item.add_items();
+  one.set_name("ri/x.weight");
+  one.mutable_spec()->set_dtype("int8");  // not resolved: no quant range
+  const std::vector<std::pair<std::vector<v1::RenderExportRequest>, std::string>> misuses = {
+      {{}, "received no options"},
+      {{item}, "first RenderExportRequest must carry"},
+      {{options, options}, "only the first"},
+      {{options, item}, "export item ri/x.weight: its spec is not resolved"},
+  };
+  for (const auto& [requests, needle] : misuses) {
+    const absl::StatusOr<std::string> refused = Render(*stub, requests);
+    EXPECT_CODE(refused, absl::StatusCode::kInvalidArgument) << needle;
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), needle)) << refused.status();
+  }
+  options.mutable_options()->set_items(true);
+  EXPECT_CODE(Render(*stub, {options}), absl::StatusCode::kInvalidArgument);
+  options.mutable_options()->set_items(false);
+  EXPECT_CODE(Render(*stub, {options}), absl::StatusCode::kNotFound);
+}
+
 TEST_F(ExportTest, LargeExportsStreamAsOneDocument) {
   constexpr int kSessions = 300;
   for (int i = 0; i < kSessions; ++i) {
