@@ -297,18 +297,62 @@ absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
                                     const std::function<absl::Status(absl::string_view)>& each) {
   absl::StatusOr<std::vector<std::string>> replicas = router_->SplitReplicas();
   if (!replicas.ok()) return replicas.status();
-  if (!replicas->empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "exports of a sharded deployment are not supported: a document holds one replica's "
-        "sessions; export from each replica (",
-        absl::StrJoin(*replicas, ", "), ") by its own address"));
-  }
+  if (!replicas->empty()) return ExportSharded(request, *replicas, each);
   return ReadStream<v1::ExportChunk>(
       [this](grpc::ClientContext* context, const v1::ExportSessionsRequest& r) {
         return stub_->ExportSessions(context, r);
       },
       request, timeout_, authorization_, router_->replica(),
       [&each](const v1::ExportChunk& chunk) { return each(chunk.data()); });
+}
+
+absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
+                                   const std::vector<std::string>& replicas,
+                                   const std::function<absl::Status(absl::string_view)>& each) {
+  grpc::ClientContext render_context;
+  Prepare(render_context, timeout_, authorization_);
+  ReplicaRouter::AddHeaders(render_context, /*session=*/"", replicas.front());
+  std::unique_ptr<grpc::ClientReaderWriter<v1::RenderExportRequest, v1::ExportChunk>> render =
+      stub_->RenderExport(&render_context);
+  v1::RenderExportRequest first;
+  *first.mutable_options() = request;
+  first.mutable_options()->set_items(false);
+  // False once the render refused (its status then says why).
+  bool open = render->Write(first);
+  v1::ExportSessionsRequest share = request;
+  share.set_items(true);
+  for (const std::string& replica : replicas) {
+    if (!open) break;
+    const absl::Status read = ReadStream<v1::ExportChunk>(
+        [this](grpc::ClientContext* context, const v1::ExportSessionsRequest& r) {
+          return stub_->ExportSessions(context, r);
+        },
+        share, timeout_, authorization_, replica,
+        [&](const v1::ExportChunk& chunk) -> absl::Status {
+          v1::RenderExportRequest items;
+          *items.mutable_items() = chunk.items();
+          open = render->Write(items);
+          return open ? absl::OkStatus() : absl::CancelledError("the render ended");
+        });
+    if (!read.ok() && open) {  // the replica refused: its error, as a single server's
+      render_context.TryCancel();
+      render->Finish();
+      return read;
+    }
+  }
+  if (open) render->WritesDone();
+  v1::ExportChunk chunk;
+  absl::Status stopped;
+  while (render->Read(&chunk)) {
+    stopped = each(chunk.data());
+    if (!stopped.ok()) {
+      render_context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status finished = render->Finish();
+  if (!stopped.ok()) return stopped;
+  return wire::FromGrpcStatus(finished);
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopology() {

@@ -13,7 +13,7 @@
 // else the whole name; common/slot.h) in the x-qparams-session header, on which the
 // balancer routes it to the owner. Calls over many sessions (ObserveStream,
 // ObserveBatch) and over all sessions or groups (ListSessions, ReadSessions,
-// ListScaleGroups, ReadScaleGroups) are split into one
+// ListScaleGroups, ReadScaleGroups, ExportSessions) are split into one
 // call per owning replica, each addressed by the x-qparams-replica header, using the
 // topology the client reads once with GetTopology at the first such call. A Client
 // of one server (no slot map), or of a deployment of one replica, makes the same
@@ -149,8 +149,11 @@ class Client {
   // The sessions under request.prefix rendered in request.format (ExportSessions):
   // the document's bytes, in order, through `each` as the server streams them. The
   // first error ends it (the server's status, or `each`'s); nothing reaches `each`
-  // when the server refuses the export. Sharded: FAILED_PRECONDITION, as a document
-  // of one replica would hold only its own sessions (export from each replica).
+  // when the server refuses the export. Sharded: one document of every replica's
+  // sessions, byte for byte a single server's: each replica's share (ExportSessions
+  // with `items`, the replicas one after the other) is forwarded into one
+  // RenderExport call, which checks and renders them all; a replica's refusal is
+  // returned as it is (the first by replica name), else the render's.
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 
@@ -260,6 +263,10 @@ class Client {
   // ObserveBatch in one call, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatchTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
+  // ExportSessions of a sharded deployment over `replicas` (in name order).
+  absl::Status ExportSharded(const v1::ExportSessionsRequest& request,
+                             const std::vector<std::string>& replicas,
+                             const std::function<absl::Status(absl::string_view)>& each);
 
   const absl::Duration timeout_;
   const int max_message_bytes_;

@@ -1,7 +1,8 @@
 // The C++ client against sharded replicas behind the real HAProxy (Debian's, run
 // on docker/haproxy/haproxy.cfg as shipped): calls over many sessions split into one
-// call per owner, listings merged from every replica, and the results bit for bit
-// those of one unsharded server; and HAProxy's health check taking out a replica
+// call per owner, listings merged from every replica, exports merged into one
+// document, and the results bit for bit (byte for byte) those of one unsharded
+// server; and HAProxy's health check taking out a replica
 // whose data directory refuses writes, and bringing it back once writes work.
 // tests/python/test_sharded.py covers the Python client, a killed replica, a
 // restart and a draining replica.
@@ -241,7 +242,7 @@ TEST_F(ShardedClientTest, StreamsAndBatchesSplitByOwnerMatchOneServer) {
   EXPECT_EQ(responses[2].observation_count(), 4);
 }
 
-TEST_F(ShardedClientTest, ListingsMergeEveryReplicaAndExportsRefuse) {
+TEST_F(ShardedClientTest, ListingsMergeEveryReplica) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
   for (const std::string& name : names_) {
     v1::CreateSessionRequest create;
@@ -280,14 +281,141 @@ TEST_F(ShardedClientTest, ListingsMergeEveryReplicaAndExportsRefuse) {
                                    }),
               absl::StatusCode::kAborted);
   EXPECT_EQ(calls, 3);
+}
 
-  v1::ExportSessionsRequest exported;
-  exported.set_prefix("cc/");
-  exported.set_format("onnx");
-  const absl::Status refused =
-      client->ExportSessions(exported, [](absl::string_view) { return absl::OkStatus(); });
-  EXPECT_CODE(refused, absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(refused.message(), "r0, r1, r2")) << refused;
+// A [4, 32] tensor of values of a few magnitudes, for NVFP4's blocks of 16.
+Tensor Values32(int i) {
+  std::vector<double> values(4 * 32);
+  for (size_t k = 0; k < values.size(); ++k) {
+    values[k] = static_cast<double>((k * 53 + i * 31) % 211) / (3.0 + i % 5) - 20.0;
+  }
+  return F32({4, 32}, values);
+}
+
+v1::CreateSessionRequest Create(const std::string& name, const std::string& dtype,
+                                v1::Target target) {
+  v1::CreateSessionRequest create;
+  create.set_name(name);
+  create.set_calculator("global_minmax");
+  create.mutable_spec()->set_dtype(dtype);
+  create.mutable_spec()->set_target(target);
+  return create;
+}
+
+// An NVFP4 session of `convention`: a weight in blocks of 16 along its last axis.
+v1::CreateSessionRequest Nvfp4Weight(const std::string& name, const std::string& convention) {
+  v1::CreateSessionRequest create = Create(name, "float4_e2m1fn_x2", v1::WEIGHT);
+  create.mutable_spec()->set_scale_dtype("float8_e4m3fn");
+  create.mutable_spec()->set_convention(convention);
+  create.mutable_spec()->mutable_granularity()->mutable_per_block()->set_axis(-1);
+  create.mutable_spec()->mutable_granularity()->mutable_per_block()->add_block_size(16);
+  return create;
+}
+
+// Sessions for every export format, spread over the replicas by their names:
+// integer weights and activations (mx/int/), uninitialized ones (mx/idle/), and NVFP4
+// layers of each convention whose q/k/v weights share a GLOBAL_AMAX scale group
+// (mx/ct/, mx/mo/).
+void CalibrateForExport(Client& client) {
+  for (int i = 0; i < 10; ++i) {
+    const std::string weight = absl::StrCat("mx/int/fc", i, ".weight");
+    v1::CreateSessionRequest create = Create(weight, "int8", v1::WEIGHT);
+    create.mutable_spec()->mutable_granularity()->mutable_per_channel()->set_axis(0);
+    ASSERT_OK(client.CreateSession(create).status());
+    ASSERT_OK(client.Observe(weight, Values(i).view()).status());
+    const std::string input = absl::StrCat("mx/int/fc", i, ".input");
+    create = Create(input, "uint8", v1::ACTIVATION);
+    create.mutable_spec()->set_qscheme(v1::ASYMMETRIC);
+    ASSERT_OK(client.CreateSession(create).status());
+    ASSERT_OK(client.Observe(input, Values(i + 40).view()).status());
+  }
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_OK(client.CreateSession(Create(absl::StrCat("mx/idle/fc", i, ".weight"), "int8",
+                                          v1::WEIGHT))
+                  .status());
+  }
+  int seed = 0;
+  for (const char* convention : {"compressed_tensors", "modelopt"}) {
+    const std::string prefix = absl::StrCat(
+        "mx/", std::string(convention) == "modelopt" ? "mo" : "ct", "/");
+    for (int layer = 0; layer < 3; ++layer) {
+      const std::string tag = absl::StrCat("{layers.", layer, ".self_attn}");
+      v1::ScaleGroup group;
+      group.set_name(absl::StrCat(prefix, tag, ".qkv"));
+      group.set_share(v1::ScaleGroup::GLOBAL_AMAX);
+      for (const char* proj : {"q", "k", "v"}) {
+        const std::string name = absl::StrCat(prefix, tag, ".", proj, "_proj.weight");
+        ASSERT_OK(client.CreateSession(Nvfp4Weight(name, convention)).status());
+        ASSERT_OK(client.Observe(name, Values32(++seed).view()).status());
+        group.add_members(name);
+      }
+      ASSERT_OK(client.CreateScaleGroup(group).status());
+      const std::string down = absl::StrCat(prefix, "layers.", layer, ".mlp.down_proj.weight");
+      ASSERT_OK(client.CreateSession(Nvfp4Weight(down, convention)).status());
+      ASSERT_OK(client.Observe(down, Values32(++seed).view()).status());
+    }
+  }
+}
+
+// The document of an export, or its refusal's code and message.
+std::string ExportOf(Client& client, const std::string& prefix, const std::string& format,
+                     bool allow_uninitialized = false) {
+  v1::ExportSessionsRequest request;
+  request.set_prefix(prefix);
+  request.set_format(format);
+  request.set_allow_uninitialized(allow_uninitialized);
+  std::string document;
+  const absl::Status status = client.ExportSessions(request, [&](absl::string_view data) {
+    document.append(data.data(), data.size());
+    return absl::OkStatus();
+  });
+  return status.ok() ? document : status.ToString();
+}
+
+// Through HAProxy, an export is one document of every replica's sessions, byte for
+// byte an unsharded server's with the same sessions, and refusals read as its.
+TEST_F(ShardedClientTest, ExportsMergeEveryReplicaIntoOneServersBytes) {
+  struct Case {
+    std::string prefix, format;
+    bool allow_uninitialized;
+  };
+  const std::vector<Case> cases = {
+      {"mx/int/", "aimet", false},   {"mx/int/", "onnx", false},
+      {"mx/int/", "compressed-tensors", false},
+      {"mx/ct/", "compressed-tensors", false}, {"mx/mo/", "modelopt", false},
+      {"mx/i", "onnx", true},        // the uninitialized left out
+      {"mx/i", "onnx", false},       // uninitialized on every replica, listed once
+      {"mx/", "aimet", false},       // the first session AIMET cannot express
+      {"mx/int/", "tflite", false},  // no such format
+      {"mx/none/", "onnx", false},   // no session
+  };
+  std::unique_ptr<TestServer> single = TestServer::Start();
+  ASSERT_NE(single, nullptr);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> alone, Client::Connect(single->address()));
+  CalibrateForExport(*alone);
+  std::vector<std::string> expected;
+  for (const Case& c : cases) {
+    expected.push_back(ExportOf(*alone, c.prefix, c.format, c.allow_uninitialized));
+  }
+  for (size_t k = 0; k < 6; ++k) EXPECT_EQ(expected[k].rfind("{\n", 0), 0u) << expected[k];
+  EXPECT_TRUE(absl::StrContains(expected[6], "FAILED_PRECONDITION: 5 of the 25 sessions"))
+      << expected[6];
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
+  CalibrateForExport(*client);
+  for (const char* prefix : {"mx/int/", "mx/idle/", "mx/ct/", "mx/mo/"}) {
+    std::set<std::string> owners;
+    ASSERT_OK(client->ReadSessions(prefix, [&](const v1::Session& session) {
+      owners.insert(map_->OwnerOfSession(session.name()));
+      return absl::OkStatus();
+    }));
+    EXPECT_GT(owners.size(), 1u) << prefix;  // the document spans replicas
+  }
+  for (size_t k = 0; k < cases.size(); ++k) {
+    EXPECT_EQ(ExportOf(*client, cases[k].prefix, cases[k].format, cases[k].allow_uninitialized),
+              expected[k])
+        << cases[k].prefix << " " << cases[k].format;
+  }
 }
 
 // Groups named with their members' hash tag live on the members' replica, reached

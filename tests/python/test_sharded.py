@@ -16,7 +16,8 @@ it still runs; observe_many, observe_batch and
 observe_async over sessions of every replica end bit for bit as on one server, and so
 do histogram sessions (percentile, entropy, mse; tensors and local histograms);
 list_sessions, read_sessions and qparams-cli list/report span every replica in name
-order, page after page; exports refuse a sharded deployment.
+order, page after page; export (every format, the compressed-tensors helper,
+qparams-cli export) and qparams-cli report give one server's bytes, and its errors.
 
 Every process is started here and stopped by its PID in fixture finalizers.
 """
@@ -452,8 +453,7 @@ def test_histogram_sessions_work_sharded(cluster: Cluster) -> None:
 def test_listing_spans_every_replica(cluster: Cluster) -> None:
     """ListSessions and ReadSessions through HAProxy: every replica's sessions, in name
     order, page after page; the C++ client (qparams-cli) pages with tokens any
-    replica accepts; exports refuse a sharded deployment instead of exporting one
-    replica's part."""
+    replica accepts."""
     target = f"unix:{cluster.haproxy.socket}"
     names = sorted(SESSIONS + [f"other/{i}" for i in range(5)])
     with qparams.Client(target) as client:
@@ -465,8 +465,6 @@ def test_listing_spans_every_replica(cluster: Cluster) -> None:
             n for n in names if n.startswith("run/layer1")]
         assert [s.name for s in client.read_sessions()] == names
         assert [s.name for s in client.read_sessions("other/")] == names[:5]
-        with pytest.raises(qparams.FailedPrecondition, match="sharded deployment"):
-            client.export("run/", "onnx")
 
     # The C++ client: pages of 7 merged from the three replicas, each page's token
     # taken by every replica for the next.
@@ -486,8 +484,6 @@ def test_listing_spans_every_replica(cluster: Cluster) -> None:
     report = cli("--target=" + target, "report", "--prefix=run/")
     assert report.returncode == 0, report.stderr
     assert [s["name"] for s in json.loads(report.stdout)["sessions"]] == sorted(SESSIONS)
-    export = cli("--target=" + target, "export", "--prefix=run/", "--format=onnx")
-    assert export.returncode != 0 and "sharded deployment" in export.stderr, export.stderr
 
     # One replica on its own, through the balancer: only its sessions.
     for replica in REPLICAS:
@@ -553,3 +549,131 @@ def test_scale_groups_route_on_their_hash_tag(cluster: Cluster) -> None:
         for group in groups:
             client.delete_scale_group(group)
         assert list(client.list_scale_groups("grp/")) == []
+
+
+def nvfp4_session(client: qparams.Client, name: str, convention: str, target: str,
+                  x: np.ndarray) -> None:
+    """An NVFP4 session of `convention` observed once on x (a weight in blocks of 16
+    along its last axis, an input in the tuple form)."""
+    client.create_session(name, calculator="global_minmax", dtype="float4_e2m1fn_x2",
+                          scale_dtype="float8_e4m3fn", convention=convention, target=target,
+                          granularity="per_block:-1:16" if target == "weight"
+                          else "per_block:-1,16")
+    client.observe(name, x)
+
+
+def calibrate_for_export(client: qparams.Client) -> None:
+    """Sessions for every export format, spread over the replicas by their names:
+    integer weights and activations (mx/int/), sessions that never saw data
+    (mx/idle/), NVFP4 layers of each convention whose q/k/v weights share a
+    GLOBAL_AMAX scale group (mx/ct/, mx/mo/), fused siblings without a group
+    (mx/fused/) and a group with an uncalibrated member (mx/ug/)."""
+    rng = np.random.default_rng(2026)
+    for i in range(8):
+        client.create_session(f"mx/int/fc{i}.weight", calculator="global_minmax",
+                              target="weight", dtype="int8", granularity="per_channel:0")
+        client.observe(f"mx/int/fc{i}.weight", rng.standard_normal((4, 16), np.float32))
+        client.create_session(f"mx/int/fc{i}.input", calculator="global_minmax",
+                              target="activation", dtype="uint8", qscheme="asymmetric")
+        client.observe(f"mx/int/fc{i}.input", rng.standard_normal((8, 16), np.float32) + 0.5)
+    client.create_session("mx/int/head.weight", calculator="global_minmax", target="weight",
+                          dtype="int4", granularity="per_block:1:4")
+    client.observe("mx/int/head.weight", rng.standard_normal((2, 8), np.float32))
+    for i in range(6):
+        client.create_session(f"mx/idle/fc{i}.weight", calculator="global_minmax",
+                              target="weight", dtype="int8")
+    for convention, prefix in (("compressed_tensors", "mx/ct"), ("modelopt", "mx/mo")):
+        for layer in range(3):
+            tag = f"{{layers.{layer}.self_attn}}"
+            members = [f"{prefix}/{tag}.{p}_proj.weight" for p in "qkv"]
+            for m in members:
+                nvfp4_session(client, m, convention, "weight",
+                              rng.standard_normal((4, 32), np.float32) * (1 + layer))
+            client.create_scale_group(f"{prefix}/{tag}.qkv", members)
+            for role, target in (("weight", "weight"), ("input", "activation")):
+                nvfp4_session(client, f"{prefix}/layers.{layer}.mlp.down_proj.{role}",
+                              convention, target, rng.standard_normal((4, 32), np.float32))
+    for p in ("gate", "up"):
+        nvfp4_session(client, f"mx/fused/layers.0.mlp.{p}_proj.weight", "compressed_tensors",
+                      "weight", rng.standard_normal((4, 32), np.float32))
+    members = ["mx/ug/{g}.a.weight", "mx/ug/{g}.b.weight"]
+    nvfp4_session(client, members[0], "compressed_tensors", "weight",
+                  rng.standard_normal((4, 32), np.float32))
+    client.create_session(members[1], calculator="global_minmax", dtype="float4_e2m1fn_x2",
+                          scale_dtype="float8_e4m3fn", target="weight",
+                          granularity="per_block:-1:16")
+    client.create_scale_group("mx/ug/{g}.ab", members)
+
+
+# (prefix, format, allow_uninitialized, tensor_names): documents and refusals alike.
+EXPORTS = [
+    ("mx/int/", "aimet", False, None),
+    ("mx/int/", "onnx", False, None),
+    ("mx/int/", "onnx", False, {"fc1.weight": "/fc1/W", "fc5.input": "/fc5/X"}),
+    ("mx/int/", "compressed-tensors", False, None),
+    ("mx/ct/", "compressed-tensors", False, None),
+    ("mx/mo/", "modelopt", False, None),
+    ("mx/i", "aimet", True, None),         # the uninitialized left out
+    ("mx/i", "aimet", False, None),        # uninitialized on every replica: one list
+    ("mx/", "aimet", False, None),         # the first session aimet cannot express
+    ("mx/ct/", "modelopt", False, None),   # another convention
+    ("mx/fused/", "compressed-tensors", False, None),  # siblings on two replicas
+    ("mx/ug/", "compressed-tensors", False, None),     # the group's uncalibrated member
+    ("mx/int/", "bogus", False, None),
+    ("mx/none/", "onnx", False, None),
+]
+
+
+def export_outcome(client: qparams.Client, prefix: str, format: str, allow: bool,
+                   names: dict[str, str] | None) -> tuple[str, str]:
+    """The document, or the refusal's type and message."""
+    try:
+        return "document", client.export(prefix, format, allow_uninitialized=allow,
+                                         tensor_names=names)
+    except qparams.QParamsError as e:
+        return type(e).__name__, str(e)
+
+
+def cli_outcomes(target: str) -> list[tuple[int, str, str]]:
+    """qparams-cli export of every EXPORTS case without tensor names, and report (JSON
+    and table) of every session: exit status, stdout, stderr."""
+    runs = [["export", f"--prefix={p}", f"--format={f}"] +
+            (["--allow-uninitialized"] if allow else [])
+            for p, f, allow, names in EXPORTS if names is None]
+    runs += [["report", "--prefix=mx/"], ["report", "--prefix=mx/", "--format=table"]]
+    out = []
+    for run in runs:
+        done = cli("--target=" + target, *run)
+        out.append((done.returncode, done.stdout, done.stderr))
+    return out
+
+
+def test_exports_merge_every_replica(cluster: Cluster) -> None:
+    """export through HAProxy: one document of every replica's sessions, the bytes of
+    one unsharded server holding the same sessions, in every format (NVFP4 scale
+    groups and fused-sibling checks included), and the same refusals; the
+    compressed-tensors helper and qparams-cli export and report alike."""
+    target = f"unix:{cluster.haproxy.socket}"
+    with start_local_server() as single, qparams.Client(single.target) as alone:
+        calibrate_for_export(alone)
+        expected = [export_outcome(alone, *case) for case in EXPORTS]
+        expected_tensors, expected_config = alone.export_compressed_tensors("mx/ct/")
+        expected_cli = cli_outcomes(single.target)
+    assert [code == 0 for code, _, _ in expected_cli] == [True] * 6 + [False] * 7 + [True] * 2
+    assert [kind for kind, _ in expected] == ["document"] * 7 + [
+        "FailedPrecondition", "InvalidArgument", "InvalidArgument", "FusedGlobalScalesDiffer",
+        "UncalibratedGroup", "InvalidArgument", "NotFound"], expected
+    with qparams.Client(target) as client:
+        calibrate_for_export(client)
+        held = {r: local_names(server, r) for r, server in cluster.replicas.items()}
+        for prefix in ("mx/int/", "mx/idle/", "mx/ct/", "mx/mo/", "mx/fused/"):
+            owners = {r for r, names in held.items() if any(n.startswith(prefix) for n in names)}
+            assert len(owners) > 1, (prefix, owners)  # the documents span replicas
+        for case, want in zip(EXPORTS, expected):
+            assert export_outcome(client, *case) == want, case
+        tensors, config = client.export_compressed_tensors("mx/ct/")
+        assert config == expected_config
+        assert sorted(tensors) == sorted(expected_tensors)
+        for name, t in tensors.items():
+            assert t.dtype == expected_tensors[name].dtype and t.equal(expected_tensors[name])
+    assert cli_outcomes(target) == expected_cli

@@ -489,21 +489,20 @@ class Client:
             InvalidArgument: an unknown format, a bad prefix, or a session the format
                 cannot express (named in the message).
             NotFound: no session under the prefix.
-            FailedPrecondition: a sharded deployment (see the class), before any export.
             ValueError: the server sent bytes that are not UTF-8.
+
+        Sharded: one document of every replica's sessions, byte for byte a single
+        server's (RenderExport over each replica's export items; docs/sharding.md).
         """
         for what, value in (("prefix", prefix), ("format", format)):
             if not isinstance(value, str):
                 raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-        slot_map = self._router.slot_map()
-        if slot_map is not None:
-            raise FailedPrecondition(
-                "exports of a sharded deployment are not supported: a document holds one "
-                f"replica's sessions; export from each replica ({', '.join(slot_map.replicas)}) "
-                "by its own address")
         request = pb.ExportSessionsRequest(prefix=prefix, format=format,
                                            allow_uninitialized=bool(allow_uninitialized),
                                            tensor_names=dict(tensor_names or {}))
+        slot_map = self._router.slot_map()
+        if slot_map is not None:
+            return self._export_sharded(request, slot_map.replicas, timeout, metadata)
         call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
                                          metadata=self._addressed(None, metadata))
         try:
@@ -512,6 +511,50 @@ class Client:
             raise refine_export_error(error_from_rpc(e)) from None
         finally:
             call.cancel()
+        return data.decode("utf-8")
+
+    def _export_sharded(self, request: pb.ExportSessionsRequest, replicas: list[str],
+                        timeout: float | None, metadata: Metadata) -> str:
+        """export() of a sharded deployment: each replica's share (ExportSessions with
+        items, the replicas in name order, one after the other) forwarded into one
+        RenderExport call, which checks and renders them all, so that the document
+        (and any refusal) is a single server's. A replica's refusal is raised as it
+        is, else the render's."""
+        share = pb.ExportSessionsRequest()
+        share.CopyFrom(request)
+        share.items = True
+        refused: list[grpc.RpcError] = []
+        calls: list[Any] = []
+        started = threading.Event()  # calls holds the render
+
+        def requests() -> Iterator[pb.RenderExportRequest]:
+            yield pb.RenderExportRequest(options=request)
+            for replica in replicas:
+                call = self._stub.ExportSessions(share, timeout=timeout or self.timeout,
+                                                 metadata=self._addressed(replica, metadata))
+                try:
+                    for chunk in call:
+                        yield pb.RenderExportRequest(items=chunk.items)
+                except grpc.RpcError as e:
+                    refused.append(e)
+                    started.wait()
+                    calls[0].cancel()  # the render must not finish without this share
+                    return
+                finally:
+                    call.cancel()
+
+        render = self._stub.RenderExport(requests(), timeout=timeout or self.timeout,
+                                         metadata=self._addressed(replicas[0], metadata))
+        calls.append(render)
+        started.set()
+        try:
+            data = b"".join(chunk.data for chunk in render)
+        except grpc.RpcError as e:
+            raise refine_export_error(error_from_rpc(refused[0] if refused else e)) from None
+        finally:
+            render.cancel()
+        if refused:
+            raise refine_export_error(error_from_rpc(refused[0])) from None
         return data.decode("utf-8")
 
     def export_compressed_tensors(self, prefix: str, *, allow_uninitialized: bool = False,
