@@ -334,9 +334,12 @@ absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
           open = render->Write(items);
           return open ? absl::OkStatus() : absl::CancelledError("the render ended");
         });
-    if (!read.ok() && open) {  // the replica refused: its error, as a single server's
+    if (!read.ok() && open) {  // the replica's error: its refusal reads as one server's
       render_context.TryCancel();
       render->Finish();
+      if (absl::IsUnavailable(read) || absl::IsDeadlineExceeded(read)) {
+        return absl::Status(read.code(), absl::StrCat("replica ", replica, ": ", read.message()));
+      }
       return read;
     }
   }

@@ -153,7 +153,8 @@ class Client {
   // sessions, byte for byte a single server's: each replica's share (ExportSessions
   // with `items`, the replicas one after the other) is forwarded into one
   // RenderExport call, which checks and renders them all; a replica's refusal is
-  // returned as it is (the first by replica name), else the render's.
+  // returned as it is (the first by replica name; UNAVAILABLE and DEADLINE_EXCEEDED
+  // naming the replica), else the render's.
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 

@@ -14,7 +14,9 @@
 namespace qparams {
 namespace {
 
-constexpr size_t kItemOverhead = 256;  // the spec and the fixed fields, roughly
+// The item itself and its allocations' overhead: about 1 KiB (a render of 10,000
+// items of 16 channels grew the server's peak RSS by 29 MiB, gRPC's buffers included).
+constexpr size_t kItemOverhead = sizeof(ExportItem) + 256;
 
 absl::Status Malformed(const ExportItem& item, absl::string_view rule) {
   return absl::InvalidArgumentError(absl::StrCat("export item ", item.session.name, ": ", rule));

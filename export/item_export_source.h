@@ -40,8 +40,9 @@ class ItemExportSource final : public ExportSource {
   // Over the sealed items.
   std::unique_ptr<ExportPass> NewPass() const override;
 
-  // What an item counts toward kMaxBytes: its name and qparams' values, and a fixed
-  // share for the rest.
+  // What an item counts toward kMaxBytes: its name and qparams' values, and about
+  // 1 KiB for the rest (the item and its allocations). The vector of items may hold up
+  // to twice that while it grows.
   static size_t HeldBytes(const ExportItem& item);
 
  private:

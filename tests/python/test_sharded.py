@@ -286,6 +286,8 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
                     client.observe(name, tensor(i), reduce="never")
             else:
                 assert client.observe(name, tensor(i)).observation_count == 2
+        with pytest.raises(qparams.Unavailable, match="^UNAVAILABLE: replica r1: "):
+            client.export("run/", "onnx")  # no document without r1's share
         for replica, server in cluster.replicas.items():
             own = {n for n, o in owners.items() if o == replica}
             assert local_names(server, replica) == own, replica

@@ -519,11 +519,12 @@ class Client:
         items, the replicas in name order, one after the other) forwarded into one
         RenderExport call, which checks and renders them all, so that the document
         (and any refusal) is a single server's. A replica's refusal is raised as it
-        is, else the render's."""
+        is (UNAVAILABLE and DEADLINE_EXCEEDED naming the replica), else the
+        render's."""
         share = pb.ExportSessionsRequest()
         share.CopyFrom(request)
         share.items = True
-        refused: list[grpc.RpcError] = []
+        refused: list[tuple[str, grpc.RpcError]] = []
         calls: list[Any] = []
         started = threading.Event()  # calls holds the render
 
@@ -536,7 +537,7 @@ class Client:
                     for chunk in call:
                         yield pb.RenderExportRequest(items=chunk.items)
                 except grpc.RpcError as e:
-                    refused.append(e)
+                    refused.append((replica, e))
                     started.wait()
                     calls[0].cancel()  # the render must not finish without this share
                     return
@@ -547,14 +548,21 @@ class Client:
                                          metadata=self._addressed(replicas[0], metadata))
         calls.append(render)
         started.set()
+        def share_error() -> QParamsError:
+            # A replica that cannot answer is named; its refusals read as one server's.
+            replica, error = refused[0]
+            unreachable = error.code() in (grpc.StatusCode.UNAVAILABLE,
+                                           grpc.StatusCode.DEADLINE_EXCEEDED)
+            return refine_export_error(error_from_rpc(error, replica if unreachable else None))
+
         try:
             data = b"".join(chunk.data for chunk in render)
         except grpc.RpcError as e:
-            raise refine_export_error(error_from_rpc(refused[0] if refused else e)) from None
+            raise (share_error() if refused else refine_export_error(error_from_rpc(e))) from None
         finally:
             render.cancel()
         if refused:
-            raise refine_export_error(error_from_rpc(refused[0])) from None
+            raise share_error() from None
         return data.decode("utf-8")
 
     def export_compressed_tensors(self, prefix: str, *, allow_uninitialized: bool = False,
