@@ -1,6 +1,7 @@
 #include "bench/load_generator.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -276,8 +277,18 @@ absl::StatusOr<LoadResult> LoadGenerator::Run(const std::string& target,
     }
   };
 
+  const int64_t run = runs_->fetch_add(1);
   auto worker = [&](int i) {
-    const v1::ObserveRequest& observe = observe_requests_[i];
+    // With keys, a copy whose sequence each call advances (as a client's would).
+    v1::ObserveRequest keyed;
+    if (spec_.idempotency_keys) {
+      keyed = observe_requests_[i];
+      keyed.set_client_id(absl::StrCat("bench-", getpid(), "-", run, "-", i));
+    }
+    const v1::ObserveRequest& observe = spec_.idempotency_keys ? keyed : observe_requests_[i];
+    auto next_key = [&] {
+      if (spec_.idempotency_keys) keyed.set_sequence(keyed.sequence() + 1);
+    };
     switch (spec_.mode) {
       case Mode::kCompute:
         drive(i, [&] {
@@ -289,6 +300,7 @@ absl::StatusOr<LoadResult> LoadGenerator::Run(const std::string& target,
       case Mode::kObserve:
       case Mode::kRange:
         drive(i, [&] {
+          next_key();
           grpc::ClientContext context;
           context.AddMetadata(kSessionHeader, observe.name());
           v1::ObserveResponse response;
@@ -302,6 +314,7 @@ absl::StatusOr<LoadResult> LoadGenerator::Run(const std::string& target,
         auto stream = stub->ObserveStream(&context);
         v1::ObserveResponse response;
         drive(i, [&] {
+          next_key();
           if (!stream->Write(observe) || !stream->Read(&response)) {
             return absl::UnavailableError("ObserveStream: the stream broke");
           }

@@ -6,8 +6,10 @@
 #ifndef QPARAMS_BENCH_LOAD_GENERATOR_H_
 #define QPARAMS_BENCH_LOAD_GENERATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,9 @@ struct LoadSpec {
   v1::Granularity granularity;    // unset = per_tensor
   std::string calculator = "moving_average";  // the sessions'; Compute uses "dynamic"
   bool omit_qparams = false;  // Observe and ObserveStream requests ask for no qparams
+  // Observations carry idempotency keys (docs/retries.md): a client_id per worker and
+  // run, and a sequence the worker increases with every call, as the clients send.
+  bool idempotency_keys = false;
   int concurrency = 1;
   absl::Duration warmup = absl::Milliseconds(300);  // before each measured run
 };
@@ -98,6 +103,8 @@ class LoadGenerator {
   v1::QuantSpec quant_spec_;
   std::vector<std::string> sessions_;                 // one per worker
   std::vector<v1::ObserveRequest> observe_requests_;  // one per worker
+  // Runs started, so that each run's workers key with client ids of their own.
+  std::shared_ptr<std::atomic<int64_t>> runs_ = std::make_shared<std::atomic<int64_t>>(0);
   v1::ComputeRequest compute_request_;
   LoadResult result_template_;  // request_bytes and covered_bytes
 };

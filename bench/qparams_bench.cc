@@ -9,10 +9,13 @@
 // `--compare-calculator` loads sessions of a second calculator on the same server with
 // the same requests, taking turns (e.g. entropy against global_minmax, with
 // --omit-qparams so that the histogram session runs no search per observation).
+// `--compare-keys` does the same with observations that carry idempotency keys
+// against ones that do not.
 // `--mode group` times GetGroupQParams of a GLOBAL_AMAX group of --members NVFP4
 // weight sessions against a one-member group (bench/group_latency.h).
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -36,6 +39,7 @@
 #include "bench/session_fill.h"
 #include "client/cli.h"
 #include "common/flags.h"
+#include "domain/engine.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
 
@@ -62,6 +66,15 @@ ABSL_FLAG(std::string, compare_calculator, "",
           "Also load sessions of this calculator on the same server with the same "
           "requests, taking turns; the ratio (calculator_ratio) is --calculator's QPS over "
           "its");
+ABSL_FLAG(bool, compare_keys, false,
+          "Also load sessions of the same calculator with observations that carry "
+          "idempotency keys (docs/retries.md), taking turns with the unkeyed ones on the "
+          "same server; keys_cost is keyed p50 / unkeyed p50 - 1, the share of an "
+          "Observe's time the keys add (the median: QPS follows this VM's tail), and "
+          "the engine's own time per Observe with and without keys (no gRPC)");
+ABSL_FLAG(std::string, data_dir, "",
+          "The in-process server journals its sessions to this directory "
+          "(as qparams-server --data_dir, durability batched); empty keeps them in memory");
 ABSL_FLAG(bool, compare_echo, false, "Also measure an in-process echo server, and the ratio");
 ABSL_FLAG(bool, compare_parse_echo, false,
           "Also measure an in-process echo server that parses each request with the "
@@ -105,6 +118,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> StartServer(int64_t max_message_b
   options.listen = "127.0.0.1:0";
   options.max_message_bytes = static_cast<int>(max_message_bytes);
   options.engine.max_sessions = max_sessions;
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
   return QParamsServer::Start(options);
 }
 
@@ -140,6 +154,66 @@ std::string TableRow(absl::string_view server, const LoadResult& r) {
                          server, r.qps(), r.LatencyUs(0.5), r.LatencyUs(0.9), r.LatencyUs(0.99),
                          r.LatencyUs(1.0), r.mb_per_s(), r.covered_mb_per_s(), r.requests,
                          r.cpu_us_per_request());
+}
+
+// The engine's own time per small Observe (64 float32 values into a moving_average
+// session), with and without an idempotency key, in turns, without gRPC: the keys'
+// cost on the server apart from the transport's noise. Journaled (batched) to a
+// fresh directory beside `data_dir` when it is set.
+struct EngineKeysCost {
+  double plain_ns = 0;
+  double keyed_ns = 0;
+};
+
+absl::StatusOr<EngineKeysCost> MeasureEngineKeys(const std::string& data_dir) {
+  EngineOptions options;
+  if (!data_dir.empty()) {
+    options.journal.data_dir = absl::StrCat(data_dir, "-engine");
+    std::filesystem::create_directories(options.journal.data_dir);
+  }
+  EngineKeysCost cost;
+  {
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(options);
+    if (!engine.ok()) return engine.status();
+    QuantSpec spec;
+    spec.dtype = "int8";
+    spec.target = Target::kActivation;
+    for (const char* name : {"plain", "keyed"}) {
+      absl::StatusOr<SessionInfo> created =
+          (*engine)->CreateSession("", name, "moving_average", spec, {});
+      if (!created.ok()) return created.status();
+    }
+    std::vector<float> values(64);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) - 31.5f;
+    const std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    absl::StatusOr<TensorView> tensor = TensorView::Create(DType::kFloat32, {64}, bytes);
+    if (!tensor.ok()) return tensor.status();
+    const absl::StatusOr<Observation> x = Observation::FromTensor(*tensor);
+    constexpr int kRounds = 20, kCalls = 5000;
+    ObserveKey key{"engine-bench", 0};
+    absl::Duration plain, keyed;
+    for (int r = 0; r < kRounds; ++r) {
+      absl::Time start = absl::Now();
+      for (int i = 0; i < kCalls; ++i) {
+        ObserveOutcome o = (*engine)->Observe("", "plain", x, /*omit_qparams=*/false);
+        if (!o.status.ok()) return o.status;
+      }
+      plain += absl::Now() - start;
+      start = absl::Now();
+      for (int i = 0; i < kCalls; ++i) {
+        ++key.sequence;
+        ObserveOutcome o = (*engine)->Observe("", "keyed", x, /*omit_qparams=*/false, key);
+        if (!o.status.ok()) return o.status;
+        if (o.result.duplicate) return absl::InternalError("a new key answered as a duplicate");
+      }
+      keyed += absl::Now() - start;
+    }
+    cost.plain_ns = absl::ToDoubleNanoseconds(plain) / (kRounds * kCalls);
+    cost.keyed_ns = absl::ToDoubleNanoseconds(keyed) / (kRounds * kCalls);
+    if (absl::Status s = (*engine)->Close(); !s.ok()) return s;
+  }
+  if (!data_dir.empty()) std::filesystem::remove_all(options.journal.data_dir);
+  return cost;
 }
 
 absl::Status RunLoad(Mode mode) {
@@ -183,6 +257,17 @@ absl::Status RunLoad(Mode mode) {
     absl::StatusOr<LoadGenerator> created = LoadGenerator::Create(base_spec);
     if (!created.ok()) return created.status();
     base = *std::move(created);
+  }
+  std::optional<LoadGenerator> keyed;
+  if (absl::GetFlag(FLAGS_compare_keys)) {
+    if (mode == Mode::kCompute) {
+      return absl::InvalidArgumentError("--compare_keys needs observations; not --mode=compute");
+    }
+    LoadSpec keyed_spec = spec;
+    keyed_spec.idempotency_keys = true;
+    absl::StatusOr<LoadGenerator> created = LoadGenerator::Create(keyed_spec);
+    if (!created.ok()) return created.status();
+    keyed = *std::move(created);
   }
   std::optional<LoadGenerator> full;
   if (compare_full) {
@@ -228,9 +313,11 @@ absl::Status RunLoad(Mode mode) {
   if (parse_echo) runs.push_back({&*generator, parse_echo->address()});
   if (full) runs.push_back({&*full, target});
   if (base) runs.push_back({&*base, target});
+  if (keyed) runs.push_back({&*keyed, target});
   std::vector<const LoadGenerator*> generators = {&*generator};
   if (full) generators.push_back(&*full);
   if (base) generators.push_back(&*base);
+  if (keyed) generators.push_back(&*keyed);
   for (const LoadGenerator* g : generators) {
     if (absl::Status s = g->CreateSessions(target); !s.ok()) return s;
   }
@@ -246,6 +333,13 @@ absl::Status RunLoad(Mode mode) {
   const LoadResult* parse_echo_result = parse_echo ? &(*results)[next++] : nullptr;
   const LoadResult* full_result = full ? &(*results)[next++] : nullptr;
   const LoadResult* base_result = base ? &(*results)[next++] : nullptr;
+  const LoadResult* keyed_result = keyed ? &(*results)[next++] : nullptr;
+  std::optional<EngineKeysCost> engine_keys;
+  if (keyed) {
+    absl::StatusOr<EngineKeysCost> measured = MeasureEngineKeys(absl::GetFlag(FLAGS_data_dir));
+    if (!measured.ok()) return measured.status();
+    engine_keys = *measured;
+  }
 
   if (absl::GetFlag(FLAGS_json)) {
     std::vector<std::string> json = {
@@ -287,6 +381,19 @@ absl::Status RunLoad(Mode mode) {
       json.push_back(
           absl::StrFormat("\"calculator_ratio\": %.4f", service.qps() / base_result->qps()));
     }
+    if (keyed_result != nullptr) {
+      AddFigures("keyed_", *keyed_result, &json);
+      json.push_back(absl::StrFormat("\"keys_cost\": %.4f",
+                                     keyed_result->LatencyUs(0.5) / service.LatencyUs(0.5) - 1));
+      json.push_back(
+          absl::StrFormat("\"keys_qps_cost\": %.4f", 1 - keyed_result->qps() / service.qps()));
+      json.push_back(absl::StrFormat("\"engine_observe_ns\": %.1f", engine_keys->plain_ns));
+      json.push_back(absl::StrFormat("\"engine_keyed_observe_ns\": %.1f", engine_keys->keyed_ns));
+      // The keys' server-side time as a share of an unkeyed Observe's (its p50).
+      json.push_back(absl::StrFormat(
+          "\"engine_keys_share\": %.4f",
+          (engine_keys->keyed_ns - engine_keys->plain_ns) / (1e3 * service.LatencyUs(0.5))));
+    }
     std::cout << "{" << absl::StrJoin(json, ", ") << "}" << std::endl;
     return absl::OkStatus();
   }
@@ -326,6 +433,18 @@ absl::Status RunLoad(Mode mode) {
                                  spec.calculator, compare_calculator,
                                  service.qps() / base_result->qps(),
                                  spec.omit_qparams ? ", omit_qparams" : "");
+  }
+  if (keyed_result != nullptr) {
+    std::cout << TableRow("keyed", *keyed_result);
+    std::cout << absl::StrFormat(
+        "keys_cost: %.3f (keyed p50 %.1f us / unkeyed p50 %.1f us - 1); by QPS: %.3f\n",
+        keyed_result->LatencyUs(0.5) / service.LatencyUs(0.5) - 1, keyed_result->LatencyUs(0.5),
+        service.LatencyUs(0.5), 1 - keyed_result->qps() / service.qps());
+    std::cout << absl::StrFormat(
+        "engine alone (no gRPC): Observe %.0f ns, keyed %.0f ns: the keys add %.0f ns, %.2f%% "
+        "of an unkeyed Observe's p50\n",
+        engine_keys->plain_ns, engine_keys->keyed_ns, engine_keys->keyed_ns - engine_keys->plain_ns,
+        100 * (engine_keys->keyed_ns - engine_keys->plain_ns) / (1e3 * service.LatencyUs(0.5)));
   }
   return absl::OkStatus();
 }

@@ -64,6 +64,14 @@ scenario hist_mib_c1 --mode=observe --shape=262144 --calculator=entropy \
   --duration="$duration" --rounds="$rounds" --warmup=100ms
 scenario hist_mib_c1_qparams --mode=observe --shape=262144 --calculator=entropy \
   --compare-calculator=global_minmax --concurrency=1 --duration=4s --rounds=4 --warmup=100ms
+# Idempotency keys (docs/retries.md): a small Observe with and without keys, taking
+# turns on one server, in memory and journaled (batched) to a scratch directory.
+scenario keys_memory --mode=observe --shape=64 --concurrency=1 --compare-keys \
+  --duration="$duration" --rounds="$rounds" --warmup=100ms
+keys_dir=$(mktemp -d "${SCRATCH_DIR:-/var/tmp}/qparams-keys-XXXXXX")
+scenario keys_journal --mode=observe --shape=64 --concurrency=1 --compare-keys \
+  --data_dir="$keys_dir" --duration="$duration" --rounds="$rounds" --warmup=100ms
+rm -rf "$keys_dir"
 # GetGroupQParams of a 64-member GLOBAL_AMAX group of NVFP4 weights, and of one member.
 scenario group --mode=group --members=64 --shape=64,256 --dtype=bfloat16 --calls=2000 --rounds=4
 scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
@@ -169,6 +177,10 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
     echo "| Observe, 1 MiB float32, concurrency ${s#mib_c} | $(get $s .mb_per_s) MB/s | $(get $s .echo_mb_per_s) MB/s | $r | (information) | |"
     r=$(get $s .parse_ratio)
     echo "| Observe, 1 MiB float32, concurrency ${s#mib_c}, vs the parsing echo | $(get $s .mb_per_s) MB/s | $(get $s .parse_echo_mb_per_s) MB/s | $r | >= 0.90 | $(verdict "$r" 0.90 '>=') |"
+  done
+  for s in keys_memory keys_journal; do
+    r=$(get $s .keys_cost)
+    echo "| Observe, 64 floats, concurrency 1, ${s#keys_}: the cost of idempotency keys, keyed p50 / unkeyed p50 - 1 (by QPS: $(get $s .keys_qps_cost); the engine alone: $(get $s .engine_observe_ns) -> $(get $s .engine_keyed_observe_ns) ns) | $(get $s .keyed_p50_us) µs | unkeyed: $(get $s .p50_us) µs | $r | <= 0.05 | $(verdict "$r" 0.05 '<=') |"
   done
   r=$(get range .covered_ratio)
   echo "| Range observations of (2048, 4096) float32 per_channel vs full Observe, input bytes covered | $(get range .covered_mb_per_s) MB/s | full: $(get range .full_covered_mb_per_s) MB/s | ${r}x | >= 50x | $(verdict "$r" 50 '>=') |"

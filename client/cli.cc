@@ -902,7 +902,8 @@ std::string UsageMessage() {
   absl::StrAppend(
       &usage,
       "\n"
-      "Every command takes --target, --format, --timeout and the connection flags.\n"
+      "Every command takes --target, --format, --timeout, --retry_total and the\n"
+      "connection flags.\n"
       "\n"
       "Connection: --tls connects over TLS and verifies the server against the\n"
       "system's root certificates; --tls_ca=FILE against the PEM roots in FILE\n"
@@ -1145,8 +1146,13 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
     return Usage(err, absl::StrCat("--timeout must be positive, not ",
                                    absl::FormatDuration(options.timeout)));
   }
+  if (options.retry_total < absl::ZeroDuration()) {
+    return Usage(err, absl::StrCat("--retry_total must be >= 0, not ",
+                                   absl::FormatDuration(options.retry_total)));
+  }
   ClientOptions client_options;
   client_options.timeout = options.timeout;
+  client_options.retry_total = options.retry_total;
   client_options.bearer_token = options.token;
   client_options.replica = options.replica;
   const bool tls = options.tls || !options.tls_ca.empty() || !options.tls_cert.empty() ||

@@ -58,6 +58,7 @@ struct Options {
   std::string target = "127.0.0.1:50051";
   std::string format = "json";  // "json" or "table"
   absl::Duration timeout = absl::Seconds(30);
+  absl::Duration retry_total = absl::Seconds(30);  // observations' retries (ClientOptions)
   std::string calculator;
   std::optional<double> averaging_constant;
   std::string filter;              // list, group list: a name prefix

@@ -36,6 +36,10 @@ ABSL_FLAG(std::string, format, "json",
           "Output: json (each response in protobuf's JSON mapping) or table");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "Deadline of each call (of the whole stream for observe), e.g. 500ms, 30s, 2m");
+ABSL_FLAG(absl::Duration, retry_total, absl::Seconds(30),
+          "Observations that fail with UNAVAILABLE or DEADLINE_EXCEEDED are sent again with "
+          "the same idempotency key while the next attempt starts within this time of the "
+          "first (docs/retries.md); 0s: no retries");
 
 // Connection security.
 ABSL_FLAG(bool, tls, false,
@@ -173,6 +177,7 @@ int main(int argc, char** argv) {
   options.target = absl::GetFlag(FLAGS_target);
   options.format = absl::GetFlag(FLAGS_format);
   options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.retry_total = absl::GetFlag(FLAGS_retry_total);
   options.calculator = absl::GetFlag(FLAGS_calculator);
   options.averaging_constant = absl::GetFlag(FLAGS_averaging_constant);
   options.filter = absl::GetFlag(FLAGS_filter);

@@ -1,9 +1,11 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -92,6 +94,53 @@ absl::StatusOr<Response> Unary(
   return response;
 }
 
+// A client id no other client is likely to pick: 22 random characters of the
+// 64-character alphabet the server takes (132 bits).
+std::string RandomClientId() {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
+  absl::BitGen gen;
+  std::string id(22, ' ');
+  for (char& c : id) c = kAlphabet[absl::Uniform(gen, 0, 64)];
+  return id;
+}
+
+bool Retryable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+bool Retryable(const v1::ObserveResponse& response) {
+  const int code = response.status().code();
+  return code == static_cast<int>(absl::StatusCode::kUnavailable) ||
+         code == static_cast<int>(absl::StatusCode::kDeadlineExceeded);
+}
+
+// The waits between attempts of one call: exponential with full jitter in the upper
+// half (so that clients cut off together do not come back together), and none once
+// the next attempt would start later than `total` after the first.
+class Backoff {
+ public:
+  Backoff(absl::Duration total, absl::Duration initial, absl::Duration max)
+      : deadline_(absl::Now() + total), next_(initial), max_(max) {}
+
+  // Sleeps before the next attempt and returns true, or returns false at once if
+  // that attempt would start after the deadline.
+  bool Wait() {
+    const absl::Duration wait = next_ / 2 + absl::Uniform(gen_, 0.0, 0.5) * next_;
+    if (absl::Now() + wait > deadline_) return false;
+    absl::SleepFor(wait);
+    next_ = std::min(next_ * 2, max_);
+    return true;
+  }
+
+ private:
+  const absl::Time deadline_;
+  absl::Duration next_;
+  const absl::Duration max_;
+  absl::BitGen gen_;
+};
+
 }  // namespace
 
 v1::ObserveRequest TensorObservation(const std::string& name, const TensorView& tensor) {
@@ -159,6 +208,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     return absl::InvalidArgumentError(absl::StrCat(
         "the replica name \"", options.replica, "\" is not 1 to 64 characters of [a-zA-Z0-9._-]"));
   }
+  if (options.retry_total < absl::ZeroDuration() ||
+      options.retry_initial_backoff <= absl::ZeroDuration() ||
+      options.retry_max_backoff < options.retry_initial_backoff) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "retry_total must be >= 0 (is ", absl::FormatDuration(options.retry_total),
+        "), retry_initial_backoff > 0 (is ", absl::FormatDuration(options.retry_initial_backoff),
+        ") and retry_max_backoff >= retry_initial_backoff (is ",
+        absl::FormatDuration(options.retry_max_backoff), ")"));
+  }
   if (!options.bearer_token.empty() && !ValidToken(options.bearer_token)) {
     return absl::InvalidArgumentError(
         "the bearer token must be 1 to 4096 printable ASCII characters without spaces");
@@ -182,7 +240,12 @@ Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOption
                                                   : absl::StrCat("Bearer ", options.bearer_token)),
       stub_(v1::QParamsService::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)),
-      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return GetTopology(); })) {}
+      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return GetTopology(); })),
+      idempotency_keys_(options.idempotency_keys),
+      retry_total_(options.retry_total),
+      retry_initial_backoff_(options.retry_initial_backoff),
+      retry_max_backoff_(options.retry_max_backoff),
+      client_id_(RandomClientId()) {}
 
 Client::~Client() = default;
 
@@ -371,25 +434,86 @@ absl::Status Client::DeleteSession(const std::string& name) {
       .status();
 }
 
+void Client::Key(v1::ObserveRequest& request) {
+  if (!idempotency_keys_ || !request.client_id().empty()) return;
+  uint64_t sequence;
+  {
+    absl::MutexLock lock(&sequences_mu_);
+    sequence = ++sequences_[request.name()];
+  }
+  request.set_client_id(client_id_);
+  request.set_sequence(sequence);
+}
+
+std::vector<v1::ObserveRequest> Client::Keyed(const std::vector<v1::ObserveRequest>& requests) {
+  std::vector<v1::ObserveRequest> keyed = requests;
+  for (v1::ObserveRequest& request : keyed) Key(request);
+  return keyed;
+}
+
+absl::StatusOr<v1::ObserveResponse> Client::Observe(v1::ObserveRequest request) {
+  Key(request);
+  const std::string name = request.name();
+  Backoff backoff(retry_total_, retry_initial_backoff_, retry_max_backoff_);
+  while (true) {
+    absl::StatusOr<v1::ObserveResponse> response =
+        Unary(*stub_, &v1::QParamsService::Stub::Observe, request, timeout_, authorization_, name,
+              router_->replica());
+    if (response.ok() || request.client_id().empty() || !Retryable(response.status()) ||
+        !backoff.Wait()) {
+      return response;
+    }
+  }
+}
+
+absl::StatusOr<std::vector<v1::ObserveResponse>> Client::SendWithRetries(
+    const std::vector<const v1::ObserveRequest*>& requests, const SendObservations& send) {
+  std::vector<v1::ObserveResponse> responses(requests.size());
+  std::vector<size_t> pending(requests.size());
+  for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+  Backoff backoff(retry_total_, retry_initial_backoff_, retry_max_backoff_);
+  while (true) {
+    std::vector<const v1::ObserveRequest*> part;
+    part.reserve(pending.size());
+    bool all_keyed = true;
+    for (size_t i : pending) {
+      part.push_back(requests[i]);
+      all_keyed = all_keyed && !requests[i]->client_id().empty();
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> answered = send(part);
+    if (!answered.ok()) {
+      // Which of them the server applied is unknown: only keys make resending safe.
+      if (!all_keyed || !Retryable(answered.status()) || !backoff.Wait()) {
+        return answered.status();
+      }
+      continue;
+    }
+    std::vector<size_t> again;
+    for (size_t j = 0; j < pending.size(); ++j) {
+      const size_t i = pending[j];
+      if (!requests[i]->client_id().empty() && Retryable((*answered)[j])) again.push_back(i);
+      responses[i] = std::move((*answered)[j]);
+    }
+    if (again.empty() || !backoff.Wait()) return responses;
+    pending = std::move(again);
+  }
+}
+
 absl::StatusOr<v1::ObserveResponse> Client::Observe(const std::string& name,
                                                     const TensorView& tensor) {
-  return Unary(*stub_, &v1::QParamsService::Stub::Observe, TensorObservation(name, tensor),
-               timeout_, authorization_, name, router_->replica());
+  return Observe(TensorObservation(name, tensor));
 }
 
 absl::StatusOr<v1::ObserveResponse> Client::ObserveRange(const std::string& name,
                                                          const Shape& input_shape,
                                                          const TensorView& min,
                                                          const TensorView& max) {
-  return Unary(*stub_, &v1::QParamsService::Stub::Observe,
-               RangeObservation(name, input_shape, min, max), timeout_, authorization_, name,
-               router_->replica());
+  return Observe(RangeObservation(name, input_shape, min, max));
 }
 
 absl::StatusOr<v1::ObserveResponse> Client::ObserveHistogram(const std::string& name,
                                                              const Histogram& histogram) {
-  return Unary(*stub_, &v1::QParamsService::Stub::Observe, HistogramObservation(name, histogram),
-               timeout_, authorization_, name, router_->replica());
+  return Observe(HistogramObservation(name, histogram));
 }
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
@@ -404,10 +528,14 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
                                                        " (nothing was sent)"));
     }
   }
+  std::vector<v1::ObserveRequest> keyed;
+  if (idempotency_keys_) keyed = Keyed(requests);
   return router_->Observe(
-      requests,
+      idempotency_keys_ ? keyed : requests,
       [this](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
-        return ObserveStreamTo(replica, part);
+        return SendWithRetries(part, [&](const std::vector<const v1::ObserveRequest*>& sub) {
+          return ObserveStreamTo(replica, sub);
+        });
       });
 }
 
@@ -444,10 +572,14 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStreamTo(
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatch(
     const std::vector<v1::ObserveRequest>& requests) {
+  std::vector<v1::ObserveRequest> keyed;
+  if (idempotency_keys_) keyed = Keyed(requests);
   return router_->Observe(
-      requests,
+      idempotency_keys_ ? keyed : requests,
       [this](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
-        return ObserveBatchTo(replica, part);
+        return SendWithRetries(part, [&](const std::vector<const v1::ObserveRequest*>& sub) {
+          return ObserveBatchTo(replica, sub);
+        });
       });
 }
 

@@ -31,9 +31,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/histogram.h"
 #include "core/tensor.h"
@@ -70,6 +73,20 @@ struct ClientOptions {
   // balancer or straight to it, and never splits a call: e.g. to list the sessions
   // of one replica. The replica refuses the call if it is another.
   std::string replica;
+  // Safe retries of observations (docs/retries.md). With idempotency_keys, every
+  // observation this client sends (Observe*, ObserveStream, ObserveBatch) carries
+  // the client's random client_id and the next sequence of its session, unless the
+  // request already carries a key (kept as it is); the server applies a key at most
+  // once. A keyed observation that fails with UNAVAILABLE or DEADLINE_EXCEEDED (the
+  // call's status, or a stream/batch item's) is sent again with the same key after
+  // an exponential backoff with jitter (retry_initial_backoff, doubling up to
+  // retry_max_backoff), as long as the next attempt starts within retry_total of the
+  // call's start; each attempt has its own `timeout`. retry_total zero: no retry.
+  // Unkeyed observations are never retried (a retry could apply them twice).
+  bool idempotency_keys = true;
+  absl::Duration retry_total = absl::Seconds(30);
+  absl::Duration retry_initial_backoff = absl::Milliseconds(50);
+  absl::Duration retry_max_backoff = absl::Seconds(5);
 };
 
 // Channel credentials for TLS (pass them as ClientOptions::credentials):
@@ -108,7 +125,8 @@ class Client {
   // first call. INVALID_ARGUMENT for an empty target, a timeout <= 0,
   // max_message_bytes <= 0, a tls_server_name without credentials, a bearer token
   // that metadata cannot carry (the message never shows the token), or a replica
-  // name that is not 1 to 64 characters of [a-zA-Z0-9._-].
+  // name that is not 1 to 64 characters of [a-zA-Z0-9._-], a negative retry_total,
+  // a retry_initial_backoff <= 0 or a retry_max_backoff below it.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
                                                          ClientOptions options = {});
 
@@ -164,8 +182,18 @@ class Client {
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);
 
-  // One forward of the session `name` on `tensor`.
+  // The random client_id this client keys its observations with (see
+  // ClientOptions::idempotency_keys): 22 characters of [A-Za-z0-9_-].
+  const std::string& client_id() const { return client_id_; }
+
+  // One forward of the session `name` on `tensor`. Keyed and retried as
+  // ClientOptions::idempotency_keys says, as are the other observe calls; a
+  // retried observation the server had applied answers with `duplicate` set.
   absl::StatusOr<v1::ObserveResponse> Observe(const std::string& name, const TensorView& tensor);
+
+  // One ObserveRequest as built by the caller (TensorObservation, ...), keyed and
+  // retried as Observe.
+  absl::StatusOr<v1::ObserveResponse> Observe(v1::ObserveRequest request);
 
   // One forward of the session `name` from the block minima and maxima of a tensor of
   // `input_shape` (see RangeObservation). The result is bit-identical to Observe's on
@@ -269,6 +297,19 @@ class Client {
                              const std::vector<std::string>& replicas,
                              const std::function<absl::Status(absl::string_view)>& each);
 
+  // Gives `request` this client's key (its session's next sequence) unless keys are
+  // off or it has one.
+  void Key(v1::ObserveRequest& request);
+  // `requests` keyed as Key says (a copy only when a request needs a key).
+  std::vector<v1::ObserveRequest> Keyed(const std::vector<v1::ObserveRequest>& requests);
+  // Sends `requests` through `send` (one stream or batch call) and sends again, with
+  // their keys, the keyed ones whose call or own status is UNAVAILABLE or
+  // DEADLINE_EXCEEDED, as ClientOptions says; the responses in order.
+  using SendObservations = std::function<absl::StatusOr<std::vector<v1::ObserveResponse>>(
+      const std::vector<const v1::ObserveRequest*>&)>;
+  absl::StatusOr<std::vector<v1::ObserveResponse>> SendWithRetries(
+      const std::vector<const v1::ObserveRequest*>& requests, const SendObservations& send);
+
   const absl::Duration timeout_;
   const int max_message_bytes_;
   const std::string authorization_;  // "Bearer <token>", or "" for none
@@ -276,6 +317,14 @@ class Client {
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   // Headers, splits and merges of sharded deployments; calls GetTopology.
   const std::unique_ptr<ReplicaRouter> router_;
+  const bool idempotency_keys_;
+  const absl::Duration retry_total_;
+  const absl::Duration retry_initial_backoff_;
+  const absl::Duration retry_max_backoff_;
+  const std::string client_id_;
+  absl::Mutex sequences_mu_;
+  // The last sequence sent per session name.
+  absl::flat_hash_map<std::string, uint64_t> sequences_ ABSL_GUARDED_BY(sequences_mu_);
 };
 
 }  // namespace qparams

@@ -242,13 +242,18 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
 }
 
 ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
-                              const absl::StatusOr<Observation>& x, bool omit_qparams) {
+                              const absl::StatusOr<Observation>& x, bool omit_qparams,
+                              const std::optional<ObserveKey>& key) {
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
-  absl::Status status = x.ok() ? session.status() : x.status();
+  absl::Status status = x.status();
+  if (status.ok() && key) status = ValidateObserveKey(*key);
+  if (status.ok()) status = session.status();
   if (status.ok()) {
-    absl::StatusOr<ObserveResult> result = (*session)->Observe(*x, omit_qparams);
+    absl::StatusOr<ObserveResult> result = (*session)->Observe(*x, omit_qparams, key);
     if (result.ok()) {
-      if (options_.observations != nullptr) options_.observations->Increment();
+      if (options_.observations != nullptr && !result->duplicate) {
+        options_.observations->Increment();
+      }
       return {absl::OkStatus(), *std::move(result)};
     }
     status = result.status();

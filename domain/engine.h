@@ -155,8 +155,15 @@ class Engine {
   // histogram session then runs no search). `x` is the observation, or why the
   // request holds none: that refusal comes before the name's. Whatever the status,
   // the outcome carries the session's observation count.
+  //
+  // `key`: the observation's idempotency key (docs/retries.md), checked after the
+  // observation and before the name (INVALID_ARGUMENT: ValidateObserveKey); the
+  // session applies a key at most once (Session::Observe), answering a duplicate
+  // with the original count and ObserveResult::duplicate, which the observations
+  // counter does not count.
   ObserveOutcome Observe(absl::string_view tenant, absl::string_view name,
-                         const absl::StatusOr<Observation>& x, bool omit_qparams = false);
+                         const absl::StatusOr<Observation>& x, bool omit_qparams = false,
+                         const std::optional<ObserveKey>& key = std::nullopt);
 
   // get_qparams: the buffers and the initialized flag (and a histogram session's
   // calibration, running its search if the histogram changed since it last ran).

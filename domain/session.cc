@@ -24,13 +24,15 @@ HistogramQParamsCalculator* AsHistogram(StatefulQParamsCalculatorBase& calculato
 }  // namespace
 
 Session::Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
-                 SessionLog& log, absl::Time create_time, absl::Time update_time)
+                 SessionLog& log, absl::Time create_time, absl::Time update_time,
+                 DedupeWindow dedupe)
     : key_(std::move(key)),
       create_time_(create_time),
       log_(log),
       last_access_ns_(absl::ToUnixNanos(absl::Now())),
       calculator_(std::move(calculator)),
-      update_time_(update_time) {}
+      update_time_(update_time),
+      dedupe_(std::move(dedupe)) {}
 
 void Session::Touch() const {
   last_access_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
@@ -47,10 +49,17 @@ absl::Status Session::Mutate(
   Touch();
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
+  return MutateLocked(mutate, std::nullopt);
+}
+
+absl::Status Session::MutateLocked(
+    const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate,
+    const std::optional<ObserveKey>& key) {
   // With a log that keeps nothing, nothing can fail after `mutate`: it runs on the
   // calculator.
   if (!log_.keeps_records()) {
     QPARAMS_RETURN_IF_ERROR(mutate(*calculator_));
+    if (key) dedupe_.Record(*key, calculator_->observation_count());
     update_time_ = absl::Now();
     return absl::OkStatus();
   }
@@ -61,30 +70,59 @@ absl::Status Session::Mutate(
   // meanwhile and share the fsync.
   std::unique_ptr<StatefulQParamsCalculatorBase> next = calculator_->Clone();
   QPARAMS_RETURN_IF_ERROR(mutate(*next));
+  // The window is copied only for a keyed mutation; it replaces the session's with
+  // the calculator, so a key is remembered exactly when its observation is applied.
+  std::optional<DedupeWindow> next_dedupe;
+  if (key) {
+    next_dedupe = dedupe_;
+    next_dedupe->Record(*key, next->observation_count());
+  }
   const absl::Time update_time = absl::Now();
   QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
-                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time));
+                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
+                                          next_dedupe ? *next_dedupe : dedupe_));
   QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
   calculator_ = std::move(next);
+  if (next_dedupe) dedupe_ = *std::move(next_dedupe);
   update_time_ = update_time;
   return absl::OkStatus();
 }
 
-absl::StatusOr<ObserveResult> Session::Observe(const Observation& x, bool omit_qparams) {
+absl::StatusOr<ObserveResult> Session::Observe(const Observation& x, bool omit_qparams,
+                                               const std::optional<ObserveKey>& key) {
+  Touch();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status live = CheckLive(); !live.ok()) return live;
   ObserveResult result;
-  absl::Status status = Mutate([&](StatefulQParamsCalculatorBase& calculator) -> absl::Status {
-    if (HistogramQParamsCalculator* histogram = AsHistogram(calculator)) {
-      QPARAMS_RETURN_IF_ERROR(histogram->Observe(x));
-      if (!omit_qparams) {  // the search runs here, and only here on this path
-        result.qparams = histogram->GetQParams();
-        result.calibration = histogram->calibration();
+  if (key) {
+    QPARAMS_ASSIGN_OR_RETURN(const std::optional<int64_t> applied, dedupe_.Check(*key));
+    if (applied) {
+      result.duplicate = true;
+      result.observation_count = *applied;
+      if (!omit_qparams) {
+        result.qparams = calculator_->GetQParams();
+        if (const HistogramQParamsCalculator* histogram = AsHistogram(*calculator_)) {
+          result.calibration = histogram->calibration();
+        }
       }
-    } else {
-      QPARAMS_ASSIGN_OR_RETURN(result.qparams, calculator.Forward(x));
+      return result;
     }
-    result.observation_count = calculator.observation_count();
-    return absl::OkStatus();
-  });
+  }
+  absl::Status status = MutateLocked(
+      [&](StatefulQParamsCalculatorBase& calculator) -> absl::Status {
+        if (HistogramQParamsCalculator* histogram = AsHistogram(calculator)) {
+          QPARAMS_RETURN_IF_ERROR(histogram->Observe(x));
+          if (!omit_qparams) {  // the search runs here, and only here on this path
+            result.qparams = histogram->GetQParams();
+            result.calibration = histogram->calibration();
+          }
+        } else {
+          QPARAMS_ASSIGN_OR_RETURN(result.qparams, calculator.Forward(x));
+        }
+        result.observation_count = calculator.observation_count();
+        return absl::OkStatus();
+      },
+      key);
   if (!status.ok()) return status;
   return result;
 }
@@ -175,7 +213,7 @@ SessionInfo Session::Info() const {
 
 storage::v1::SessionState Session::Record() const {
   absl::ReaderMutexLock lock(&mu_);
-  return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_);
+  return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_, dedupe_);
 }
 
 absl::Status Session::Retire(const std::function<absl::Status()>& leave, absl::Status gone) {

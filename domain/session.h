@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/dedupe_window.h"
 #include "core/calibration.h"
 #include "core/granularity.h"
 #include "core/histogram.h"
@@ -70,6 +71,9 @@ struct ObserveResult {
   QParams qparams;                // empty when the observation omitted them
   int64_t observation_count = 0;  // after the forward
   std::optional<CalibrationResult> calibration;  // histogram kinds, unless omitted
+  // The key was applied before: nothing was applied now, observation_count is the
+  // count after the original, and qparams/calibration are the session's current ones.
+  bool duplicate = false;
 };
 
 // Every successful mutation appends the session's new state to the session log
@@ -81,9 +85,10 @@ struct ObserveResult {
 class Session {
  public:
   // Takes over `calculator` (built from the session's spec, or restored with its
-  // times). `log` must outlive the session.
+  // times and dedupe window). `log` must outlive the session.
   Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
-          SessionLog& log, absl::Time create_time, absl::Time update_time);
+          SessionLog& log, absl::Time create_time, absl::Time update_time,
+          DedupeWindow dedupe = {});
 
   const SessionKey& key() const { return key_; }
   const std::string& name() const { return key_.name; }
@@ -100,7 +105,15 @@ class Session {
   // (GetQParams, Info) run it at most once per state. The other kinds compute their
   // qparams on every computing forward whatever `omit_qparams` says (it is cheap);
   // the caller drops them.
-  absl::StatusOr<ObserveResult> Observe(const Observation& x, bool omit_qparams = false);
+  //
+  // With an idempotency `key` (valid: ValidateObserveKey), the rule of the session's
+  // dedupe window (common/dedupe_window.h): a key it holds is answered as a
+  // duplicate (ObserveResult::duplicate) and applies nothing; a key older than the
+  // window is FAILED_PRECONDITION; otherwise the forward applies and its key is
+  // remembered in the same record. A failure is not remembered (it changed nothing):
+  // the key's retry is evaluated anew.
+  absl::StatusOr<ObserveResult> Observe(const Observation& x, bool omit_qparams = false,
+                                        const std::optional<ObserveKey>& key = std::nullopt);
 
   // set_export_mode(enabled).
   absl::Status SetExportMode(bool enabled);
@@ -153,6 +166,11 @@ class Session {
   // read ever sees a mutation that was not acknowledged.
   absl::Status Mutate(const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Mutate's work once the lock is held and the session is live; with a `key`, the
+  // dedupe window remembers it with the calculator's new count, in the same record.
+  absl::Status MutateLocked(
+      const std::function<absl::Status(StatefulQParamsCalculatorBase&)>& mutate,
+      const std::optional<ObserveKey>& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionKey key_;
   const absl::Time create_time_;
@@ -161,6 +179,7 @@ class Session {
   mutable absl::Mutex mu_;
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator_ ABSL_GUARDED_BY(mu_);
   absl::Time update_time_ ABSL_GUARDED_BY(mu_);
+  DedupeWindow dedupe_ ABSL_GUARDED_BY(mu_);
   absl::Status gone_ ABSL_GUARDED_BY(mu_);  // OK while the session is in the store
 };
 

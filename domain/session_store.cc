@@ -85,7 +85,7 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
           absl::StrCat("the server holds ", sessions_.size(),
                        " sessions, its limit (--max_sessions); delete unused sessions first"));
     }
-    QPARAMS_ASSIGN_OR_RETURN(sequence, log_.AppendPut(key, state, now, now));
+    QPARAMS_ASSIGN_OR_RETURN(sequence, log_.AppendPut(key, state, now, now, DedupeWindow()));
     Forget(map_key);
     Insert(map_key, session);
   }
@@ -235,7 +235,8 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
         // The record's temporaries are gone: the buffers move out of their gaps.
         decoded->calculator->ReallocateBuffers();
         session = std::make_shared<Session>(std::move(decoded->key), std::move(decoded->calculator),
-                                            log_, decoded->create_time, decoded->update_time);
+                                            log_, decoded->create_time, decoded->update_time,
+                                            std::move(decoded->dedupe));
       }
       absl::MutexLock lock(&mu_);
       Forget(key);

@@ -335,6 +335,26 @@ void RequestSeeds(const fs::path& dir) {
                      return g.SerializeAsString();
                    }()}}));
 
+  // Idempotency keys: an observation, its retry (a duplicate), the next sequence, a
+  // batch of a retried and a new key, and a refused key.
+  v1::ObserveRequest keyed = observe_m;
+  keyed.set_client_id("seed-client");
+  keyed.set_sequence(1);
+  v1::ObserveRequest keyed_next = keyed;
+  keyed_next.set_sequence(2);
+  v1::ObserveBatchRequest keyed_batch;
+  *keyed_batch.add_observations() = keyed_next;
+  *keyed_batch.add_observations() = keyed_next;
+  keyed_batch.mutable_observations(1)->set_sequence(3);
+  v1::ObserveRequest bad_key = keyed;
+  bad_key.set_client_id("bad key");
+  Write(dir / "sequence_keyed_observations",
+        Sequence({{kCreateSession, create_ma.SerializeAsString()},
+                  {kObserve, keyed.SerializeAsString()},
+                  {kObserve, keyed.SerializeAsString()},
+                  {kObserveBatch, keyed_batch.SerializeAsString()},
+                  {kObserve, bad_key.SerializeAsString()}}));
+
   GroupSeeds(dir);
 }
 

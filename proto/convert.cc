@@ -346,6 +346,11 @@ absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& reque
       "histogram session, a histogram");
 }
 
+std::optional<ObserveKey> ObserveKeyFromProto(const v1::ObserveRequest& request) {
+  if (request.client_id().empty() && request.sequence() == 0) return std::nullopt;
+  return ObserveKey{request.client_id(), request.sequence()};
+}
+
 absl::StatusOr<Observation> ComputeObservationFromProto(const v1::ComputeRequest& request,
                                                         int64_t max_elements) {
   if (request.has_tensor() == request.has_range()) {

@@ -7,9 +7,11 @@
 #define QPARAMS_PROTO_CONVERT_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/dedupe_window.h"
 #include "core/calibration.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
@@ -94,6 +96,10 @@ CalibrationResult CalibrationFromProto(const v1::CalibrationResult& calibration)
 // `request`, which must outlive the result. None set is INVALID_ARGUMENT.
 absl::StatusOr<Observation> ObservationFromProto(const v1::ObserveRequest& request,
                                                  int64_t max_elements);
+
+// The idempotency key of a request; nullopt when neither client_id nor sequence is
+// set. Not validated here: the engine refuses a bad key (ValidateObserveKey).
+std::optional<ObserveKey> ObserveKeyFromProto(const v1::ObserveRequest& request);
 
 // The observation of a Compute request: exactly one of its tensor and its range, as
 // ObservationFromProto; both or neither set is INVALID_ARGUMENT.

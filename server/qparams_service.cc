@@ -308,9 +308,10 @@ absl::Status QParamsServiceImpl::ObserveOne(absl::string_view tenant,
   }
   ObserveOutcome outcome = engine_->Observe(
       tenant, request.name(), wire::ObservationFromProto(request, options_.max_tensor_elements),
-      request.omit_qparams());
+      request.omit_qparams(), wire::ObserveKeyFromProto(request));
   response->set_observation_count(outcome.result.observation_count);
   QPARAMS_RETURN_IF_ERROR(outcome.status);
+  if (outcome.result.duplicate) response->set_duplicate(true);
   if (!request.omit_qparams()) {
     *response->mutable_qparams() = wire::QParamsToProto(outcome.result.qparams);
     if (outcome.result.calibration) {

@@ -243,9 +243,10 @@ void Journal::Background() {
 }
 
 absl::StatusOr<uint64_t> Journal::AppendPut(const SessionKey& key, const CalculatorState& state,
-                                            absl::Time create_time, absl::Time update_time) {
+                                            absl::Time create_time, absl::Time update_time,
+                                            const DedupeWindow& dedupe) {
   storage::v1::Record record;
-  *record.mutable_put() = EncodeSession(key, state, create_time, update_time);
+  *record.mutable_put() = EncodeSession(key, state, create_time, update_time, dedupe);
   return Append(record);
 }
 

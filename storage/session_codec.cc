@@ -306,7 +306,8 @@ absl::StatusOr<WorkingRange> DecodeRange(const sv1::RunningRange& r, absl::strin
 }  // namespace
 
 sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
-                                absl::Time create_time, absl::Time update_time) {
+                                absl::Time create_time, absl::Time update_time,
+                                const DedupeWindow& dedupe) {
   sv1::SessionState out;
   *out.mutable_key() = EncodeKey(key);
   out.set_calculator(state.calculator);
@@ -325,6 +326,14 @@ sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& st
   if (state.histogram) *out.mutable_histogram() = EncodeHistogram(*state.histogram);
   *out.mutable_create_time() = TimestampFromTime(create_time);
   *out.mutable_update_time() = TimestampFromTime(update_time);
+  for (const DedupeWindow::Client& client : dedupe.clients()) {
+    sv1::ObserveClient* c = out.add_observe_clients();
+    c->set_client_id(client.id);
+    for (const DedupeWindow::Applied& applied : client.applied) {
+      c->add_sequences(applied.sequence);
+      c->add_observation_counts(applied.observation_count);
+    }
+  }
   return out;
 }
 
@@ -370,10 +379,27 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
     if (!histogram.ok()) return invalid(histogram.status());
     state.histogram = *std::move(histogram);
   }
+  std::vector<DedupeWindow::Client> clients;
+  clients.reserve(record.observe_clients_size());
+  for (const sv1::ObserveClient& c : record.observe_clients()) {
+    if (c.sequences_size() != c.observation_counts_size()) {
+      return invalid(absl::InvalidArgumentError(
+          absl::StrCat("the dedupe window's client \"", c.client_id(),
+                       "\" has a count for each of some but not all of its sequences")));
+    }
+    DedupeWindow::Client& client = clients.emplace_back();
+    client.id = c.client_id();
+    for (int i = 0; i < c.sequences_size(); ++i) {
+      client.applied.push_back({c.sequences(i), c.observation_counts(i)});
+    }
+  }
+  absl::StatusOr<DedupeWindow> dedupe = DedupeWindow::FromClients(std::move(clients));
+  if (!dedupe.ok()) return invalid(dedupe.status());
   absl::StatusOr<std::unique_ptr<StatefulQParamsCalculatorBase>> calculator =
       CreateStatefulFromState(std::move(state));
   if (!calculator.ok()) return invalid(calculator.status());
   DecodedSession out;
+  out.dedupe = *std::move(dedupe);
   out.key = key;
   out.calculator = *std::move(calculator);
   out.create_time = TimeFromTimestamp(record.create_time());

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/dedupe_window.h"
 #include "core/calculator_state.h"
 #include "core/qparams_calculator.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -36,9 +37,10 @@ SessionKey DecodeKey(const storage::v1::SessionKey& key);
 // The record of an eviction.
 storage::v1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time);
 
-// A session's whole state as a record.
+// A session's whole state as a record: its calculator's and its dedupe window's.
 storage::v1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
-                                        absl::Time create_time, absl::Time update_time);
+                                        absl::Time create_time, absl::Time update_time,
+                                        const DedupeWindow& dedupe = {});
 
 // A decoded record: the calculator rebuilt from it, ready to continue bit-identically.
 struct DecodedSession {
@@ -46,10 +48,11 @@ struct DecodedSession {
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator;
   absl::Time create_time;
   absl::Time update_time;
+  DedupeWindow dedupe;  // empty for a record written before idempotency keys
 };
 
 // INVALID_ARGUMENT (naming the session) for a record that does not describe a
-// consistent stateful calculator.
+// consistent stateful calculator and dedupe window.
 absl::StatusOr<DecodedSession> DecodeSession(const storage::v1::SessionState& record);
 
 }  // namespace qparams

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/dedupe_window.h"
 #include "core/calculator_state.h"
 #include "storage/group_codec.h"
 #include "storage/session_codec.h"
@@ -33,12 +34,13 @@ class SessionLog {
   // apply in place, with no copy to fall back on.
   virtual bool keeps_records() const = 0;
 
-  // Appends a session's whole state, its erasure, or its eviction at `evict_time`
-  // (written before returning) and returns the record's sequence number for Sync.
+  // Appends a session's whole state (its calculator's and its dedupe window's), its
+  // erasure, or its eviction at `evict_time` (written before returning) and returns the record's sequence number for Sync.
   // UNAVAILABLE once the log is broken (a write or fsync failed): every later append
   // fails too.
   virtual absl::StatusOr<uint64_t> AppendPut(const SessionKey& key, const CalculatorState& state,
-                                             absl::Time create_time, absl::Time update_time) = 0;
+                                             absl::Time create_time, absl::Time update_time,
+                                             const DedupeWindow& dedupe) = 0;
   virtual absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) = 0;
   virtual absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key,
                                                   absl::Time evict_time) = 0;
@@ -68,7 +70,7 @@ class NullSessionLog final : public SessionLog {
  public:
   bool keeps_records() const override { return false; }
   absl::StatusOr<uint64_t> AppendPut(const SessionKey&, const CalculatorState&, absl::Time,
-                                     absl::Time) override {
+                                     absl::Time, const DedupeWindow&) override {
     return 0;
   }
   absl::StatusOr<uint64_t> AppendErase(const SessionKey&) override { return 0; }

@@ -366,12 +366,14 @@ TEST_F(CliTest, ErrorsAndExitCodes) {
                                              {"--quant_target=bias", "create", "x"},
                                              {"--spec={nope", "create", "x"},
                                              {"--format=yaml", "calculators"},
+                                             {"--retry_total=-1s", "calculators"},
                                              {"export-mode", "dup", "maybe"}}) {
     const ProcessResult r = Cli(args);
     EXPECT_EQ(r.exit_code, 2) << args[0];
     EXPECT_TRUE(absl::StartsWith(r.err, "error: INVALID_ARGUMENT: ")) << r.err;
   }
   EXPECT_TRUE(absl::StrContains(Cli({"--qscheme=sideways", "create", "x"}).err, "--qscheme"));
+  EXPECT_TRUE(absl::StrContains(Cli({"--retry_total=-1s", "calculators"}).err, "--retry_total"));
 }
 
 TEST_F(CliTest, HistogramSessions) {

@@ -217,6 +217,12 @@ v1::ObserveRequest ObserveTensorReq(const std::string& name, const v1::Tensor& t
   *r.mutable_tensor() = tensor;
   return r;
 }
+// `r` with the idempotency key (client_id, sequence), as given.
+v1::ObserveRequest WithKey(v1::ObserveRequest r, const std::string& client_id, uint64_t sequence) {
+  r.set_client_id(client_id);
+  r.set_sequence(sequence);
+  return r;
+}
 v1::ObserveRequest ObserveRangeReq(const std::string& name, const std::vector<int64_t>& shape,
                                    const std::optional<v1::Tensor>& min,
                                    const std::optional<v1::Tensor>& max) {
@@ -717,6 +723,18 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
   observe("name with a space", ObserveTensorReq("hard/a b", Good()), kInvalid, "name");
   observe("unknown session", ObserveTensorReq("hard/missing", Good()), kNotFound, "hard/missing");
   observe("observation unset", Named<v1::ObserveRequest>(kMovingAvg), kInvalid, "observation");
+  // Idempotency keys (docs/retries.md): refused before the session is looked at.
+  const std::string long_id(65, 'k');
+  const std::vector<std::tuple<std::string, std::string, uint64_t, std::string>> keys = {
+      {"client_id with a space", "a b", 1, "client_id"},
+      {"client_id with a slash", "a/b", 1, "client_id"},
+      {"client_id of 65 characters", long_id, 1, "client_id"},
+      {"client_id without a sequence", "client-1", 0, "sequence must be >= 1"},
+      {"sequence without a client_id", "", 5, "without a client_id"}};
+  for (const auto& [what, id, sequence, field] : keys) {
+    stream(what, WithKey(ObserveTensorReq(kStatic, Good()), id, sequence), kInvalid, field);
+    observe(what, WithKey(ObserveTensorReq(kStatic, Good()), id, sequence), kInvalid, field);
+  }
   // The uninitialized static session, per_channel(axis=1).
   observe("static: rank-1 tensor for per_channel axis 1",
           ObserveTensorReq(kStatic, F32({3}, {1, 2, 3})), kInvalid, "granularity.per_channel.axis");

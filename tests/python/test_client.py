@@ -480,7 +480,7 @@ def test_background_errors_are_raised_once_and_never_lost(client, name) -> None:
 
 def test_a_failed_background_call_fails_its_observations(start_server) -> None:
     s = start_server()
-    c = qparams.Client(s.target)
+    c = qparams.Client(s.target, retry_total=0)  # the server is gone for good: no retries
     c.create_session("s", target="weight")
     c.observe_async("s", rng_array((3,))).result()
     s.stop()

@@ -232,7 +232,9 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
     assert set(owners.values()) == set(REPLICAS), "the names should spread over every replica"
     target = f"unix:{cluster.haproxy.socket}"
 
-    with qparams.Client(target) as client:
+    # No retries: r1's sessions answer UNAVAILABLE while it is down, which this test
+    # checks (a client that retries would wait for r1 for retry_total).
+    with qparams.Client(target, retry_total=0) as client:
         # Create and observe through HAProxy.
         for i, name in enumerate(SESSIONS):
             created = client.create_session(name, dtype="int8", granularity="per_channel:0", target="weight")

@@ -162,15 +162,20 @@ class ObserveResult:
         observation_count: the session's computing forwards after this one.
         calibration: a histogram session's Calibration beside the qparams (None with
             omit_qparams, for other calculators, and before the first finite value).
+        duplicate: the observation had been applied before (a retry after a lost
+            answer, docs/retries.md): nothing was applied now, observation_count is
+            the count after the original, qparams the session's current ones.
     """
 
     qparams: QParams | None
     observation_count: int
     calibration: Calibration | None = None
+    duplicate: bool = False
 
     def __repr__(self) -> str:
         text = f"ObserveResult(qparams={self.qparams!r}, observation_count={self.observation_count}"
-        return text + (f", calibration={self.calibration!r})" if self.calibration else ")")
+        text += f", calibration={self.calibration!r}" if self.calibration else ""
+        return text + (", duplicate=True)" if self.duplicate else ")")
 
     @classmethod
     def from_response(cls, response: pb.ObserveResponse) -> "ObserveResult":
@@ -182,7 +187,8 @@ class ObserveResult:
                                       calibration)
                    if response.HasField("qparams") else None)
         return cls(qparams, response.observation_count,
-                   None if calibration is None else Calibration.from_proto(calibration))
+                   None if calibration is None else Calibration.from_proto(calibration),
+                   response.duplicate)
 
 
 def stream_outcome(response: pb.ObserveResponse, session: str) -> ObserveResult | QParamsError:

@@ -28,6 +28,7 @@ from qparams._fork_proxy import ForkProxy, fork_support_enabled
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._histogram import (Histogram, HistogramParamsLike, histogram_params,
                                 histogram_request)
+from qparams._retry import Keys, RetryPolicy, retryable_error
 from qparams._results import (SHARES, GroupQParams, ObserveResult, QParams, ScaleGroup,
                               stream_outcome)
 # The headers stay importable from here, where they were defined.
@@ -139,6 +140,16 @@ class Client:
         metadata: (key, value) pairs sent with every call, the background
             observations' included (each method also takes `metadata=` for its own
             calls, sent after these).
+        idempotency_keys: every observation carries this client's random
+            `client_id` and the next sequence of its session, so that the server
+            applies it at most once (docs/retries.md). False: no keys, no retries.
+        retry_total: observations (observe, observe_histogram, observe_batch,
+            observe_many's stream on one server, observe_async's batches) that fail
+            with Unavailable or DeadlineExceeded, as a call or as an item, are sent
+            again with the same key while the next attempt would start within this
+            many seconds of the first; each attempt has its own `timeout`. 0: no retry.
+        retry_initial_backoff, retry_max_backoff: the wait before the first retry
+            (jittered in its upper half), doubling up to the maximum, in seconds.
 
     Every method that makes calls takes `timeout=` (seconds; default the client's)
     and `metadata=`. After fork(), the parent's client works on, and so does the
@@ -149,7 +160,8 @@ class Client:
     RemoteObserver pickled to it does so by itself).
 
     Raises:
-        ValueError: a bad argument (timeout <= 0, only one of tls_cert/tls_key, an
+        ValueError: a bad argument (timeout <= 0, retry_total < 0,
+            retry_initial_backoff <= 0 or above retry_max_backoff, only one of tls_cert/tls_key, an
             unreadable TLS file, a token metadata cannot carry, a replica name that is
             not 1 to 64 characters of [a-zA-Z0-9._-]).
     """
@@ -159,14 +171,18 @@ class Client:
                  tls_key: str | None = None, tls_server_name: str | None = None,
                  timeout: float = 30.0, max_message_bytes: int = 64 << 20,
                  replica: str | None = None,
-                 metadata: Metadata = None) -> None:
+                 metadata: Metadata = None, idempotency_keys: bool = True,
+                 retry_total: float = 30.0, retry_initial_backoff: float = 0.05,
+                 retry_max_backoff: float = 5.0) -> None:
         self.target = target or os.environ.get("QPARAMS_TARGET") or DEFAULT_TARGET
         # What a forked child's helper process builds its own client from (_after_fork).
         self._kwargs = dict(target=self.target, token=token, tls=tls, tls_ca=tls_ca,
                             tls_cert=tls_cert, tls_key=tls_key,
                             tls_server_name=tls_server_name, timeout=timeout,
                             max_message_bytes=max_message_bytes, replica=replica,
-                            metadata=metadata)
+                            metadata=metadata, idempotency_keys=idempotency_keys,
+                            retry_total=retry_total, retry_initial_backoff=retry_initial_backoff,
+                            retry_max_backoff=retry_max_backoff)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, not {timeout!r}")
         if max_message_bytes <= 0:
@@ -181,6 +197,8 @@ class Client:
             raise ValueError(f"replica {replica!r} is not 1 to 64 characters of [a-zA-Z0-9._-]")
         self.timeout = timeout
         self.replica = replica
+        self._retry = RetryPolicy(retry_total, retry_initial_backoff, retry_max_backoff)
+        self._keys = Keys(idempotency_keys)
         extra = _check_metadata(metadata)
         # Every qparams call's metadata; health sends only the replica's header.
         self._health_metadata = replica_header(replica) + extra or None
@@ -206,6 +224,7 @@ class Client:
         self._specs: dict[str, _Layout] = {}
         self._specs_lock = threading.Lock()
         self._queue_lock = threading.Lock()
+        self._submit_lock = threading.Lock()
         self._queue: ObserveQueue | None = None
         self._router = Router(replica, self.topology)
 
@@ -235,10 +254,17 @@ class Client:
         if self._pid != os.getpid():
             self._after_fork()
 
+    @property
+    def client_id(self) -> str:
+        """The random id this client keys its observations with in this process
+        (a forked child's is its own): 22 characters of [A-Za-z0-9_-]."""
+        return self._keys.client_id
+
     def _after_fork(self) -> None:
         # Locks held by the parent's threads at fork time stay held in the child:
         # every one this client uses is replaced, not acquired.
         self._queue_lock = threading.Lock()
+        self._submit_lock = threading.Lock()
         self._queue = None
         self._specs_lock = threading.Lock()
         self._router.after_fork()
@@ -658,7 +684,7 @@ class Client:
         cached = reduce != "never" and name in self._specs
         request = self._request(name, x, reduce, omit_qparams)
         try:
-            response = self._call("Observe", request, timeout, metadata)
+            response = self._observe_call(request, timeout, metadata)
         except (InvalidArgument, FailedPrecondition) as e:
             # A spec cached before another client replaced the session (or changed its
             # granularity) reduces to the wrong blocks (or bins): fetch it again once and
@@ -672,9 +698,15 @@ class Client:
                 changed = False
             if not changed:
                 raise e from None
-            response = self._call("Observe", self._request(name, x, reduce, omit_qparams),
-                                  timeout, metadata)
+            response = self._observe_call(self._request(name, x, reduce, omit_qparams),
+                                          timeout, metadata)
         return ObserveResult.from_response(response)
+
+    def _observe_call(self, request: pb.ObserveRequest, timeout: float | None,
+                      metadata: Metadata) -> pb.ObserveResponse:
+        """One Observe call, retried as the client's retry policy says if keyed."""
+        return self._retry.call(bool(request.client_id),
+                                lambda: self._call("Observe", request, timeout, metadata))
 
     def observe_many(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
                      omit_qparams: bool = False,
@@ -688,12 +720,15 @@ class Client:
 
         `items` is read lazily, so it may be a generator. `timeout` bounds the whole
         stream (default: none). A TypeError/ValueError of an item ends the stream after
-        the items before it and is raised; so is the stream's own failure.
+        the items before it and is raised; so is the stream's own failure. On one
+        server, a stream that fails with Unavailable or DeadlineExceeded is opened
+        again (the retry policy of the class) with the keyed items it had not
+        answered, then the rest.
 
         Sharded: one stream per owning replica, opened at its first item, the items
         read by a background thread at most 64 ahead of the answers yielded; a
         failed stream is raised (its message naming the replica) when its next answer
-        is due, after the answers before it.
+        is due, after the answers before it, and is not retried.
         """
         check_reduce(reduce)
         slot_map = self._router.slot_map()
@@ -701,30 +736,80 @@ class Client:
             yield from self._observe_streams(slot_map, items, reduce, omit_qparams, timeout,
                                              metadata)
             return
-        names: collections.deque[str] = collections.deque()
-        failure: list[BaseException] = []
+        yield from self._observe_stream(items, reduce, omit_qparams, timeout, metadata)
 
-        def requests() -> Iterator[pb.ObserveRequest]:
-            for name, x in items:
+    def _observe_stream(self, items: Iterable[tuple[str, TensorLike]], reduce: str,
+                        omit_qparams: bool, timeout: float | None,
+                        metadata: Metadata) -> Iterator[ObserveResult | QParamsError]:
+        """observe_many over one ObserveStream, opened again after a retryable failure
+        (as the retry policy says) with the keyed requests sent but not answered,
+        then the rest of `items`.
+
+        gRPC's thread reads requests() while this generator reads the answers. `lock`
+        guards `sent` (taken and unanswered, with their sessions' names), `carry`
+        (taken by a stream replaced meanwhile, for the next one) and `generation`
+        (the current stream's); `source_lock` makes one thread at a time read `items`
+        (a stream being replaced may still be reading it). Lock order: `source_lock`,
+        then `lock`; this generator takes only `lock`.
+        """
+        source = iter(items)
+        sent: collections.deque[tuple[str, pb.ObserveRequest]] = collections.deque()
+        carry: collections.deque[tuple[str, pb.ObserveRequest]] = collections.deque()
+        failure: list[BaseException] = []
+        lock, source_lock = threading.Lock(), threading.Lock()
+        generation = [0]
+
+        def take(mine: int) -> pb.ObserveRequest | None:
+            """The stream `mine`'s next request, recorded in `sent`; None at the end."""
+            with lock:
+                if generation[0] != mine or failure:
+                    return None
+                if carry:
+                    sent.append(carry.popleft())
+                    return sent[-1][1]
+            with source_lock:
                 try:
+                    name, x = next(source)
                     request = self._request(name, x, reduce, omit_qparams)
+                except StopIteration:
+                    return None
                 except BaseException as e:  # raised below, after the answers before it
                     failure.append(e)
-                    return
-                names.append(name)
+                    return None
+                with lock:
+                    if generation[0] != mine:
+                        carry.append((name, request))
+                        return None
+                    sent.append((name, request))
+            return request
+
+        def requests(mine: int, resend: list[pb.ObserveRequest]) -> Iterator[pb.ObserveRequest]:
+            yield from resend
+            while (request := take(mine)) is not None:
                 yield request
 
-        call = self._stub.ObserveStream(requests(), timeout=timeout,
-                                        metadata=self._addressed(None, metadata))
-        try:
-            for response in call:
-                yield stream_outcome(response, names.popleft())
-        except grpc.RpcError as e:
-            if failure:
-                raise failure[0]
-            raise error_from_rpc(e) from None
-        finally:
-            call.cancel()
+        wait = self._retry.waits()
+        resend: list[pb.ObserveRequest] = []
+        while True:
+            call = self._stub.ObserveStream(requests(generation[0], resend), timeout=timeout,
+                                            metadata=self._addressed(None, metadata))
+            try:
+                for response in call:
+                    with lock:
+                        name, _ = sent.popleft()
+                    yield stream_outcome(response, name)
+                break
+            except grpc.RpcError as e:
+                if failure:
+                    raise failure[0]
+                with lock:
+                    generation[0] += 1
+                    resend = [request for _, request in sent]
+                if not (resend and all(r.client_id for r in resend) and retryable_error(e)
+                        and wait()):
+                    raise error_from_rpc(e) from None
+            finally:
+                call.cancel()
         if failure:
             raise failure[0]
 
@@ -839,8 +924,10 @@ class Client:
         failed one fails only its own observations)."""
         slot_map = self._router.slot_map()
         if slot_map is None:
-            return self._stub.ObserveBatch(request, timeout=self.timeout, metadata=self._metadata)
-        return self._observe_batch_by_owner(slot_map, request, raise_failure=False)
+            return self._retry.batch(request, lambda part: self._stub.ObserveBatch(
+                part, timeout=self.timeout, metadata=self._metadata))
+        return self._retry.batch(request, lambda part: self._observe_batch_by_owner(
+            slot_map, part, raise_failure=False))
 
     def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
                       omit_qparams: bool = False,
@@ -854,8 +941,9 @@ class Client:
         Raises:
             TypeError, ValueError: a bad item or argument, before any call.
             ResourceExhausted: more than 4096 items (nothing is observed).
-            Unavailable, DeadlineExceeded...: the call failed; as for any failed call,
-                the server may or may not have applied the items. Sharded: one call
+            Unavailable, DeadlineExceeded...: the call failed (after the retries of
+                keyed items, see the class); without keys, the server may or may not
+                have applied the items. Sharded: one call
                 per owning replica; the first failed one (by replica name) is raised,
                 and the other replicas applied theirs.
         """
@@ -866,10 +954,11 @@ class Client:
             request.observations.append(self._request(name, x, reduce, omit_qparams))
         slot_map = self._router.slot_map()
         if slot_map is None:
-            response = self._call("ObserveBatch", request, timeout, metadata)
+            response = self._retry.batch(request, lambda part: self._call(
+                "ObserveBatch", part, timeout, metadata))
         else:
-            response = self._observe_batch_by_owner(slot_map, request, raise_failure=True,
-                                                    timeout=timeout, metadata=metadata)
+            response = self._retry.batch(request, lambda part: self._observe_batch_by_owner(
+                slot_map, part, raise_failure=True, timeout=timeout, metadata=metadata))
         return [stream_outcome(r, name) for r, name in zip(response.responses, names)]
 
     def observe_async(self, name: str, x: TensorLike, *, reduce: str = "auto",
@@ -889,13 +978,16 @@ class Client:
         reduce and omit_qparams: as for observe.
         """
         check_reduce(reduce)
-        request = self._request(name, x, reduce, omit_qparams)
+        request = self._request(name, x, reduce, omit_qparams, key=False)
         self._in_this_process()
         with self._queue_lock:
             if self._queue is None:
                 self._queue = ObserveQueue(self._send_batch)
             queue = self._queue
-        return queue.submit(request)
+        # Keyed in the order of the queue, which the server applies: sequences keyed
+        # apart from it would reach a session out of order, beyond its window.
+        with self._submit_lock:
+            return queue.submit(self._keys.key(request))
 
     def flush(self, timeout: float | None = None) -> None:
         """Waits until every observe_async observation is answered; raises the first
@@ -944,7 +1036,8 @@ class Client:
         request = pb.ObserveRequest(name=name, omit_qparams=omit_qparams)
         request.histogram.CopyFrom(histogram if isinstance(histogram, pb.HistogramObservation)
                                    else histogram.to_proto())
-        return ObserveResult.from_response(self._call("Observe", request, timeout, metadata))
+        self._keys.key(request)
+        return ObserveResult.from_response(self._observe_call(request, timeout, metadata))
 
     def set_export_mode(self, name: str, enabled: bool = True, *,
                         timeout: float | None = None, metadata: Metadata = None) -> pb.Session:
@@ -1098,8 +1191,10 @@ class Client:
                 layout = self._specs.get(name)
         return layout
 
-    def _request(self, name: str, x: TensorLike, reduce: str,
-                 omit_qparams: bool) -> pb.ObserveRequest:
+    def _request(self, name: str, x: TensorLike, reduce: str, omit_qparams: bool,
+                 key: bool = True) -> pb.ObserveRequest:
+        """The ObserveRequest of x (reduced as `reduce` says), with this client's next
+        key of its session unless `key` is False (the caller keys it)."""
         layout = None if reduce == "never" else self._layout(name)
         if layout is None:
             request = tensor_request(name, x)
@@ -1110,7 +1205,7 @@ class Client:
         if request.HasField("tensor"):
             self._check_size(request.tensor.data, reduce)
         request.omit_qparams = omit_qparams
-        return request
+        return self._keys.key(request) if key else request
 
     def _check_size(self, data: bytes, reduce: str) -> None:
         """ValueError for a tensor whose bytes alone exceed the message limit: gRPC
