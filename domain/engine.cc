@@ -12,6 +12,7 @@
 #include "common/page_token.h"
 #include "common/slot.h"
 #include "core/status_macros.h"
+#include "storage/state_file.h"
 
 namespace qparams {
 namespace {
@@ -60,6 +61,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(EngineOptions options) {
   Journal& journal = *owned;
   std::unique_ptr<Engine> engine(new Engine(std::move(options), std::move(owned)));
   QPARAMS_RETURN_IF_ERROR(engine->Recover(journal));
+  QPARAMS_RETURN_IF_ERROR(engine->LoadSlotMoves());
   return engine;
 }
 
@@ -146,7 +148,9 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant, absl
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
                                                   const CalculatorOptions& options) {
-  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  const SlotGate& gate = gates_[SlotOf(name)];
+  absl::ReaderMutexLock hold(&gate.mu);
+  QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
   absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
   if (!key.ok()) return key.status();
   absl::StatusOr<const CalculatorClass*> cls = Registry().Resolve(*key);
@@ -210,7 +214,9 @@ absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
 }
 
 absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
-  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  const SlotGate& gate = gates_[SlotOf(name)];
+  absl::ReaderMutexLock hold(&gate.mu);
+  QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
   return store_.Erase({std::string(tenant), std::string(name)});
 }
 
@@ -243,8 +249,11 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
 
 ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
                               const absl::StatusOr<Observation>& x, bool omit_qparams) {
+  const SlotGate& gate = gates_[SlotOf(name)];
+  absl::ReaderMutexLock hold(&gate.mu);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   absl::Status status = x.ok() ? session.status() : x.status();
+  if (status.ok()) status = CheckWritable(name, gate);
   if (status.ok()) {
     absl::StatusOr<ObserveResult> result = (*session)->Observe(*x, omit_qparams);
     if (result.ok()) {
@@ -274,8 +283,11 @@ absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
 
 absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
                                                   absl::string_view name, bool enabled) {
+  const SlotGate& gate = gates_[SlotOf(name)];
+  absl::ReaderMutexLock hold(&gate.mu);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
+  QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
   QPARAMS_RETURN_IF_ERROR((*session)->SetExportMode(enabled));
   return (*session)->Info();
 }
@@ -287,8 +299,11 @@ absl::StatusOr<SessionInfo> Engine::SetGranularity(
     return absl::InvalidArgumentError(
         "granularity is unset; set per_tensor, per_channel or per_block");
   }
+  const SlotGate& gate = gates_[SlotOf(name)];
+  absl::ReaderMutexLock hold(&gate.mu);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
+  QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
   QPARAMS_RETURN_IF_ERROR((*session)->SetGranularity(*granularity));
   return (*session)->Info();
 }
@@ -334,7 +349,9 @@ std::vector<std::string> Engine::Restore(const std::vector<storage::v1::Record>&
 absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant,
                                                         const ScaleGroupRequest& request) {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request.name, "group.name"));
-  QPARAMS_RETURN_IF_ERROR(CheckOwned(request.name));
+  const SlotGate& gate = gates_[SlotOf(request.name)];
+  absl::ReaderMutexLock hold(&gate.mu);
+  QPARAMS_RETURN_IF_ERROR(CheckWritable(request.name, gate));
   QPARAMS_RETURN_IF_ERROR(ValidateGroupMembers(request.members));
   if (!request.share.has_value()) {
     return absl::InvalidArgumentError(
@@ -417,7 +434,9 @@ absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant,
 }
 
 absl::Status Engine::DeleteScaleGroup(absl::string_view tenant, absl::string_view name) {
-  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  const SlotGate& gate = gates_[SlotOf(name)];
+  absl::ReaderMutexLock hold(&gate.mu);
+  QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
   return groups_.Erase(tenant, name);
 }
 
@@ -440,6 +459,219 @@ absl::StatusOr<GroupResult> Engine::GetGroupQParams(absl::string_view tenant,
     members.push_back(*std::move(state));
   }
   return ComputeGroupQParams(group.share, group.fill_uncalibrated, members);
+}
+
+// ---- Moving slots ----
+
+absl::Status Engine::CheckWritable(absl::string_view name, const SlotGate& gate) const {
+  QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
+  if (gate.state != SlotMoveState::kMigrating) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("slot ", SlotOf(name), " is moving to ", gate.peer,
+                                             "; retry (session ", name, ")"));
+}
+
+absl::Status Engine::CheckSlotRange(int low, int high) {
+  if (low < 0 || high >= kSlotCount || low > high) {
+    return absl::InvalidArgumentError(absl::StrCat("slots ", low, ":", high,
+                                                   ": a range is LOW:HIGH with 0 <= LOW <= HIGH < ",
+                                                   kSlotCount));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<SlotMove> Engine::Runs(const SlotStates& moves) {
+  std::vector<SlotMove> runs;
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    const auto& [state, peer] = moves[slot];
+    if (state == SlotMoveState::kStable) continue;
+    if (!runs.empty() && runs.back().high == slot - 1 && runs.back().state == state &&
+        runs.back().peer == peer) {
+      runs.back().high = slot;
+    } else {
+      runs.push_back({slot, slot, state, peer});
+    }
+  }
+  return runs;
+}
+
+std::vector<SlotMove> Engine::SlotMoves() const {
+  absl::MutexLock lock(&moves_mu_);
+  return Runs(moves_);
+}
+
+absl::Status Engine::SetSlotState(int low, int high, SlotMoveState state,
+                                  absl::string_view peer) {
+  if (options_.slot_map == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server has no slot map (--replica_id, --slot_map): it owns every slot, and no "
+        "slot can move out of it or into it");
+  }
+  QPARAMS_RETURN_IF_ERROR(CheckSlotRange(low, high));
+  if (state == SlotMoveState::kStable) {
+    peer = "";
+  } else if (!SlotMap::ValidReplicaName(peer) || peer == options_.replica_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "peer \"", peer, "\": a move's peer is another replica's name (1 to 64 characters of "
+        "[a-zA-Z0-9._-]), not this replica ", options_.replica_id));
+  }
+  absl::MutexLock lock(&moves_mu_);
+  for (int slot = low; slot <= high; ++slot) {
+    const std::string& owner = options_.slot_map->OwnerOf(slot);
+    if (state == SlotMoveState::kMigrating && owner != options_.replica_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("slot ", slot, " belongs to replica ", owner, ", not to this replica ",
+                       options_.replica_id, "; only a slot's owner migrates it"));
+    }
+    if (state == SlotMoveState::kImporting && owner == options_.replica_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slot ", slot, " belongs to this replica ", options_.replica_id, "; it cannot import it"));
+    }
+    const auto& [current, current_peer] = moves_[slot];
+    if (state != SlotMoveState::kStable && current != SlotMoveState::kStable &&
+        (current != state || current_peer != peer)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slot ", slot, " is ", SlotMoveStateName(current), " with ", current_peer,
+          "; finish or abort that move first"));
+    }
+  }
+  SlotStates moves = moves_;
+  for (int slot = low; slot <= high; ++slot) moves[slot] = {state, std::string(peer)};
+  if (moves == moves_) return absl::OkStatus();
+  // Writes in flight on the slots finish first; later ones see the new state.
+  std::vector<std::unique_ptr<absl::MutexLock>> held;
+  held.reserve(high - low + 1);
+  for (int slot = low; slot <= high; ++slot) {
+    held.push_back(std::make_unique<absl::MutexLock>(&gates_[slot].mu));
+  }
+  if (log_->keeps_records()) {
+    if (absl::Status written = WriteStateFile(*options_.journal.env, options_.journal.data_dir,
+                                              kSlotMovesFile, RenderSlotMoves(Runs(moves)));
+        !written.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the slot moves cannot be written (", written.message(), ")"));
+    }
+  }
+  moves_ = std::move(moves);
+  SetGates(low, high, state, peer);
+  LogInfo(absl::StrCat("slots ", low, ":", high, " are ", SlotMoveStateName(state),
+                       peer.empty() ? "" : absl::StrCat(" with ", peer)));
+  return absl::OkStatus();
+}
+
+void Engine::SetGates(int low, int high, SlotMoveState state, absl::string_view peer) {
+  for (int slot = low; slot <= high; ++slot) {
+    gates_[slot].state = state;
+    gates_[slot].peer = std::string(peer);
+  }
+}
+
+absl::Status Engine::LoadSlotMoves() {
+  const std::string& dir = options_.journal.data_dir;
+  absl::StatusOr<std::optional<std::string>> text =
+      ReadStateFile(*options_.journal.env, dir, kSlotMovesFile);
+  absl::StatusOr<std::vector<SlotMove>> moves =
+      !text.ok() ? text.status()
+                 : ParseSlotMoves(text->has_value() ? absl::string_view(**text) : "");
+  if (!moves.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, "/", kSlotMovesFile, ": ", moves.status().message(),
+        " (the slot moves this replica takes part in; fix or remove it, then resume or abort "
+        "the move)"));
+  }
+  absl::MutexLock lock(&moves_mu_);
+  for (const SlotMove& move : *moves) {
+    for (int slot = move.low; slot <= move.high; ++slot) {
+      moves_[slot] = {move.state, move.peer};
+      absl::MutexLock gate(&gates_[slot].mu);
+      gates_[slot].state = move.state;
+      gates_[slot].peer = move.peer;
+    }
+    LogInfo(absl::StrCat("slots ", move.low, ":", move.high, " are ",
+                         SlotMoveStateName(move.state), " with ", move.peer,
+                         " (a move in progress: resume or abort it)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SessionKey>> Engine::SlotSessionKeys(int low, int high) const {
+  QPARAMS_RETURN_IF_ERROR(CheckSlotRange(low, high));
+  return store_.KeysWhere([low, high](absl::string_view name) {
+    const int slot = SlotOf(name);
+    return slot >= low && slot <= high;
+  });
+}
+
+absl::StatusOr<std::vector<storage::v1::Record>> Engine::SlotGroupRecords(int low,
+                                                                          int high) const {
+  QPARAMS_RETURN_IF_ERROR(CheckSlotRange(low, high));
+  return groups_.RecordsWhere([low, high](absl::string_view name) {
+    const int slot = SlotOf(name);
+    return slot >= low && slot <= high;
+  });
+}
+
+absl::StatusOr<storage::v1::Record> Engine::SessionRecord(const SessionKey& key) const {
+  QPARAMS_ASSIGN_OR_RETURN(const std::shared_ptr<Session> session, store_.Find(key));
+  storage::v1::Record record;
+  *record.mutable_put() = session->Record();
+  // Retired after the lookup: its record would bring a deleted session back.
+  QPARAMS_RETURN_IF_ERROR(store_.Find(key).status());
+  return record;
+}
+
+absl::Status Engine::Import(const storage::v1::Record& record) {
+  std::string name;
+  if (record.kind_case() == storage::v1::Record::kPut) {
+    name = record.put().key().name();
+  } else if (record.kind_case() == storage::v1::Record::kGroupCreate) {
+    name = record.group_create().key().name();
+  } else {
+    return absl::InvalidArgumentError(
+        "record: a move imports a session's state (put) or a scale group's creation "
+        "(group_create), nothing else");
+  }
+  const int slot = SlotOf(name);
+  const SlotGate& gate = gates_[slot];
+  absl::ReaderMutexLock hold(&gate.mu);
+  if (Owns(name) || gate.state != SlotMoveState::kImporting) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "\"", name, "\" is of slot ", slot, ", which this replica ", options_.replica_id,
+        Owns(name) ? " owns already" : " is not importing",
+        "; a move imports only into slots the target is importing (reshard marks them)"));
+  }
+  if (record.kind_case() == storage::v1::Record::kPut) return store_.Import(record.put());
+  return groups_.Import(record.group_create());
+}
+
+absl::StatusOr<SlotDrop> Engine::DropSlots(int low, int high) {
+  QPARAMS_RETURN_IF_ERROR(CheckSlotRange(low, high));
+  if (options_.slot_map == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server has no slot map: it owns every slot, so it drops none");
+  }
+  for (int slot = low; slot <= high; ++slot) {
+    if (options_.slot_map->OwnerOf(slot) == options_.replica_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "slot ", slot, " belongs to this replica ", options_.replica_id,
+          "; its sessions there are the live ones, and are not dropped"));
+    }
+  }
+  SlotDrop dropped;
+  QPARAMS_ASSIGN_OR_RETURN(const std::vector<storage::v1::Record> groups,
+                           SlotGroupRecords(low, high));
+  for (const storage::v1::Record& group : groups) {
+    const absl::Status erased =
+        groups_.Erase(group.group_create().key().tenant(), group.group_create().key().name());
+    if (!erased.ok() && !absl::IsNotFound(erased)) return erased;
+    if (erased.ok()) ++dropped.groups;
+  }
+  QPARAMS_ASSIGN_OR_RETURN(const std::vector<SessionKey> keys, SlotSessionKeys(low, high));
+  for (const SessionKey& key : keys) {
+    const absl::Status erased = store_.Erase(key);
+    if (!erased.ok() && !absl::IsNotFound(erased)) return erased;
+    if (erased.ok()) ++dropped.sessions;
+  }
+  return dropped;
 }
 
 }  // namespace qparams

@@ -6,6 +6,7 @@
 #ifndef QPARAMS_DOMAIN_ENGINE_H_
 #define QPARAMS_DOMAIN_ENGINE_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/slot.h"
 #include "common/slot_map.h"
 #include "core/granularity.h"
 #include "core/histogram.h"
@@ -30,6 +32,7 @@
 #include "domain/scale_group_store.h"
 #include "domain/session.h"
 #include "domain/session_store.h"
+#include "domain/slot_moves.h"
 #include "metrics/metrics.h"
 #include "storage/journal.h"
 #include "storage/session_log.h"
@@ -90,8 +93,18 @@ struct ScaleGroupPage {
   std::string next_page_token;  // empty on the last page
 };
 
+// What DropSlots removed.
+struct SlotDrop {
+  int64_t sessions = 0;
+  int64_t groups = 0;
+};
+
 class Engine {
  public:
+  // The data directory's file of the slot moves this replica takes part in
+  // (domain/slot_moves.h).
+  static constexpr absl::string_view kSlotMovesFile = "slot-moves";
+
   static constexpr int kDefaultPageSize = 50;
   static constexpr int kMaxPageSize = 1000;
 
@@ -227,6 +240,54 @@ class Engine {
     return store_.SessionsPerTenant();
   }
 
+  // ---- Moving slots (docs/sharding.md, "Moving slots online") ----
+  //
+  // Every write naming a session or scale group (CreateSession, DeleteSession,
+  // Observe, SetExportMode, SetGranularity, CreateScaleGroup, DeleteScaleGroup)
+  // holds its slot's gate shared from its checks to its last journal append, and a
+  // write to a slot this replica owns but is migrating is UNAVAILABLE ("slot S is
+  // moving to rX; retry"), after the name's and the owner's refusals. Reads are served.
+  // Eviction of idle sessions is not gated: run moves with --session_ttl off, or
+  // longer than a move (an eviction during the copy would come back on the target).
+
+  // The slots in a state other than stable, as maximal runs in slot order.
+  std::vector<SlotMove> SlotMoves() const;
+
+  // Sets slots [low, high] to `state` with `peer`, after every write in flight on
+  // them has finished (it takes their gates exclusively), and makes it durable in
+  // the data directory's kSlotMovesFile before it takes effect (memory only without
+  // one). Setting a slot to the state and peer it has is OK and changes nothing.
+  // FAILED_PRECONDITION without a slot map, for migrating a slot this replica does
+  // not own or importing one it owns, and for a slot in another state or with
+  // another peer (stable is always allowed); INVALID_ARGUMENT for a range outside
+  // [0, kSlotCount) or LOW above HIGH, and for a peer that is not a replica name or
+  // is this replica; the file's error (UNAVAILABLE), which changes nothing.
+  absl::Status SetSlotState(int low, int high, SlotMoveState state, absl::string_view peer);
+
+  // What a move copies out of slots [low, high], owned or not, of every tenant: the
+  // sessions' keys (read each with SessionRecord, whole under its lock) and the
+  // scale groups' creation records, in key order. INVALID_ARGUMENT for a bad range.
+  absl::StatusOr<std::vector<SessionKey>> SlotSessionKeys(int low, int high) const;
+  absl::StatusOr<std::vector<storage::v1::Record>> SlotGroupRecords(int low, int high) const;
+  // The session's whole persisted state as a `put` record; NOT_FOUND once it is gone.
+  absl::StatusOr<storage::v1::Record> SessionRecord(const SessionKey& key) const;
+
+  // Takes one record a move copied (a `put` or a `group_create`) into a slot this
+  // replica is importing and does not own yet, journaled and synced; it replaces a
+  // session or group of the same key, so a copy started again is idempotent.
+  // INVALID_ARGUMENT for another kind of record or one that does not restore,
+  // FAILED_PRECONDITION for a slot this replica is not importing or already owns,
+  // RESOURCE_EXHAUSTED at max_sessions, the journal's error.
+  absl::Status Import(const storage::v1::Record& record);
+
+  // Deletes (journaled) every session and scale group of slots [low, high], of every
+  // tenant: a move's source once the target owns them, the target when a move is
+  // rolled back or before it copies. FAILED_PRECONDITION if this replica owns any
+  // of the slots (its sessions there are the live ones), or has no slot map;
+  // INVALID_ARGUMENT for a bad range; the journal's first error (what was deleted
+  // before it stays deleted).
+  absl::StatusOr<SlotDrop> DropSlots(int low, int high);
+
   // OK if a call addressed to `replica` (a client's x-qparams-replica) is for this
   // replica; else FAILED_PRECONDITION naming both, which a balancer that routed it
   // to the wrong replica, or a client pointed straight at one replica, gets instead
@@ -252,6 +313,31 @@ class Engine {
   // Whether this replica owns the session `name` (always, without a slot map).
   bool Owns(absl::string_view name) const;
 
+  // One slot's move state, and the lock every write to the slot holds shared.
+  struct SlotGate {
+    mutable absl::Mutex mu;
+    SlotMoveState state ABSL_GUARDED_BY(mu) = SlotMoveState::kStable;
+    std::string peer ABSL_GUARDED_BY(mu);
+  };
+  // A write's checks of `name` under its slot's gate (held shared by the caller):
+  // CheckOwned, then UNAVAILABLE if the slot is migrating.
+  // (The lock is the caller's, through a reference the analysis cannot follow.)
+  absl::Status CheckWritable(absl::string_view name, const SlotGate& gate) const
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Gives slots [low, high] `state` and `peer`; the caller holds each one's gate
+  // exclusively (a run of locks the analysis cannot follow).
+  void SetGates(int low, int high, SlotMoveState state, absl::string_view peer)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // INVALID_ARGUMENT unless 0 <= low <= high < kSlotCount.
+  static absl::Status CheckSlotRange(int low, int high);
+  // Open's restore of kSlotMovesFile; FAILED_PRECONDITION for a file that does not
+  // read or parse (a replica that cannot tell which slots it is moving must not
+  // serve them).
+  absl::Status LoadSlotMoves();
+  // Each slot's state and peer, and their maximal non-stable runs.
+  using SlotStates = std::array<std::pair<SlotMoveState, std::string>, kSlotCount>;
+  static std::vector<SlotMove> Runs(const SlotStates& moves);
+
   const EngineOptions options_;
   // Before the store, whose sessions append to it: it outlives them.
   const std::unique_ptr<SessionLog> log_;
@@ -259,6 +345,11 @@ class Engine {
   ScaleGroupStore groups_;
   absl::Notification stop_;
   std::thread evictor_;
+  std::array<SlotGate, kSlotCount> gates_;
+  // Serializes SetSlotState and its file; then the gates, in slot order.
+  mutable absl::Mutex moves_mu_;
+  // The gates' states, for SlotMoves and the file.
+  SlotStates moves_ ABSL_GUARDED_BY(moves_mu_);
 };
 
 }  // namespace qparams

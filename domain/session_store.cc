@@ -277,6 +277,46 @@ std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Re
   return problems;
 }
 
+absl::Status SessionStore::Import(const storage::v1::SessionState& record) {
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(record.key().name(), "session name"));
+  absl::StatusOr<DecodedSession> decoded = DecodeSession(record);
+  if (!decoded.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a record that does not restore: ", decoded.status().message()));
+  }
+  decoded->calculator->ReallocateBuffers();
+  const CalculatorState state = decoded->calculator->ExportState();  // outside the lock
+  const SessionKey key = decoded->key;
+  auto session = std::make_shared<Session>(key, std::move(decoded->calculator), log_,
+                                           decoded->create_time, decoded->update_time);
+  const std::string map_key = MapKey(key);
+  uint64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!sessions_.contains(map_key) &&
+        static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the server holds ", sessions_.size(),
+          " sessions, its limit (--max_sessions); session \"", key.name, "\" cannot be imported"));
+    }
+    QPARAMS_ASSIGN_OR_RETURN(
+        sequence, log_.AppendPut(key, state, decoded->create_time, decoded->update_time));
+    Forget(map_key);
+    Insert(map_key, std::move(session));
+  }
+  return log_.Sync(sequence);
+}
+
+std::vector<SessionKey> SessionStore::KeysWhere(
+    const std::function<bool(absl::string_view)>& keep) const {
+  std::vector<SessionKey> keys;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [map_key, session] : sessions_) {
+    if (keep(session->name())) keys.push_back(session->key());
+  }
+  return keys;
+}
+
 int64_t SessionStore::size() const {
   absl::ReaderMutexLock lock(&mu_);
   return sessions_.size();

@@ -92,6 +92,17 @@ class SessionStore {
   // Replays `records` in order; returns the problems met.
   std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);
 
+  // A session's whole state taken from another replica (a slot move): decoded as
+  // Replay decodes it, journaled (AppendPut) and synced, replacing a session of the
+  // same key, so that importing the same record again changes nothing.
+  // INVALID_ARGUMENT for a record that does not restore, RESOURCE_EXHAUSTED for a new
+  // key at max_sessions, or the log's error, which imports nothing.
+  absl::Status Import(const storage::v1::SessionState& record);
+
+  // The keys of every session (all tenants) whose name passes `keep` (called under
+  // the store's reader lock, as List's), in key order.
+  std::vector<SessionKey> KeysWhere(const std::function<bool(absl::string_view name)>& keep) const;
+
   int64_t size() const;
 
   // How many sessions each tenant holds ("" when authentication is off), in tenant

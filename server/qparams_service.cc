@@ -64,6 +64,22 @@ size_t ObservationBytes(const v1::ObserveRequest& request) {
   }
 }
 
+void SlotMovesToProto(const Engine& engine, v1::SlotMoves* out) {
+  out->set_replica_id(engine.replica_id());
+  for (const SlotMove& move : engine.SlotMoves()) {
+    v1::SlotMove* m = out->add_moves();
+    m->set_low(move.low);
+    m->set_high(move.high);
+    m->set_state(move.state == SlotMoveState::kMigrating ? v1::SlotMove::MIGRATING
+                                                         : v1::SlotMove::IMPORTING);
+    m->set_peer(move.peer);
+  }
+}
+
+// A batch of ReadSlotRecords ends at this many records or bytes, whichever first.
+constexpr int kSlotRecordsPerMessage = 256;
+constexpr size_t kSlotRecordBytesPerMessage = size_t{4} << 20;
+
 }  // namespace
 
 QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
@@ -543,6 +559,156 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
     QPARAMS_ASSIGN_OR_RETURN(const SessionInfo session,
                              engine_->SetGranularity(tenant, request->name(), granularity));
     SessionToProto(session, response);
+    return absl::OkStatus();
+  });
+}
+
+// ---- Moving slots ----
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetSlotMoves(
+    grpc::CallbackServerContext* context, const v1::GetSlotMovesRequest* /*request*/,
+    v1::SlotMoves* response) {
+  return Unary(context, "GetSlotMoves", [&](const std::string& /*tenant*/) {
+    SlotMovesToProto(*engine_, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotState(
+    grpc::CallbackServerContext* context, const v1::SetSlotStateRequest* request,
+    v1::SlotMoves* response) {
+  return Unary(context, "SetSlotState", [&](const std::string& /*tenant*/) -> absl::Status {
+    const v1::SlotMove& move = request->move();
+    SlotMoveState state;
+    switch (move.state()) {
+      case v1::SlotMove::STABLE:
+        state = SlotMoveState::kStable;
+        break;
+      case v1::SlotMove::MIGRATING:
+        state = SlotMoveState::kMigrating;
+        break;
+      case v1::SlotMove::IMPORTING:
+        state = SlotMoveState::kImporting;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            "move.state is unset or unknown; set STABLE, MIGRATING or IMPORTING");
+    }
+    QPARAMS_RETURN_IF_ERROR(engine_->SetSlotState(move.low(), move.high(), state, move.peer()));
+    SlotMovesToProto(*engine_, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
+    grpc::CallbackServerContext* context, const v1::ReadSlotRecordsRequest* request) {
+  using Reactor = PullWriteReactor<v1::SlotRecords>;
+  return new Reactor(
+      this, context, "ReadSlotRecords",
+      [&](std::string /*tenant*/) -> absl::StatusOr<Reactor::Produce> {
+        struct Walk {
+          std::vector<storage::v1::Record> groups;
+          std::vector<SessionKey> keys;
+          size_t next_key = 0;
+        };
+        auto walk = std::make_shared<Walk>();
+        QPARAMS_ASSIGN_OR_RETURN(walk->groups,
+                                 engine_->SlotGroupRecords(request->low(), request->high()));
+        QPARAMS_ASSIGN_OR_RETURN(walk->keys,
+                                 engine_->SlotSessionKeys(request->low(), request->high()));
+        Engine* engine = engine_;
+        return [walk, engine](v1::SlotRecords* batch) -> absl::StatusOr<bool> {
+          size_t bytes = 0;
+          // The groups (few, small) go first, in the first message.
+          for (const storage::v1::Record& group : walk->groups) {
+            bytes += group.ByteSizeLong();
+            group.SerializeToString(batch->add_records());
+          }
+          walk->groups.clear();
+          while (walk->next_key < walk->keys.size() &&
+                 batch->records_size() < kSlotRecordsPerMessage &&
+                 bytes < kSlotRecordBytesPerMessage) {
+            absl::StatusOr<storage::v1::Record> record =
+                engine->SessionRecord(walk->keys[walk->next_key++]);
+            if (absl::IsNotFound(record.status())) continue;  // deleted since the listing
+            if (!record.ok()) return record.status();
+            bytes += record->ByteSizeLong();
+            record->SerializeToString(batch->add_records());
+          }
+          return batch->records_size() > 0;
+        };
+      });
+}
+
+// Reads a message, imports its records one by one, then reads the next; the first
+// failure finishes the call with it.
+class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v1::SlotRecords> {
+ public:
+  ImportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
+                v1::ImportSessionsResponse* response)
+      : service_(service), context_(context), response_(response) {
+    if (absl::StatusOr<std::string> tenant = service_->Tenant(context); !tenant.ok()) {
+      End(tenant.status());
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client is done writing (or the call ended)
+      End(absl::OkStatus());
+      return;
+    }
+    for (int i = 0; i < request_.records_size(); ++i) {
+      storage::v1::Record record;
+      if (!record.ParseFromString(request_.records(i))) {
+        End(absl::InvalidArgumentError(absl::StrCat(
+            "records[", i, "] (after ", imported_, " imported) is not a storage record")));
+        return;
+      }
+      if (absl::Status status = service_->engine_->Import(record); !status.ok()) {
+        End(absl::Status(status.code(), absl::StrCat("records[", i, "] (after ", imported_,
+                                                     " imported): ", status.message())));
+        return;
+      }
+      ++imported_;
+      if (record.kind_case() == storage::v1::Record::kPut) {
+        response_->set_sessions(response_->sessions() + 1);
+      } else {
+        response_->set_groups(response_->groups() + 1);
+      }
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void End(const absl::Status& status) {
+    service_->LogFailure(context_, "ImportSessions", status);
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  QParamsServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::ImportSessionsResponse* const response_;
+  v1::SlotRecords request_;
+  int64_t imported_ = 0;
+};
+
+grpc::ServerReadReactor<v1::SlotRecords>* QParamsServiceImpl::ImportSessions(
+    grpc::CallbackServerContext* context, v1::ImportSessionsResponse* response) {
+  return new ImportReactor(this, context, response);
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::DropSlots(grpc::CallbackServerContext* context,
+                                                        const v1::DropSlotsRequest* request,
+                                                        v1::DropSlotsResponse* response) {
+  return Unary(context, "DropSlots", [&](const std::string& /*tenant*/) -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const SlotDrop dropped,
+                             engine_->DropSlots(request->low(), request->high()));
+    response->set_sessions(dropped.sessions);
+    response->set_groups(dropped.groups);
     return absl::OkStatus();
   });
 }

@@ -100,11 +100,25 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* SetGranularity(grpc::CallbackServerContext* context,
                                            const v1::SetGranularityRequest* request,
                                            v1::Session* response) override;
+  grpc::ServerUnaryReactor* GetSlotMoves(grpc::CallbackServerContext* context,
+                                         const v1::GetSlotMovesRequest* request,
+                                         v1::SlotMoves* response) override;
+  grpc::ServerUnaryReactor* SetSlotState(grpc::CallbackServerContext* context,
+                                         const v1::SetSlotStateRequest* request,
+                                         v1::SlotMoves* response) override;
+  grpc::ServerWriteReactor<v1::SlotRecords>* ReadSlotRecords(
+      grpc::CallbackServerContext* context, const v1::ReadSlotRecordsRequest* request) override;
+  grpc::ServerReadReactor<v1::SlotRecords>* ImportSessions(
+      grpc::CallbackServerContext* context, v1::ImportSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* DropSlots(grpc::CallbackServerContext* context,
+                                      const v1::DropSlotsRequest* request,
+                                      v1::DropSlotsResponse* response) override;
 
  private:
   class ObserveStreamReactor;
+  class ImportReactor;  // ImportSessions
   template <typename Message>
-  class PullWriteReactor;  // ReadSessions and ExportSessions
+  class PullWriteReactor;  // ReadSessions, ExportSessions and ReadSlotRecords
 
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one); FAILED_PRECONDITION for a call addressed
