@@ -246,6 +246,27 @@ class Client {
   // uncalibrated members while any is (unless fill_uncalibrated).
   absl::StatusOr<v1::GroupQParams> GetGroupQParams(const std::string& name);
 
+  // Moving slots between replicas (docs/sharding.md, "Moving slots online";
+  // client/reshard.h drives them). Each call is addressed to `replica`
+  // (x-qparams-replica), through the balancer or straight to it; the server's
+  // errors as qparams.proto says.
+
+  // The slots `replica` is migrating or importing (GetSlotMoves).
+  absl::StatusOr<v1::SlotMoves> GetSlotMoves(const std::string& replica);
+  // Sets `move`'s slots of `replica` to its state (SetSlotState).
+  absl::StatusOr<v1::SlotMoves> SetSlotState(const std::string& replica, const v1::SlotMove& move);
+  // Deletes `replica`'s sessions and groups of slots [low, high] (DropSlots).
+  absl::StatusOr<v1::DropSlotsResponse> DropSlots(const std::string& replica, int low, int high);
+  // The topology as `replica` serves it (GetTopology addressed to it).
+  absl::StatusOr<v1::Topology> GetTopologyOf(const std::string& replica);
+  // Streams slots [low, high] of `source` (ReadSlotRecords) into `target`
+  // (ImportSessions) as the messages arrive, through `target_client` (this client
+  // when null, e.g. through a balancer): what the target imported. The first
+  // failure of either stream ends both and is returned, naming which.
+  absl::StatusOr<v1::ImportSessionsResponse> CopySlots(const std::string& source,
+                                                       const std::string& target, int low,
+                                                       int high, Client* target_client = nullptr);
+
   // The health of `service` ("" = the server as a whole; "qparams.v1.QParamsService").
   // Sends no bearer token.
   absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Health(
