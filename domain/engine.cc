@@ -619,7 +619,23 @@ absl::StatusOr<storage::v1::Record> Engine::SessionRecord(const SessionKey& key)
   return record;
 }
 
-absl::Status Engine::Import(const storage::v1::Record& record) {
+absl::Status Engine::Import(const std::vector<storage::v1::Record>& records) {
+  uint64_t sequence = 0;
+  absl::Status status;
+  for (size_t i = 0; i < records.size() && status.ok(); ++i) {
+    absl::StatusOr<uint64_t> imported = ImportOne(records[i]);
+    if (imported.ok()) {
+      sequence = std::max(sequence, *imported);
+    } else {
+      status = absl::Status(imported.status().code(),
+                            absl::StrCat("records[", i, "]: ", imported.status().message()));
+    }
+  }
+  const absl::Status synced = log_->Sync(sequence);
+  return status.ok() ? synced : status;
+}
+
+absl::StatusOr<uint64_t> Engine::ImportOne(const storage::v1::Record& record) {
   std::string name;
   if (record.kind_case() == storage::v1::Record::kPut) {
     name = record.put().key().name();
@@ -666,11 +682,7 @@ absl::StatusOr<SlotDrop> Engine::DropSlots(int low, int high) {
     if (erased.ok()) ++dropped.groups;
   }
   QPARAMS_ASSIGN_OR_RETURN(const std::vector<SessionKey> keys, SlotSessionKeys(low, high));
-  for (const SessionKey& key : keys) {
-    const absl::Status erased = store_.Erase(key);
-    if (!erased.ok() && !absl::IsNotFound(erased)) return erased;
-    if (erased.ok()) ++dropped.sessions;
-  }
+  QPARAMS_ASSIGN_OR_RETURN(dropped.sessions, store_.EraseAll(keys));
   return dropped;
 }
 

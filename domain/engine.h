@@ -272,20 +272,22 @@ class Engine {
   // The session's whole persisted state as a `put` record; NOT_FOUND once it is gone.
   absl::StatusOr<storage::v1::Record> SessionRecord(const SessionKey& key) const;
 
-  // Takes one record a move copied (a `put` or a `group_create`) into a slot this
-  // replica is importing and does not own yet, journaled and synced; it replaces a
-  // session or group of the same key, so a copy started again is idempotent.
+  // Takes records a move copied (`put` and `group_create`) into slots this replica is
+  // importing and does not own yet, each journaled in order, then all synced once (a
+  // batch costs one fsync under kAlways); each replaces a session or group of the
+  // same key, so a copy started again is idempotent. The first failure ends it,
+  // naming records[i], after syncing the ones before it (which stay imported):
   // INVALID_ARGUMENT for another kind of record or one that does not restore,
   // FAILED_PRECONDITION for a slot this replica is not importing or already owns,
   // RESOURCE_EXHAUSTED at max_sessions, the journal's error.
-  absl::Status Import(const storage::v1::Record& record);
+  absl::Status Import(const std::vector<storage::v1::Record>& records);
 
   // Deletes (journaled) every session and scale group of slots [low, high], of every
   // tenant: a move's source once the target owns them, the target when a move is
   // rolled back or before it copies. FAILED_PRECONDITION if this replica owns any
   // of the slots (its sessions there are the live ones), or has no slot map;
   // INVALID_ARGUMENT for a bad range; the journal's first error (what was deleted
-  // before it stays deleted).
+  // before it stays deleted). The sessions' deletions are synced once.
   absl::StatusOr<SlotDrop> DropSlots(int low, int high);
 
   // OK if a call addressed to `replica` (a client's x-qparams-replica) is for this
@@ -328,6 +330,8 @@ class Engine {
   // exclusively (a run of locks the analysis cannot follow).
   void SetGates(int low, int high, SlotMoveState state, absl::string_view peer)
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // One record of Import, journaled: its sequence number for the Sync.
+  absl::StatusOr<uint64_t> ImportOne(const storage::v1::Record& record);
   // INVALID_ARGUMENT unless 0 <= low <= high < kSlotCount.
   static absl::Status CheckSlotRange(int low, int high);
   // Open's restore of kSlotMovesFile; FAILED_PRECONDITION for a file that does not

@@ -163,7 +163,7 @@ std::optional<std::string> ScaleGroupStore::Replay(const storage::v1::Record& re
   }
 }
 
-absl::Status ScaleGroupStore::Import(const storage::v1::ScaleGroup& record) {
+absl::StatusOr<uint64_t> ScaleGroupStore::Import(const storage::v1::ScaleGroup& record) {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(record.key().name(), "scale group name"));
   QPARAMS_ASSIGN_OR_RETURN(DecodedGroup decoded, DecodeGroup(record));
   QPARAMS_RETURN_IF_ERROR(ValidateGroupMembers(decoded.group.members));
@@ -174,7 +174,7 @@ absl::Status ScaleGroupStore::Import(const storage::v1::ScaleGroup& record) {
     QPARAMS_ASSIGN_OR_RETURN(sequence, log_.AppendGroupCreate(decoded.tenant, decoded.group));
     groups_.insert_or_assign(key, std::move(decoded.group));
   }
-  return log_.Sync(sequence);
+  return sequence;
 }
 
 std::vector<storage::v1::Record> ScaleGroupStore::RecordsWhere(

@@ -640,8 +640,8 @@ grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
       });
 }
 
-// Reads a message, imports its records one by one, then reads the next; the first
-// failure finishes the call with it.
+// Reads a message, imports its records (journaled in order, synced once), then reads
+// the next; the first failure finishes the call with it.
 class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v1::SlotRecords> {
  public:
   ImportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
@@ -659,25 +659,27 @@ class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v
       End(absl::OkStatus());
       return;
     }
+    std::vector<storage::v1::Record> records(request_.records_size());
     for (int i = 0; i < request_.records_size(); ++i) {
-      storage::v1::Record record;
-      if (!record.ParseFromString(request_.records(i))) {
-        End(absl::InvalidArgumentError(absl::StrCat(
-            "records[", i, "] (after ", imported_, " imported) is not a storage record")));
+      if (!records[i].ParseFromString(request_.records(i))) {
+        End(absl::InvalidArgumentError(absl::StrCat("message ", messages_, ": records[", i,
+                                                    "] is not a storage record")));
         return;
       }
-      if (absl::Status status = service_->engine_->Import(record); !status.ok()) {
-        End(absl::Status(status.code(), absl::StrCat("records[", i, "] (after ", imported_,
-                                                     " imported): ", status.message())));
-        return;
-      }
-      ++imported_;
+    }
+    if (absl::Status status = service_->engine_->Import(records); !status.ok()) {
+      End(absl::Status(status.code(),
+                       absl::StrCat("message ", messages_, ": ", status.message())));
+      return;
+    }
+    for (const storage::v1::Record& record : records) {
       if (record.kind_case() == storage::v1::Record::kPut) {
         response_->set_sessions(response_->sessions() + 1);
       } else {
         response_->set_groups(response_->groups() + 1);
       }
     }
+    ++messages_;
     StartRead(&request_);
   }
 
@@ -693,7 +695,7 @@ class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v
   grpc::CallbackServerContext* const context_;
   v1::ImportSessionsResponse* const response_;
   v1::SlotRecords request_;
-  int64_t imported_ = 0;
+  int64_t messages_ = 0;  // imported so far
 };
 
 grpc::ServerReadReactor<v1::SlotRecords>* QParamsServiceImpl::ImportSessions(

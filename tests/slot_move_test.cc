@@ -260,9 +260,9 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
       QPARAMS_ASSIGN_OR_RETURN(storage::v1::Record record, r0.SessionRecord(key));
       records.push_back(std::move(record));
     }
-    for (const storage::v1::Record& record : records) QPARAMS_RETURN_IF_ERROR(into.Import(record));
-    return absl::OkStatus();
+    return into.Import(records);
   };
+  auto record_of = [&](const std::string& name) { return *r0.SessionRecord({"", name}); };
   std::string imported;
   {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> r1, Engine::Open(Options("r1", kMap, dir.path())));
@@ -280,7 +280,10 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
     EXPECT_CODE(r1->GetSession("", names[0]), kFailed);
     storage::v1::Record erase;
     erase.mutable_erase()->set_name(names[0]);
-    EXPECT_CODE(r1->Import(erase), kInvalid);
+    const absl::Status wrong_kind = r1->Import({record_of(names[0]), erase});
+    EXPECT_CODE(wrong_kind, kInvalid);
+    EXPECT_TRUE(absl::StrContains(wrong_kind.message(), "records[1]: ")) << wrong_kind;
+    EXPECT_EQ(State(*r1), imported);
   }
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> r1,
                        Engine::Open(Options("r1", kMovedMap, dir.path())));
@@ -299,7 +302,7 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
   EXPECT_OK(r1->GetGroupQParams("", group));
   // Owned now: imports are refused, writes taken.
   ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, r0.SessionRecord({"", names[0]}));
-  const absl::Status owned = r1->Import(record);
+  const absl::Status owned = r1->Import({record});
   EXPECT_CODE(owned, kFailed);
   EXPECT_TRUE(absl::StrContains(owned.message(), "owns already")) << owned;
   ASSERT_OK(r1->SetSlotState(10, 20, SlotMoveState::kStable, ""));
@@ -316,7 +319,7 @@ TEST(SlotMoves, DropRemovesOnlySlotsNotOwned) {
   Engine source(Options("r0", kMap));
   ASSERT_OK(source.CreateSession("team-a", name, "global_minmax", spec, {}));
   ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, source.SessionRecord({"team-a", name}));
-  ASSERT_OK(r1.Import(record));
+  ASSERT_OK(r1.Import({record}));
   EXPECT_CODE(source.DropSlots(10, 20), kFailed);  // its own: the live ones
   EXPECT_CODE(r1.DropSlots(100, 200), kFailed);
   ASSERT_OK_AND_ASSIGN(const SlotDrop dropped, r1.DropSlots(10, 20));
