@@ -316,6 +316,13 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
                authorization_, /*session=*/"", router_->replica());
 }
 
+absl::StatusOr<v1::Topology> Client::SetSlotMap(const std::string& map_text) {
+  v1::SetSlotMapRequest request;
+  request.set_map(map_text);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+               /*session=*/"", router_->replica());
+}
+
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);

@@ -157,6 +157,14 @@ class Client {
   // Which replica owns which slots (GetTopology).
   absl::StatusOr<v1::Topology> GetTopology();
 
+  // Admin: gives the replica this client reaches (addressed by ClientOptions::replica
+  // through a balancer) the slot map `map_text` (a slot map file's text, "# epoch N"
+  // included) and returns its topology after it (SetSlotMap, docs/sharding.md). The
+  // server's refusals as they are: INVALID_ARGUMENT for a map that does not parse,
+  // FAILED_PRECONDITION for an older epoch or a server without sharding,
+  // PERMISSION_DENIED without an admin token.
+  absl::StatusOr<v1::Topology> SetSlotMap(const std::string& map_text);
+
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);
 

@@ -12,6 +12,7 @@
 #include "common/page_token.h"
 #include "common/slot.h"
 #include "core/status_macros.h"
+#include "storage/small_file.h"
 
 namespace qparams {
 namespace {
@@ -58,9 +59,94 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(EngineOptions options) {
   if (options.journal.data_dir.empty()) return std::make_unique<Engine>(std::move(options));
   QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> owned, Journal::Open(options.journal));
   Journal& journal = *owned;
+  if (options.slot_map != nullptr) QPARAMS_RETURN_IF_ERROR(ChooseSlotMap(options));
   std::unique_ptr<Engine> engine(new Engine(std::move(options), std::move(owned)));
+  engine->map_dir_ = engine->options_.journal.data_dir;
   QPARAMS_RETURN_IF_ERROR(engine->Recover(journal));
   return engine;
+}
+
+absl::Status Engine::ChooseSlotMap(EngineOptions& options) {
+  Env& env = *options.journal.env;
+  const std::string& dir = options.journal.data_dir;
+  const std::string path = absl::StrCat(dir, "/", kSlotMapFileName);
+  absl::StatusOr<std::optional<std::string>> text = ReadSmallFile(env, dir, kSlotMapFileName);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read the persisted slot map: ", text.status().message()));
+  }
+  const SlotMap& given = *options.slot_map;
+  if (text->has_value()) {
+    absl::StatusOr<SlotMap> persisted = SlotMap::Parse(**text);
+    if (!persisted.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " (the slot map this replica last took): ", persisted.status().message(),
+          "; remove it to start from --slot_map alone"));
+    }
+    if (persisted->epoch() > given.epoch()) {
+      LogInfo(absl::StrCat("slot map: using epoch ", persisted->epoch(), " from ", path,
+                           ", newer than the given map's epoch ", given.epoch()));
+      options.slot_map = std::make_shared<const SlotMap>(*std::move(persisted));
+      return absl::OkStatus();
+    }
+    if (*persisted == given) return absl::OkStatus();
+    if (persisted->epoch() == given.epoch()) {
+      LogWarning(absl::StrCat("slot map: the given map and ", path, " both have epoch ",
+                              given.epoch(), " but differ (",
+                              SlotMap::DescribeChange(*persisted, given),
+                              "); using the given map: bump the epoch of every changed map"));
+    }
+  }
+  absl::Status written = WriteSmallFile(env, dir, kSlotMapFileName, given.ToText());
+  if (!written.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot persist the slot map: ", written.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const SlotMap> Engine::slot_map() const {
+  absl::ReaderMutexLock lock(&map_mu_);
+  return slot_map_;
+}
+
+absl::Status Engine::SetSlotMap(std::shared_ptr<const SlotMap> map) {
+  if (map == nullptr) return absl::InvalidArgumentError("slot map: none given");
+  absl::MutexLock set_lock(&set_map_mu_);
+  const std::shared_ptr<const SlotMap> current = slot_map();
+  if (current == nullptr || options_.replica_id.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server is not a replica (started without --replica_id and --slot_map), so it "
+        "takes no slot map (epoch ",
+        map->epoch(), "); start it with both to shard"));
+  }
+  if (map->epoch() < current->epoch()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot map epoch ", map->epoch(), " is older than replica ",
+                     options_.replica_id, "'s epoch ", current->epoch(),
+                     "; a new map needs an epoch above ", current->epoch()));
+  }
+  if (map->epoch() == current->epoch()) {
+    if (map->SameOwners(*current)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slot map epoch ", map->epoch(), " is replica ", options_.replica_id,
+        "'s epoch ", current->epoch(), " but gives other owners (",
+        SlotMap::DescribeChange(*current, *map), "); a changed map needs an epoch above ",
+        current->epoch()));
+  }
+  if (!map_dir_.empty()) {
+    QPARAMS_RETURN_IF_ERROR(
+        WriteSmallFile(*options_.journal.env, map_dir_, kSlotMapFileName, map->ToText()));
+  }
+  {
+    absl::MutexLock lock(&map_mu_);
+    slot_map_ = map;
+  }
+  LogInfo(absl::StrCat("slot map: epoch ", current->epoch(), " -> ", map->epoch(), ": ",
+                       SlotMap::DescribeChange(*current, *map), "; replica ",
+                       options_.replica_id, " owns ", map->SlotsOf(options_.replica_id),
+                       " slot(s)"));
+  return absl::OkStatus();
 }
 
 absl::Status Engine::Recover(Journal& journal) {
@@ -94,6 +180,7 @@ Engine::Engine(EngineOptions options)
 
 Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
     : options_(std::move(options)),
+      slot_map_(options_.slot_map),
       log_(std::move(log)),
       store_(options_.max_sessions, *log_),
       groups_(options_.max_scale_groups, *log_) {
@@ -146,6 +233,7 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant, absl
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
                                                   const CalculatorOptions& options) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   absl::StatusOr<std::string> key = Registry().ResolveKey(calculator, spec.target);
   if (!key.ok()) return key.status();
@@ -177,15 +265,15 @@ absl::Status Engine::CheckAddressedTo(absl::string_view replica) const {
 }
 
 bool Engine::Owns(absl::string_view name) const {
-  return options_.slot_map == nullptr ||
-         options_.slot_map->OwnerOfSession(name) == options_.replica_id;
+  return slot_map_ == nullptr ||
+         slot_map_->OwnerOfSession(name) == options_.replica_id;
 }
 
 absl::Status Engine::CheckOwned(absl::string_view name) const {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
-  if (options_.slot_map == nullptr) return absl::OkStatus();
+  if (slot_map_ == nullptr) return absl::OkStatus();
   const int slot = SlotOf(name);
-  const std::string& owner = options_.slot_map->OwnerOf(slot);
+  const std::string& owner = slot_map_->OwnerOf(slot);
   if (owner == options_.replica_id) return absl::OkStatus();
   absl::Status refusal = absl::FailedPreconditionError(
       absl::StrCat("session ", name, " belongs to replica ", owner, " (slot ", slot,
@@ -204,12 +292,14 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view tenant,
 
 absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
                                                absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->Info();
 }
 
 absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   return store_.Erase({std::string(tenant), std::string(name)});
 }
@@ -217,6 +307,7 @@ absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view n
 absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int page_size,
                                                  absl::string_view page_token,
                                                  absl::string_view filter) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
@@ -228,10 +319,12 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
   if (!after.ok()) return after.status();
   const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
   SessionStore::Page page =
-      options_.slot_map == nullptr
+      slot_map_ == nullptr
           ? store_.List(tenant, filter, *after, limit)
           : store_.List(tenant, filter, *after, limit,
-                        [this](absl::string_view name) { return Owns(name); });
+                        [map = slot_map_.get(), &replica = options_.replica_id](absl::string_view name) {
+                          return map->OwnerOfSession(name) == replica;
+                        });
   SessionPage out;
   out.sessions.reserve(page.sessions.size());
   for (const std::shared_ptr<Session>& session : page.sessions) {
@@ -243,6 +336,7 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
 
 ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
                               const absl::StatusOr<Observation>& x, bool omit_qparams) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   absl::Status status = x.ok() ? session.status() : x.status();
   if (status.ok()) {
@@ -260,6 +354,7 @@ ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
 
 absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
                                                  absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetQParams();
@@ -267,6 +362,7 @@ absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
 
 absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
                                                absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetHistogram();
@@ -274,6 +370,7 @@ absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
 
 absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
                                                   absl::string_view name, bool enabled) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   QPARAMS_RETURN_IF_ERROR((*session)->SetExportMode(enabled));
@@ -283,6 +380,7 @@ absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
 absl::StatusOr<SessionInfo> Engine::SetGranularity(
     absl::string_view tenant, absl::string_view name,
     const std::optional<Granularity>& granularity) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   if (!granularity.has_value()) {
     return absl::InvalidArgumentError(
         "granularity is unset; set per_tensor, per_channel or per_block");
@@ -333,6 +431,7 @@ std::vector<std::string> Engine::Restore(const std::vector<storage::v1::Record>&
 
 absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant,
                                                         const ScaleGroupRequest& request) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request.name, "group.name"));
   QPARAMS_RETURN_IF_ERROR(CheckOwned(request.name));
   QPARAMS_RETURN_IF_ERROR(ValidateGroupMembers(request.members));
@@ -341,7 +440,7 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
         "group.share is unset (SHARE_UNSPECIFIED) or not a known value; set GLOBAL_AMAX (NVFP4) "
         "or UNION_RANGE");
   }
-  if (options_.slot_map != nullptr) {
+  if (slot_map_ != nullptr) {
     const int slot = SlotOf(request.name);
     std::vector<std::string> names, slots;
     for (const std::string& member : request.members) {
@@ -388,6 +487,7 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
 
 absl::StatusOr<ScaleGroupInfo> Engine::GetScaleGroup(absl::string_view tenant,
                                                      absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   return groups_.Find(tenant, name);
 }
@@ -395,6 +495,7 @@ absl::StatusOr<ScaleGroupInfo> Engine::GetScaleGroup(absl::string_view tenant,
 absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant, int page_size,
                                                        absl::string_view page_token,
                                                        absl::string_view filter) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
@@ -406,10 +507,12 @@ absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant,
   // Sharded, as ListSessions: groups restored on a replica that no longer owns their
   // slot stay out of sight.
   ScaleGroupStore::Page page =
-      options_.slot_map == nullptr
+      slot_map_ == nullptr
           ? groups_.List(tenant, filter, *after, limit)
           : groups_.List(tenant, filter, *after, limit,
-                         [this](absl::string_view name) { return Owns(name); });
+                         [map = slot_map_.get(), &replica = options_.replica_id](absl::string_view name) {
+                          return map->OwnerOfSession(name) == replica;
+                        });
   ScaleGroupPage out;
   out.groups = std::move(page.groups);
   if (page.more) out.next_page_token = EncodePageToken(filter, out.groups.back().name);
@@ -417,12 +520,14 @@ absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant,
 }
 
 absl::Status Engine::DeleteScaleGroup(absl::string_view tenant, absl::string_view name) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   return groups_.Erase(tenant, name);
 }
 
 absl::StatusOr<GroupResult> Engine::GetGroupQParams(absl::string_view tenant,
                                                     absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupInfo group, groups_.Find(tenant, name));
   std::vector<GroupMemberState> members;
