@@ -218,9 +218,9 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
   echo
   echo "## Online move of a slot range (bench/reshard_bench.py)"
   echo
-  echo "| sessions | copy s | frozen s (to copied) | switch restarts s | whole move s | Observe/s before | during the move | after |"
-  echo "|---|---|---|---|---|---|---|---|"
-  get reshard '"| \(.sessions) | \(.copy_seconds) | \(.frozen_seconds_to_copied) | \(.switch_restarts_seconds) | \(.move_seconds) | \(.observe_per_s_before) | \(.observe_per_s_during_move) | \(.observe_per_s_after) |"'
+  echo "| sessions | copy s | frozen s | whole move s | Observe/s before | during the move | after |"
+  echo "|---|---|---|---|---|---|---|"
+  get reshard '"| \(.sessions) | \(.copy_seconds) | \(.frozen_seconds) | \(.move_seconds) | \(.observe_per_s_before) | \(.observe_per_s_during_move) | \(.observe_per_s_after) |"'
 } > "$out/RESULTS.md"
 
 jq -r 'select(.scenario | startswith("latency_c")) | "\(.concurrency) \(.p50_us) \(.p99_us) \(.echo_p50_us) \(.echo_p99_us)"' \

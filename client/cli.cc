@@ -768,6 +768,27 @@ int Reshard(Invocation& in) {
   };
   ReshardOptions options;
   options.log = [&in](absl::string_view line) { in.err() << "reshard: " << line << "\n"; };
+  if (!o.stop_before_switch) {
+    // The target first, then the source, then every other replica the source's map
+    // names (SetSlotMap, each addressed to its replica).
+    options.switch_map = [&](const std::string& map_text) -> absl::Status {
+      std::vector<std::string> order = {plan.target, plan.source};
+      absl::StatusOr<v1::Topology> topology = client_of(plan.source).GetTopologyOf(plan.source);
+      if (!topology.ok()) return topology.status();
+      for (const std::string& replica : topology->replicas()) {
+        if (replica != plan.target && replica != plan.source) order.push_back(replica);
+      }
+      for (const std::string& replica : order) {
+        absl::StatusOr<v1::Topology> set = client_of(replica).SetSlotMapOf(replica, map_text);
+        if (!set.ok()) {
+          return absl::Status(set.status().code(), absl::StrCat(replica, ": SetSlotMap: ",
+                                                                set.status().message()));
+        }
+        options.log(absl::StrCat(replica, ": slot map epoch ", set->epoch()));
+      }
+      return absl::OkStatus();
+    };
+  }
   const ReshardMode mode = o.resume  ? ReshardMode::kResume
                            : o.abort ? ReshardMode::kAbort
                                      : ReshardMode::kStart;
@@ -895,16 +916,19 @@ constexpr Command kCommands[] = {
    "HAProxy routes on the same slot, from the routing header, which carries the\n"
    "hashed part: req.hdr(x-qparams-session),crc32,mod(256). Computed here: calls\n"
    "no server."},
-  {"reshard", "LOW:HIGH SOURCE TARGET [--resume|--abort] [--replica_addresses=R=ADDR,...]", 3, 3,
-   Reshard,
+  {"reshard",
+   "LOW:HIGH SOURCE TARGET [--resume|--abort] [--stop_before_switch] "
+   "[--replica_addresses=R=ADDR,...]",
+   3, 3, Reshard,
    "Move slots LOW:HIGH from replica SOURCE to replica TARGET online\n"
    "(docs/sharding.md, Moving slots online): TARGET imports them, SOURCE freezes\n"
    "their writes (UNAVAILABLE, retry), their sessions and groups are copied, the\n"
-   "new slot map is put in force, then both clear their states and SOURCE drops\n"
-   "its copies. Until replicas reload the map, it stops after the copy\n"
-   "(outcome awaiting_switch, with next_map): restart TARGET, then SOURCE, on\n"
-   "the new map, then run it again with --resume. --abort rolls a move back\n"
-   "before its switch. Each step is printed on stderr."},
+   "new slot map (epoch + 1) goes to TARGET, SOURCE and the other replicas\n"
+   "(SetSlotMap), then both clear their states and SOURCE drops its copies.\n"
+   "--stop_before_switch stops after the copy (outcome awaiting_switch, with\n"
+   "next_map) for the operator to put the map in force; --resume continues a move,\n"
+   "--abort rolls it back before its switch. Steps are printed on stderr. Needs an\n"
+   "admin token where the replicas require one."},
   {"group", "SUBCOMMAND [ARGS]", 0, 0, nullptr,
    "Scale groups: named lists of sessions that share their scales\n"
    "(docs/scale_groups.md). A group routes by its name as a session does; sharded,\n"

@@ -77,6 +77,7 @@ struct Options {
   bool resume = false;             // reshard: continue the move under way
   bool abort = false;              // reshard: roll it back
   std::string replica_addresses;   // reshard: NAME=HOST:PORT,... reached directly, not via --target
+  bool stop_before_switch = false; // reshard: stop once copied, leaving the switch to the operator
 
   // Transport security: TLS if `tls` is set or any of the three files is given.
   bool tls = false;             // --tls: TLS with the default (system) roots

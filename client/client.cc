@@ -316,6 +316,13 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
                authorization_, /*session=*/"", router_->replica());
 }
 
+absl::StatusOr<v1::Topology> Client::SetSlotMap(const std::string& map_text) {
+  v1::SetSlotMapRequest request;
+  request.set_map(map_text);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+               /*session=*/"", router_->replica());
+}
+
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);
@@ -548,6 +555,14 @@ absl::StatusOr<v1::DropSlotsResponse> Client::DropSlots(const std::string& repli
 absl::StatusOr<v1::Topology> Client::GetTopologyOf(const std::string& replica) {
   return Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
                authorization_, /*session=*/"", replica);
+}
+
+absl::StatusOr<v1::Topology> Client::SetSlotMapOf(const std::string& replica,
+                                                  const std::string& map_text) {
+  v1::SetSlotMapRequest request;
+  request.set_map(map_text);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+               /*session=*/"", replica);
 }
 
 absl::StatusOr<v1::ImportSessionsResponse> Client::CopySlots(const std::string& source,

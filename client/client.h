@@ -157,6 +157,14 @@ class Client {
   // Which replica owns which slots (GetTopology).
   absl::StatusOr<v1::Topology> GetTopology();
 
+  // Admin: gives the replica this client reaches (addressed by ClientOptions::replica
+  // through a balancer) the slot map `map_text` (a slot map file's text, "# epoch N"
+  // included) and returns its topology after it (SetSlotMap, docs/sharding.md). The
+  // server's refusals as they are: INVALID_ARGUMENT for a map that does not parse,
+  // FAILED_PRECONDITION for an older epoch or a server without sharding,
+  // PERMISSION_DENIED without an admin token.
+  absl::StatusOr<v1::Topology> SetSlotMap(const std::string& map_text);
+
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);
 
@@ -259,6 +267,9 @@ class Client {
   absl::StatusOr<v1::DropSlotsResponse> DropSlots(const std::string& replica, int low, int high);
   // The topology as `replica` serves it (GetTopology addressed to it).
   absl::StatusOr<v1::Topology> GetTopologyOf(const std::string& replica);
+  // SetSlotMap addressed to `replica`.
+  absl::StatusOr<v1::Topology> SetSlotMapOf(const std::string& replica,
+                                            const std::string& map_text);
   // Streams slots [low, high] of `source` (ReadSlotRecords) into `target`
   // (ImportSessions) as the messages arrive, through `target_client` (this client
   // when null, e.g. through a balancer): what the target imported. The first

@@ -61,9 +61,9 @@ std::string MoveUnderWay(const v1::SlotMoves& moves, int low, int high) {
   return "";
 }
 
-// The map file's text of `owners`, maximal runs in slot order.
-std::string RenderMap(const Owners& owners) {
-  std::string text = "# slots   replica\n";
+// The map file's text of `owners` at `epoch`, maximal runs in slot order.
+std::string RenderMap(const Owners& owners, int64_t epoch) {
+  std::string text = absl::StrCat("# epoch ", epoch, "\n# slots   replica\n");
   int low = 0;
   for (int slot = 1; slot <= kSlotCount; ++slot) {
     if (slot == kSlotCount || owners[slot] != owners[low]) {
@@ -154,9 +154,13 @@ class Move {
     if (!target_moves.ok()) return At(plan_.target, "GetSlotMoves", target_moves.status());
     source_moves_ = *std::move(source_moves);
     target_moves_ = *std::move(target_moves);
-    Owners next = source_owners_;
-    for (int slot = plan_.low; slot <= plan_.high; ++slot) next[slot] = plan_.target;
-    result_.next_map = RenderMap(next);
+    // The map to switch to, newer than either replica's so that both take it (the
+    // epoch rule); read again after the switch, it stays the one pushed.
+    if (result_.next_map.empty()) {
+      Owners next = source_owners_;
+      for (int slot = plan_.low; slot <= plan_.high; ++slot) next[slot] = plan_.target;
+      result_.next_map = RenderMap(next, std::max(source->epoch(), target->epoch()) + 1);
+    }
     return absl::OkStatus();
   }
 

@@ -12,7 +12,7 @@
 #include "common/page_token.h"
 #include "common/slot.h"
 #include "core/status_macros.h"
-#include "storage/state_file.h"
+#include "storage/small_file.h"
 
 namespace qparams {
 namespace {
@@ -59,10 +59,95 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(EngineOptions options) {
   if (options.journal.data_dir.empty()) return std::make_unique<Engine>(std::move(options));
   QPARAMS_ASSIGN_OR_RETURN(std::unique_ptr<Journal> owned, Journal::Open(options.journal));
   Journal& journal = *owned;
+  if (options.slot_map != nullptr) QPARAMS_RETURN_IF_ERROR(ChooseSlotMap(options));
   std::unique_ptr<Engine> engine(new Engine(std::move(options), std::move(owned)));
+  engine->map_dir_ = engine->options_.journal.data_dir;
   QPARAMS_RETURN_IF_ERROR(engine->Recover(journal));
   QPARAMS_RETURN_IF_ERROR(engine->LoadSlotMoves());
   return engine;
+}
+
+absl::Status Engine::ChooseSlotMap(EngineOptions& options) {
+  Env& env = *options.journal.env;
+  const std::string& dir = options.journal.data_dir;
+  const std::string path = absl::StrCat(dir, "/", kSlotMapFileName);
+  absl::StatusOr<std::optional<std::string>> text = ReadSmallFile(env, dir, kSlotMapFileName);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read the persisted slot map: ", text.status().message()));
+  }
+  const SlotMap& given = *options.slot_map;
+  if (text->has_value()) {
+    absl::StatusOr<SlotMap> persisted = SlotMap::Parse(**text);
+    if (!persisted.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " (the slot map this replica last took): ", persisted.status().message(),
+          "; remove it to start from --slot_map alone"));
+    }
+    if (persisted->epoch() > given.epoch()) {
+      LogInfo(absl::StrCat("slot map: using epoch ", persisted->epoch(), " from ", path,
+                           ", newer than the given map's epoch ", given.epoch()));
+      options.slot_map = std::make_shared<const SlotMap>(*std::move(persisted));
+      return absl::OkStatus();
+    }
+    if (*persisted == given) return absl::OkStatus();
+    if (persisted->epoch() == given.epoch()) {
+      LogWarning(absl::StrCat("slot map: the given map and ", path, " both have epoch ",
+                              given.epoch(), " but differ (",
+                              SlotMap::DescribeChange(*persisted, given),
+                              "); using the given map: bump the epoch of every changed map"));
+    }
+  }
+  absl::Status written = WriteSmallFile(env, dir, kSlotMapFileName, given.ToText());
+  if (!written.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot persist the slot map: ", written.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const SlotMap> Engine::slot_map() const {
+  absl::ReaderMutexLock lock(&map_mu_);
+  return slot_map_;
+}
+
+absl::Status Engine::SetSlotMap(std::shared_ptr<const SlotMap> map) {
+  if (map == nullptr) return absl::InvalidArgumentError("slot map: none given");
+  absl::MutexLock set_lock(&set_map_mu_);
+  const std::shared_ptr<const SlotMap> current = slot_map();
+  if (current == nullptr || options_.replica_id.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this server is not a replica (started without --replica_id and --slot_map), so it "
+        "takes no slot map (epoch ",
+        map->epoch(), "); start it with both to shard"));
+  }
+  if (map->epoch() < current->epoch()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot map epoch ", map->epoch(), " is older than replica ",
+                     options_.replica_id, "'s epoch ", current->epoch(),
+                     "; a new map needs an epoch above ", current->epoch()));
+  }
+  if (map->epoch() == current->epoch()) {
+    if (map->SameOwners(*current)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slot map epoch ", map->epoch(), " is replica ", options_.replica_id,
+        "'s epoch ", current->epoch(), " but gives other owners (",
+        SlotMap::DescribeChange(*current, *map), "); a changed map needs an epoch above ",
+        current->epoch()));
+  }
+  if (!map_dir_.empty()) {
+    QPARAMS_RETURN_IF_ERROR(
+        WriteSmallFile(*options_.journal.env, map_dir_, kSlotMapFileName, map->ToText()));
+  }
+  {
+    absl::MutexLock lock(&map_mu_);
+    slot_map_ = map;
+  }
+  LogInfo(absl::StrCat("slot map: epoch ", current->epoch(), " -> ", map->epoch(), ": ",
+                       SlotMap::DescribeChange(*current, *map), "; replica ",
+                       options_.replica_id, " owns ", map->SlotsOf(options_.replica_id),
+                       " slot(s)"));
+  return absl::OkStatus();
 }
 
 absl::Status Engine::Recover(Journal& journal) {
@@ -96,6 +181,7 @@ Engine::Engine(EngineOptions options)
 
 Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
     : options_(std::move(options)),
+      slot_map_(options_.slot_map),
       log_(std::move(log)),
       store_(options_.max_sessions, *log_),
       groups_(options_.max_scale_groups, *log_) {
@@ -148,6 +234,7 @@ absl::StatusOr<SessionInfo> Engine::CreateSession(absl::string_view tenant, absl
                                                   absl::string_view calculator,
                                                   const QuantSpec& spec,
                                                   const CalculatorOptions& options) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   const SlotGate& gate = gates_[SlotOf(name)];
   absl::ReaderMutexLock hold(&gate.mu);
   QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
@@ -181,15 +268,15 @@ absl::Status Engine::CheckAddressedTo(absl::string_view replica) const {
 }
 
 bool Engine::Owns(absl::string_view name) const {
-  return options_.slot_map == nullptr ||
-         options_.slot_map->OwnerOfSession(name) == options_.replica_id;
+  return slot_map_ == nullptr ||
+         slot_map_->OwnerOfSession(name) == options_.replica_id;
 }
 
 absl::Status Engine::CheckOwned(absl::string_view name) const {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
-  if (options_.slot_map == nullptr) return absl::OkStatus();
+  if (slot_map_ == nullptr) return absl::OkStatus();
   const int slot = SlotOf(name);
-  const std::string& owner = options_.slot_map->OwnerOf(slot);
+  const std::string& owner = slot_map_->OwnerOf(slot);
   if (owner == options_.replica_id) return absl::OkStatus();
   absl::Status refusal = absl::FailedPreconditionError(
       absl::StrCat("session ", name, " belongs to replica ", owner, " (slot ", slot,
@@ -208,12 +295,14 @@ absl::StatusOr<std::shared_ptr<Session>> Engine::Find(absl::string_view tenant,
 
 absl::StatusOr<SessionInfo> Engine::GetSession(absl::string_view tenant,
                                                absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->Info();
 }
 
 absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view name) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   const SlotGate& gate = gates_[SlotOf(name)];
   absl::ReaderMutexLock hold(&gate.mu);
   QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
@@ -223,6 +312,7 @@ absl::Status Engine::DeleteSession(absl::string_view tenant, absl::string_view n
 absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int page_size,
                                                  absl::string_view page_token,
                                                  absl::string_view filter) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
@@ -234,10 +324,12 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
   if (!after.ok()) return after.status();
   const int limit = page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize);
   SessionStore::Page page =
-      options_.slot_map == nullptr
+      slot_map_ == nullptr
           ? store_.List(tenant, filter, *after, limit)
           : store_.List(tenant, filter, *after, limit,
-                        [this](absl::string_view name) { return Owns(name); });
+                        [map = slot_map_.get(), &replica = options_.replica_id](absl::string_view name) {
+                          return map->OwnerOfSession(name) == replica;
+                        });
   SessionPage out;
   out.sessions.reserve(page.sessions.size());
   for (const std::shared_ptr<Session>& session : page.sessions) {
@@ -249,6 +341,7 @@ absl::StatusOr<SessionPage> Engine::ListSessions(absl::string_view tenant, int p
 
 ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
                               const absl::StatusOr<Observation>& x, bool omit_qparams) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   const SlotGate& gate = gates_[SlotOf(name)];
   absl::ReaderMutexLock hold(&gate.mu);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
@@ -269,6 +362,7 @@ ObserveOutcome Engine::Observe(absl::string_view tenant, absl::string_view name,
 
 absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
                                                  absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetQParams();
@@ -276,6 +370,7 @@ absl::StatusOr<CachedQParams> Engine::GetQParams(absl::string_view tenant,
 
 absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
                                                absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
   if (!session.ok()) return session.status();
   return (*session)->GetHistogram();
@@ -283,6 +378,7 @@ absl::StatusOr<Histogram> Engine::GetHistogram(absl::string_view tenant,
 
 absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
                                                   absl::string_view name, bool enabled) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   const SlotGate& gate = gates_[SlotOf(name)];
   absl::ReaderMutexLock hold(&gate.mu);
   absl::StatusOr<std::shared_ptr<Session>> session = Find(tenant, name);
@@ -295,6 +391,7 @@ absl::StatusOr<SessionInfo> Engine::SetExportMode(absl::string_view tenant,
 absl::StatusOr<SessionInfo> Engine::SetGranularity(
     absl::string_view tenant, absl::string_view name,
     const std::optional<Granularity>& granularity) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   if (!granularity.has_value()) {
     return absl::InvalidArgumentError(
         "granularity is unset; set per_tensor, per_channel or per_block");
@@ -348,6 +445,7 @@ std::vector<std::string> Engine::Restore(const std::vector<storage::v1::Record>&
 
 absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant,
                                                         const ScaleGroupRequest& request) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(request.name, "group.name"));
   const SlotGate& gate = gates_[SlotOf(request.name)];
   absl::ReaderMutexLock hold(&gate.mu);
@@ -358,7 +456,7 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
         "group.share is unset (SHARE_UNSPECIFIED) or not a known value; set GLOBAL_AMAX (NVFP4) "
         "or UNION_RANGE");
   }
-  if (options_.slot_map != nullptr) {
+  if (slot_map_ != nullptr) {
     const int slot = SlotOf(request.name);
     std::vector<std::string> names, slots;
     for (const std::string& member : request.members) {
@@ -405,6 +503,7 @@ absl::StatusOr<ScaleGroupInfo> Engine::CreateScaleGroup(absl::string_view tenant
 
 absl::StatusOr<ScaleGroupInfo> Engine::GetScaleGroup(absl::string_view tenant,
                                                      absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   return groups_.Find(tenant, name);
 }
@@ -412,6 +511,7 @@ absl::StatusOr<ScaleGroupInfo> Engine::GetScaleGroup(absl::string_view tenant,
 absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant, int page_size,
                                                        absl::string_view page_token,
                                                        absl::string_view filter) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   if (page_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
@@ -423,10 +523,12 @@ absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant,
   // Sharded, as ListSessions: groups restored on a replica that no longer owns their
   // slot stay out of sight.
   ScaleGroupStore::Page page =
-      options_.slot_map == nullptr
+      slot_map_ == nullptr
           ? groups_.List(tenant, filter, *after, limit)
           : groups_.List(tenant, filter, *after, limit,
-                         [this](absl::string_view name) { return Owns(name); });
+                         [map = slot_map_.get(), &replica = options_.replica_id](absl::string_view name) {
+                          return map->OwnerOfSession(name) == replica;
+                        });
   ScaleGroupPage out;
   out.groups = std::move(page.groups);
   if (page.more) out.next_page_token = EncodePageToken(filter, out.groups.back().name);
@@ -434,6 +536,7 @@ absl::StatusOr<ScaleGroupPage> Engine::ListScaleGroups(absl::string_view tenant,
 }
 
 absl::Status Engine::DeleteScaleGroup(absl::string_view tenant, absl::string_view name) {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   const SlotGate& gate = gates_[SlotOf(name)];
   absl::ReaderMutexLock hold(&gate.mu);
   QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
@@ -442,6 +545,7 @@ absl::Status Engine::DeleteScaleGroup(absl::string_view tenant, absl::string_vie
 
 absl::StatusOr<GroupResult> Engine::GetGroupQParams(absl::string_view tenant,
                                                     absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
   QPARAMS_RETURN_IF_ERROR(CheckOwned(name));
   QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupInfo group, groups_.Find(tenant, name));
   std::vector<GroupMemberState> members;
@@ -501,11 +605,6 @@ std::vector<SlotMove> Engine::SlotMoves() const {
 
 absl::Status Engine::SetSlotState(int low, int high, SlotMoveState state,
                                   absl::string_view peer) {
-  if (options_.slot_map == nullptr) {
-    return absl::FailedPreconditionError(
-        "this server has no slot map (--replica_id, --slot_map): it owns every slot, and no "
-        "slot can move out of it or into it");
-  }
   QPARAMS_RETURN_IF_ERROR(CheckSlotRange(low, high));
   if (state == SlotMoveState::kStable) {
     peer = "";
@@ -515,8 +614,16 @@ absl::Status Engine::SetSlotState(int low, int high, SlotMoveState state,
         "[a-zA-Z0-9._-]), not this replica ", options_.replica_id));
   }
   absl::MutexLock lock(&moves_mu_);
+  // The map cannot change until the states have: a move's checks and its switch
+  // are ordered.
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  if (slot_map_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server has no slot map (--replica_id, --slot_map): it owns every slot, and no "
+        "slot can move out of it or into it");
+  }
   for (int slot = low; slot <= high; ++slot) {
-    const std::string& owner = options_.slot_map->OwnerOf(slot);
+    const std::string& owner = slot_map_->OwnerOf(slot);
     if (state == SlotMoveState::kMigrating && owner != options_.replica_id) {
       return absl::FailedPreconditionError(
           absl::StrCat("slot ", slot, " belongs to replica ", owner, ", not to this replica ",
@@ -544,7 +651,7 @@ absl::Status Engine::SetSlotState(int low, int high, SlotMoveState state,
     held.push_back(std::make_unique<absl::MutexLock>(&gates_[slot].mu));
   }
   if (log_->keeps_records()) {
-    if (absl::Status written = WriteStateFile(*options_.journal.env, options_.journal.data_dir,
+    if (absl::Status written = WriteSmallFile(*options_.journal.env, options_.journal.data_dir,
                                               kSlotMovesFile, RenderSlotMoves(Runs(moves)));
         !written.ok()) {
       return absl::UnavailableError(
@@ -568,7 +675,7 @@ void Engine::SetGates(int low, int high, SlotMoveState state, absl::string_view 
 absl::Status Engine::LoadSlotMoves() {
   const std::string& dir = options_.journal.data_dir;
   absl::StatusOr<std::optional<std::string>> text =
-      ReadStateFile(*options_.journal.env, dir, kSlotMovesFile);
+      ReadSmallFile(*options_.journal.env, dir, kSlotMovesFile);
   absl::StatusOr<std::vector<SlotMove>> moves =
       !text.ok() ? text.status()
                  : ParseSlotMoves(text->has_value() ? absl::string_view(**text) : "");
@@ -647,6 +754,7 @@ absl::StatusOr<uint64_t> Engine::ImportOne(const storage::v1::Record& record) {
         "(group_create), nothing else");
   }
   const int slot = SlotOf(name);
+  absl::ReaderMutexLock map_lock(&map_mu_);
   const SlotGate& gate = gates_[slot];
   absl::ReaderMutexLock hold(&gate.mu);
   if (Owns(name) || gate.state != SlotMoveState::kImporting) {
@@ -661,12 +769,14 @@ absl::StatusOr<uint64_t> Engine::ImportOne(const storage::v1::Record& record) {
 
 absl::StatusOr<SlotDrop> Engine::DropSlots(int low, int high) {
   QPARAMS_RETURN_IF_ERROR(CheckSlotRange(low, high));
-  if (options_.slot_map == nullptr) {
+  // Held to the end: the slots do not become this replica's while it drops them.
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  if (slot_map_ == nullptr) {
     return absl::FailedPreconditionError(
         "this server has no slot map: it owns every slot, so it drops none");
   }
   for (int slot = low; slot <= high; ++slot) {
-    if (options_.slot_map->OwnerOf(slot) == options_.replica_id) {
+    if (slot_map_->OwnerOf(slot) == options_.replica_id) {
       return absl::FailedPreconditionError(absl::StrCat(
           "slot ", slot, " belongs to this replica ", options_.replica_id,
           "; its sessions there are the live ones, and are not dropped"));

@@ -18,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/slot.h"
@@ -46,9 +48,11 @@ struct EngineOptions {
   int64_t max_scale_groups = 100000;
   // Sessions no call has named for this long are evicted; zero keeps them forever.
   absl::Duration session_ttl = absl::ZeroDuration();
-  // Sharding: with a slot map, this engine is replica `replica_id` (one the map
-  // names) and owns only the sessions of the slots the map gives it. Null: it owns
-  // every session.
+  // Sharding: with a slot map, this engine is replica `replica_id` and owns only
+  // the sessions of the slots the map gives it (none, for a replica the map does
+  // not name yet: a new one waiting for a move). Null: it owns every session. The
+  // map at start: Open takes instead the one persisted in the data directory if its
+  // epoch is greater, and Engine::SetSlotMap replaces it while serving.
   std::shared_ptr<const SlotMap> slot_map;
   std::string replica_id;
   // Counts the observations applied (a session's count went up); null: not counted.
@@ -59,6 +63,10 @@ struct EngineOptions {
   // (storage/journal.h); with none, nothing is persisted.
   JournalOptions journal;
 };
+
+// The file in the data directory that holds the last slot map a replica took
+// (SlotMap::ToText), so that a restart does not fall back to an older --slot_map.
+inline constexpr absl::string_view kSlotMapFileName = "slot-map";
 
 // The payload (absl::Status::GetPayload) of a refusal for a session another replica
 // owns: that replica's name, for the service to pass on as trailing metadata.
@@ -109,7 +117,10 @@ class Engine {
   static constexpr int kMaxPageSize = 1000;
 
   // A ready engine. With options.journal.data_dir: the directory opened and locked,
-  // its sessions and scale groups restored (a record that does not restore, or a torn or corrupt
+  // a sharded engine's map chosen (the greater epoch of options.slot_map and the
+  // directory's kSlotMapFileName, options.slot_map on a tie, logged; that choice
+  // persisted; FAILED_PRECONDITION for a persisted map that does not parse), its
+  // sessions and scale groups restored (a record that does not restore, or a torn or corrupt
   // piece of a file, is logged and set aside, and a snapshot then drops what was
   // skipped), the journal started, and the restore logged. FAILED_PRECONDITION for
   // a directory that cannot be opened, locked or read (Journal::Open, Recover),
@@ -296,24 +307,43 @@ class Engine {
   // of another replica's answer.
   absl::Status CheckAddressedTo(absl::string_view replica) const;
 
-  // The replica this engine is and the slot map it serves; null and "" without
-  // sharding.
-  const SlotMap* slot_map() const { return options_.slot_map.get(); }
+  // The replica this engine is and the slot map it serves now; null and "" without
+  // sharding. The map is a snapshot: SetSlotMap may replace it right after.
+  // Thread-safe.
+  std::shared_ptr<const SlotMap> slot_map() const ABSL_LOCKS_EXCLUDED(map_mu_);
   const std::string& replica_id() const { return options_.replica_id; }
+
+  // Replaces the slot map while serving (Redis Cluster's config epochs decide):
+  // a map of a greater epoch than the current one is taken; one of the same epoch
+  // and the same owners is a no-op (OK); an older one, or one of the same epoch
+  // with other owners, is FAILED_PRECONDITION naming both epochs, as is any map on
+  // an engine without sharding (no replica_id); null is INVALID_ARGUMENT. The map
+  // may give this replica no slot. With a data directory the map is persisted first
+  // (kSlotMapFileName, atomically through the Env) and a failure to write it is the
+  // Env's error, with the old map still in force. Thread-safe; calls are
+  // serialized. Returns once every session call that checked ownership against the
+  // former map has finished (each holds the map for its whole length), so that no
+  // call admitted under the old map mutates a slot after this returns; the change is
+  // logged.
+  absl::Status SetSlotMap(std::shared_ptr<const SlotMap> map) ABSL_LOCKS_EXCLUDED(map_mu_);
 
  private:
   Engine(EngineOptions options, std::unique_ptr<SessionLog> log);
+
+  // Open's choice of a sharded engine's map (see Open) into options.slot_map.
+  static absl::Status ChooseSlotMap(EngineOptions& options);
 
   // Open's restore from `journal` (this engine's log) and the journal's start.
   absl::Status Recover(Journal& journal);
 
   absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
-                                                absl::string_view name) const;
+                                                absl::string_view name) const
+      ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
   // A valid name of a session this replica owns; INVALID_ARGUMENT or
   // FAILED_PRECONDITION as the session methods say.
-  absl::Status CheckOwned(absl::string_view name) const;
+  absl::Status CheckOwned(absl::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
   // Whether this replica owns the session `name` (always, without a slot map).
-  bool Owns(absl::string_view name) const;
+  bool Owns(absl::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
   // One slot's move state, and the lock every write to the slot holds shared.
   struct SlotGate {
@@ -343,6 +373,18 @@ class Engine {
   static std::vector<SlotMove> Runs(const SlotStates& moves);
 
   const EngineOptions options_;
+  // Where SetSlotMap persists the map: the data directory when Open made a journal,
+  // else "" (nothing persisted). Set by Open before the engine serves.
+  std::string map_dir_;
+  // Serializes SetSlotMap (epoch check, persistence, swap). Lock order: set_map_mu_,
+  // then map_mu_.
+  absl::Mutex set_map_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
+  // Every session method holds map_mu_ shared for its whole length, SetSlotMap
+  // exclusively to swap the map: a call sees one map, and a swap waits for the calls
+  // admitted under the former one. No method takes it twice (absl::Mutex is not
+  // reentrant, and a waiting writer would block the second reader).
+  mutable absl::Mutex map_mu_ ABSL_ACQUIRED_AFTER(set_map_mu_);
+  std::shared_ptr<const SlotMap> slot_map_ ABSL_GUARDED_BY(map_mu_);
   // Before the store, whose sessions append to it: it outlives them.
   const std::unique_ptr<SessionLog> log_;
   SessionStore store_;
@@ -350,7 +392,8 @@ class Engine {
   absl::Notification stop_;
   std::thread evictor_;
   std::array<SlotGate, kSlotCount> gates_;
-  // Serializes SetSlotState and its file; then the gates, in slot order.
+  // Serializes SetSlotState and its file. Lock order: moves_mu_, map_mu_ (shared),
+  // then the gates in slot order; a write holds map_mu_ shared, then its slot's gate.
   mutable absl::Mutex moves_mu_;
   // The gates' states, for SlotMoves and the file.
   SlotStates moves_ ABSL_GUARDED_BY(moves_mu_);

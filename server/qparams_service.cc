@@ -380,10 +380,13 @@ class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReact
   using Produce = std::function<absl::StatusOr<bool>(Message*)>;
   using Start = absl::FunctionRef<absl::StatusOr<Produce>(std::string tenant)>;
 
+  // `admin`: the caller must be an admin (Admin) rather than a tenant, and `start`
+  // gets the admin's name.
   PullWriteReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
-                   absl::string_view method, Start start)
+                   absl::string_view method, Start start, bool admin = false)
       : service_(service), context_(context), method_(method) {
-    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    absl::StatusOr<std::string> tenant =
+        admin ? service_->Admin(context) : service_->Tenant(context);
     absl::StatusOr<Produce> produce = tenant.ok() ? start(*std::move(tenant)) : tenant.status();
     if (!produce.ok()) {
       End(produce.status());
@@ -467,29 +470,80 @@ grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
       });
 }
 
+void QParamsServiceImpl::FillTopology(v1::Topology* response) const {
+  response->set_slot_count(kSlotCount);
+  response->set_replica_id(engine_->replica_id());
+  const std::shared_ptr<const SlotMap> map = engine_->slot_map();
+  if (map == nullptr) {
+    v1::SlotRange* all = response->add_ranges();
+    all->set_low(0);
+    all->set_high(kSlotCount - 1);
+    response->add_replicas("");
+    return;
+  }
+  response->set_epoch(map->epoch());
+  for (const SlotMap::Range& range : map->Ranges()) {
+    v1::SlotRange* out = response->add_ranges();
+    out->set_low(range.low);
+    out->set_high(range.high);
+    out->set_replica(range.replica);
+  }
+  for (const std::string& replica : map->replicas()) response->add_replicas(replica);
+}
+
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetTopology(grpc::CallbackServerContext* context,
                                                           const v1::GetTopologyRequest* /*request*/,
                                                           v1::Topology* response) {
   return Unary(context, "GetTopology", [&](const std::string& /*tenant*/) {
-    response->set_slot_count(kSlotCount);
-    response->set_replica_id(engine_->replica_id());
-    const SlotMap* map = engine_->slot_map();
-    if (map == nullptr) {
-      v1::SlotRange* all = response->add_ranges();
-      all->set_low(0);
-      all->set_high(kSlotCount - 1);
-      response->add_replicas("");
-      return absl::OkStatus();
-    }
-    for (const SlotMap::Range& range : map->Ranges()) {
-      v1::SlotRange* out = response->add_ranges();
-      out->set_low(range.low);
-      out->set_high(range.high);
-      out->set_replica(range.replica);
-    }
-    for (const std::string& replica : map->replicas()) response->add_replicas(replica);
+    FillTopology(response);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<std::string> QParamsServiceImpl::Admin(grpc::CallbackServerContext* context) const {
+  const auto& metadata = context->client_metadata();
+  std::string admin;
+  if (options_.admin_authenticator != nullptr) {
+    std::optional<absl::string_view> header;
+    if (auto it = metadata.find("authorization"); it != metadata.end()) {
+      header = absl::string_view(it->second.data(), it->second.size());
+    }
+    absl::StatusOr<std::string> name = options_.admin_authenticator->Authenticate(header);
+    if (!name.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "an admin call needs a bearer token of --admin_tokens_file: ", name.status().message()));
+    }
+    admin = *std::move(name);
+  } else if (options_.authenticator != nullptr) {
+    return absl::PermissionDeniedError(
+        "admin calls are refused: this server has --auth_tokens_file but no "
+        "--admin_tokens_file");
+  }
+  if (auto it = metadata.find(kReplicaHeader); it != metadata.end()) {
+    QPARAMS_RETURN_IF_ERROR(
+        engine_->CheckAddressedTo(absl::string_view(it->second.data(), it->second.size())));
+  }
+  return admin;
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotMap(grpc::CallbackServerContext* context,
+                                                         const v1::SetSlotMapRequest* request,
+                                                         v1::Topology* response) {
+  absl::Status status = [&]() -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const std::string admin, Admin(context));
+    absl::StatusOr<SlotMap> map = SlotMap::Parse(request->map());
+    if (!map.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("map: ", map.status().message()));
+    }
+    LogInfo(absl::StrCat("SetSlotMap epoch ", map->epoch(), " from ",
+                         admin.empty() ? "" : absl::StrCat("admin ", admin, " at "),
+                         context->peer()));
+    QPARAMS_RETURN_IF_ERROR(
+        engine_->SetSlotMap(std::make_shared<const SlotMap>(*std::move(map))));
+    FillTopology(response);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "SetSlotMap", status);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,
@@ -577,7 +631,8 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetSlotMoves(
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotState(
     grpc::CallbackServerContext* context, const v1::SetSlotStateRequest* request,
     v1::SlotMoves* response) {
-  return Unary(context, "SetSlotState", [&](const std::string& /*tenant*/) -> absl::Status {
+  absl::Status status = [&]() -> absl::Status {
+    QPARAMS_RETURN_IF_ERROR(Admin(context).status());
     const v1::SlotMove& move = request->move();
     SlotMoveState state;
     switch (move.state()) {
@@ -597,7 +652,8 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotState(
     QPARAMS_RETURN_IF_ERROR(engine_->SetSlotState(move.low(), move.high(), state, move.peer()));
     SlotMovesToProto(*engine_, response);
     return absl::OkStatus();
-  });
+  }();
+  return Finish(context, "SetSlotState", status);
 }
 
 grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
@@ -637,7 +693,8 @@ grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
           }
           return batch->records_size() > 0;
         };
-      });
+      },
+      /*admin=*/true);
 }
 
 // Reads a message, imports its records (journaled in order, synced once), then reads
@@ -647,8 +704,8 @@ class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v
   ImportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
                 v1::ImportSessionsResponse* response)
       : service_(service), context_(context), response_(response) {
-    if (absl::StatusOr<std::string> tenant = service_->Tenant(context); !tenant.ok()) {
-      End(tenant.status());
+    if (absl::StatusOr<std::string> admin = service_->Admin(context); !admin.ok()) {
+      End(admin.status());
       return;
     }
     StartRead(&request_);
@@ -706,13 +763,15 @@ grpc::ServerReadReactor<v1::SlotRecords>* QParamsServiceImpl::ImportSessions(
 grpc::ServerUnaryReactor* QParamsServiceImpl::DropSlots(grpc::CallbackServerContext* context,
                                                         const v1::DropSlotsRequest* request,
                                                         v1::DropSlotsResponse* response) {
-  return Unary(context, "DropSlots", [&](const std::string& /*tenant*/) -> absl::Status {
+  absl::Status status = [&]() -> absl::Status {
+    QPARAMS_RETURN_IF_ERROR(Admin(context).status());
     QPARAMS_ASSIGN_OR_RETURN(const SlotDrop dropped,
                              engine_->DropSlots(request->low(), request->high()));
     response->set_sessions(dropped.sessions);
     response->set_groups(dropped.groups);
     return absl::OkStatus();
-  });
+  }();
+  return Finish(context, "DropSlots", status);
 }
 
 }  // namespace qparams

@@ -309,6 +309,34 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
   EXPECT_OK(r1->Observe("", names[0], Obs(9)).status);
 }
 
+// The switch while serving (Engine::SetSlotMap): the target serves what it imported
+// without a restart, and the source, still migrating, names the new owner.
+TEST(SlotMoves, TheSwitchHandsTheSlotsOverWhileServing) {
+  Engine r0(Options("r0", kMap));
+  Engine r1(Options("r1", kMap));
+  const std::string name = NameInSlot(15);
+  ASSERT_OK(r0.CreateSession("", name, "global_minmax", MakeSpec("int8", QScheme::kAsymmetric), {}));
+  ASSERT_OK(r0.Observe("", name, Obs(7)).status);
+  ASSERT_OK(r1.SetSlotState(10, 20, SlotMoveState::kImporting, "r0"));
+  ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kMigrating, "r1"));
+  ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, r0.SessionRecord({"", name}));
+  ASSERT_OK(r1.Import({record}));
+  const auto moved =
+      std::make_shared<const SlotMap>(*SlotMap::Parse(absl::StrCat("# epoch 1\n", kMovedMap)));
+  ASSERT_OK(r1.SetSlotMap(moved));
+  ASSERT_OK_AND_ASSIGN(const SessionInfo served, r1.GetSession("", name));
+  EXPECT_EQ(served.observation_count, 1);
+  EXPECT_OK(r1.Observe("", name, Obs(8)).status);  // the target takes writes at once
+  EXPECT_CODE(r1.Import({record}), kFailed);       // and imports no more
+  EXPECT_CODE(r0.Observe("", name, Obs(9)).status, kUnavailable);  // frozen until its switch
+  ASSERT_OK(r0.SetSlotMap(moved));
+  EXPECT_CODE(r0.Observe("", name, Obs(9)).status, kFailed);  // names r1
+  ASSERT_OK(r1.SetSlotState(10, 20, SlotMoveState::kStable, ""));
+  ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kStable, ""));
+  ASSERT_OK_AND_ASSIGN(const SlotDrop dropped, r0.DropSlots(10, 20));
+  EXPECT_EQ(dropped.sessions, 1);
+}
+
 TEST(SlotMoves, DropRemovesOnlySlotsNotOwned) {
   Engine r0(Options("r0", kMovedMap));
   Engine r1(Options("r1", kMap));

@@ -2,13 +2,14 @@
 online"), end to end: two replicas r0 and r1 with their own data directories, moved
 with `qparams-cli reshard`, straight to each replica (--replica_addresses).
 
-Until replicas reload the slot map themselves, the switch is a restart of the target,
-then the source, on the new map; `reshard` stops before it (awaiting_switch) and
-`reshard --resume` finishes. Checked: a client observing the moving sessions through
-the move (retrying UNAVAILABLE, following the new owner) loses no acknowledged
-observation and applies none twice (the sessions end bit for bit as one server's
-replay of the acknowledged observations); a move resumed after SIGKILL of the source
-and of the target; a move rolled back with --abort.
+The switch pushes the new map (epoch + 1) to the target, then the source (SetSlotMap);
+with --stop_before_switch the command stops after the copy (awaiting_switch) and the
+test switches by restarting a replica on the new map file. Checked: a client observing
+the moving sessions through the move (retrying UNAVAILABLE, following the new owner)
+loses no acknowledged observation and applies none twice (the sessions end bit for bit
+as one server's replay of the acknowledged observations); a move resumed after SIGKILL
+of the source and of the target; a move rolled back with --abort, and refused once the
+target owns the slots.
 
 Every process is started here and stopped by its PID.
 """
@@ -33,7 +34,7 @@ from conftest import REPO, start_local_server
 from qparams.testing import LocalServer
 
 MAP = "0:127 r0\n128:255 r1\n"
-MOVED = "0:63 r1\n64:127 r0\n128:255 r1\n"
+MOVED = "# epoch 1\n0:63 r1\n64:127 r0\n128:255 r1\n"
 LOW, HIGH = 0, 63
 TIMEOUT = 30  # seconds: the deadline of every wait below
 
@@ -145,6 +146,7 @@ class Observer:
         self.pair, self.names = pair, names
         self.acknowledged: dict[str, list[int]] = {n: [] for n in names}
         self.refusals = 0
+        self.redirects = 0
         self.count = 0
         self.stopping = threading.Event()
         self.error: BaseException | None = None
@@ -171,6 +173,7 @@ class Observer:
                     except qparams.FailedPrecondition as e:
                         assert e.owner in ("r0", "r1"), e
                         owner = e.owner
+                        self.redirects += 1
                 self.acknowledged[name].append(seed)
                 self.count += 1
                 seed += 1
@@ -211,20 +214,15 @@ def test_move_while_observing_loses_and_repeats_nothing(pair: Pair) -> None:
     observer = Observer(pair, names)
     observer.wait_for(50)
 
-    copied = pair.reshard()
-    assert copied["outcome"] == "awaiting_switch"
-    assert copied["sessions_copied"] == len(names)
-    assert copied["next_map"].splitlines()[1:] == ["0:63 r1", "64:127 r0", "128:255 r1"]
-    frozen = observer.count
-    # The switch: the target first, then the source, on the new map.
-    pair.restart("r1", "new.map")
-    pair.restart("r0", "new.map")
-    done = pair.reshard("--resume")
+    done = pair.reshard()
     assert done["outcome"] == "done"
+    assert done["sessions_copied"] == len(names)
     assert done["sessions_dropped"] == len(names)
-    observer.wait_for(frozen + 50)
+    assert done["next_map"].splitlines() == ["# epoch 1", "# slots   replica", "0:63 r1",
+                                             "64:127 r0", "128:255 r1"]
+    observer.wait_for(observer.count + 50)
     observer.stop()
-    assert observer.refusals > 0  # the freeze was met
+    assert observer.redirects == 1  # followed r1 once, never back
 
     assert state(pair.servers["r1"].target, names) == replayed(names, observer.acknowledged)
     with qparams.Client(pair.servers["r0"].target) as c:
@@ -232,9 +230,13 @@ def test_move_while_observing_loses_and_repeats_nothing(pair: Pair) -> None:
         with pytest.raises(qparams.FailedPrecondition) as refused:
             c.get_session(names[0])
         assert refused.value.owner == "r1"
-    # r0 kept no copy: restarted, it restores only the session outside the range.
-    pair.restart("r0", "new.map")
+    # r0 kept no copy, and the new map: restarted on the old map file, it restores
+    # only the session outside the range and still names r1 the owner.
+    pair.restart("r0", "old.map")
     assert any("restored 1 session(s)" in line for line in pair.servers["r0"].log)
+    with qparams.Client(pair.servers["r0"].target) as c:
+        with pytest.raises(qparams.FailedPrecondition):
+            c.get_session(names[0])
 
 
 def test_move_resumes_after_sigkill_of_source_and_target(pair: Pair) -> None:
@@ -245,18 +247,17 @@ def test_move_resumes_after_sigkill_of_source_and_target(pair: Pair) -> None:
             c.observe(name, tensor(i))
     before = state(pair.servers["r0"].target, names)
 
-    assert pair.reshard()["outcome"] == "awaiting_switch"
+    assert pair.reshard("--stop_before_switch")["outcome"] == "awaiting_switch"
     # The source dies: restarted, its slots are still frozen, and the copy runs again.
     pair.restart("r0", "old.map", signal.SIGKILL)
     with qparams.Client(pair.servers["r0"].target) as c:
         with pytest.raises(qparams.Unavailable, match="is moving to r1; retry"):
             c.observe(names[0], tensor(99))
-    again = pair.reshard("--resume")
+    again = pair.reshard("--resume", "--stop_before_switch")
     assert again["outcome"] == "awaiting_switch"
     assert again["sessions_copied"] == len(names)
-    # The target dies too, and comes back on the new map with what it imported.
-    pair.restart("r1", "new.map", signal.SIGKILL)
-    pair.restart("r0", "new.map", signal.SIGKILL)
+    # The target dies too, and comes back with what it imported; the move finishes.
+    pair.restart("r1", "old.map", signal.SIGKILL)
     assert pair.reshard("--resume")["outcome"] == "done"
     assert state(pair.servers["r1"].target, names) == before
     # Resuming a finished move changes nothing.
@@ -266,7 +267,7 @@ def test_move_resumes_after_sigkill_of_source_and_target(pair: Pair) -> None:
 def test_abort_rolls_back_before_the_switch(pair: Pair) -> None:
     names = names_in_range(5)
     create(pair.servers["r0"].target, names)
-    assert pair.reshard()["outcome"] == "awaiting_switch"
+    assert pair.reshard("--stop_before_switch")["outcome"] == "awaiting_switch"
     run = cli(f"--target={pair.servers['r0'].target}", "reshard", f"{LOW}:{HIGH}", "r0", "r1",
               f"--replica_addresses={pair.addresses()}")
     assert run.returncode == 1 and "a move is under way" in run.stderr, run.stderr
@@ -278,8 +279,9 @@ def test_abort_rolls_back_before_the_switch(pair: Pair) -> None:
         c.observe(names[0], tensor(1))  # r0 takes writes again
     pair.restart("r1", "old.map")
     assert any("restored 0 session(s)" in line for line in pair.servers["r1"].log)
-    # A move past its switch cannot be rolled back.
-    assert pair.reshard()["outcome"] == "awaiting_switch"
+    # A move past its switch (here: the target restarted on the new map file, of a
+    # greater epoch) cannot be rolled back.
+    assert pair.reshard("--stop_before_switch")["outcome"] == "awaiting_switch"
     pair.restart("r1", "new.map")
     run = cli(f"--target={pair.servers['r0'].target}", "reshard", f"{LOW}:{HIGH}", "r0", "r1",
               f"--replica_addresses={pair.addresses()}", "--abort")
