@@ -6,7 +6,8 @@
 # Python side (bench/histogram_bench.py: torch.histc and torch.bincount on core_bench's
 # binning data, the client's local histogram against sending the tensor), each target
 # checked, then NVFP4 in torch (bench/nvfp4_bench.py on core_bench's weight) and the
-# GetGroupQParams latency of a 64-member GLOBAL_AMAX group (qparams-bench --mode group);
+# GetGroupQParams latency of a 64-member GLOBAL_AMAX group (qparams-bench --mode group),
+# then the online move of a slot range of 10,000 sessions (bench/reshard_bench.py);
 # writes
 # OUT/RESULTS.md (tables), the raw outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
@@ -101,6 +102,14 @@ PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/nvfp4_ben
   --json="$out/nvfp4_bench.json" | tee "$out/nvfp4_bench.txt"
 jq -c '. + {scenario: "nvfp4"}' "$out/nvfp4_bench.json" | tee -a "$out/service.jsonl"
 rm -f "$out"/nvfp4_data.bf16*
+
+# The online move of slots 0:63 holding 10,000 sessions from r0 to r1, with writers
+# observing the moving sessions before and through it.
+echo "== Online move: bench/reshard_bench.py" >&2
+PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/reshard_bench.py \
+  --server-binary="$build/server/qparams-server" --cli-binary="$build/client/qparams-cli" \
+  --sessions=10000 --json="$out/reshard_bench.json" | tee "$out/reshard_bench.txt"
+jq -c '. + {scenario: "reshard"}' "$out/reshard_bench.json" | tee -a "$out/service.jsonl"
 
 get() { jq -r "select(.scenario == \"$1\") | $2" "$out/service.jsonl"; }
 verdict() { awk -v v="$1" -v t="$2" -v op="$3" \
@@ -218,6 +227,12 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
   echo "- Scales and zero points of RemoteObserver and PerChannelMinMaxObserver equal: $(get python 'if .calib_qparams_match then "yes" else "NO" end')."
   echo "- Client.observe with the default reduce=\"auto\" (sends the min and max): $(get python .observe_auto_cps) calls/s, $(get python .observe_auto_ratio) of the stub (information)."
   echo "- The observers alone, without the model (information): PerChannelMinMaxObserver $(get python .observers_only_inprocess_us_per_observation) µs per observation, RemoteObserver $(get python .observers_only_remote_us_per_observation) µs (forward, queue, ObserveBatch calls and final flush)."
+  echo
+  echo "## Online move of a slot range (bench/reshard_bench.py)"
+  echo
+  echo "| sessions | copy s | frozen s | whole move s | Observe/s before | during the move | after |"
+  echo "|---|---|---|---|---|---|---|"
+  get reshard '"| \(.sessions) | \(.copy_seconds) | \(.frozen_seconds) | \(.move_seconds) | \(.observe_per_s_before) | \(.observe_per_s_during_move) | \(.observe_per_s_after) |"'
 } > "$out/RESULTS.md"
 
 jq -r 'select(.scenario | startswith("latency_c")) | "\(.concurrency) \(.p50_us) \(.p99_us) \(.echo_p50_us) \(.echo_p99_us)"' \

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "client/npy.h"
 #include "client/partial_file.h"
 #include "client/report.h"
+#include "client/reshard.h"
 #include "common/json_string.h"
 #include "common/slot.h"
 #include "common/timestamp.h"
@@ -281,10 +283,11 @@ void PrintTable(const HealthCheckResponse& response, std::ostream& out) {
 class Invocation {
  public:
   Invocation(std::vector<std::string> args, const Options& options, std::unique_ptr<Client> client,
-             std::ostream& out, std::ostream& err)
+             ClientOptions client_options, std::ostream& out, std::ostream& err)
       : args_(std::move(args)),
         options_(options),
         client_(std::move(client)),
+        client_options_(std::move(client_options)),
         out_(out),
         err_(err) {}
 
@@ -292,6 +295,10 @@ class Invocation {
   size_t arg_count() const { return args_.size(); }
   const Options& options() const { return options_; }
   Client& client() { return *client_; }
+  // Another client, of `target`, with this one's options (TLS, token, timeout).
+  absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target) const {
+    return Client::Connect(target, client_options_);
+  }
   std::ostream& out() { return out_; }
   std::ostream& err() { return err_; }
   bool table() const { return options_.format == "table"; }
@@ -329,6 +336,7 @@ class Invocation {
   const std::vector<std::string> args_;
   const Options& options_;
   const std::unique_ptr<Client> client_;
+  const ClientOptions client_options_;
   std::ostream& out_;
   std::ostream& err_;
 };
@@ -723,6 +731,92 @@ int GroupDelete(Invocation& in) {
 
 int GroupQParams(Invocation& in) { return in.PrintResult(in.client().GetGroupQParams(in.arg(0))); }
 
+// ---------------------------------------------------------------- reshard
+
+// Moves slots LOW:HIGH from SOURCE to TARGET online (client/reshard.h), or resumes
+// (--resume) or rolls back (--abort) the move under way. Each step goes to stderr;
+// the result to stdout.
+int Reshard(Invocation& in) {
+  const Options& o = in.options();
+  if (o.resume && o.abort) return Usage(in.err(), "--resume and --abort: give one or neither");
+  ReshardPlan plan;
+  const std::vector<absl::string_view> bounds = absl::StrSplit(in.arg(0), ':');
+  if (bounds.size() != 2 || !absl::SimpleAtoi(bounds[0], &plan.low) ||
+      !absl::SimpleAtoi(bounds[1], &plan.high)) {
+    return Usage(in.err(), absl::StrCat("SLOTS: \"", in.arg(0), "\" is not LOW:HIGH"));
+  }
+  plan.source = in.arg(1);
+  plan.target = in.arg(2);
+  // Replicas named in --replica_addresses are reached directly; the others through
+  // --target.
+  std::map<std::string, std::unique_ptr<Client>> direct;
+  if (!o.replica_addresses.empty()) {
+    for (absl::string_view entry : absl::StrSplit(o.replica_addresses, ',')) {
+      const std::vector<absl::string_view> pair = absl::StrSplit(entry, absl::MaxSplits('=', 1));
+      if (pair.size() != 2 || pair[0].empty() || pair[1].empty()) {
+        return Usage(in.err(), absl::StrCat("--replica_addresses: \"", entry,
+                                            "\" is not NAME=HOST:PORT"));
+      }
+      absl::StatusOr<std::unique_ptr<Client>> client = in.Connect(std::string(pair[1]));
+      if (!client.ok()) return Usage(in.err(), client.status().message());
+      direct[std::string(pair[0])] = *std::move(client);
+    }
+  }
+  auto client_of = [&](const std::string& replica) -> Client& {
+    auto it = direct.find(replica);
+    return it == direct.end() ? in.client() : *it->second;
+  };
+  ReshardOptions options;
+  options.log = [&in](absl::string_view line) { in.err() << "reshard: " << line << "\n"; };
+  if (!o.stop_before_switch) {
+    // The target first, then the source, then every other replica the source's map
+    // names (SetSlotMap, each addressed to its replica).
+    options.switch_map = [&](const std::string& map_text) -> absl::Status {
+      std::vector<std::string> order = {plan.target, plan.source};
+      absl::StatusOr<v1::Topology> topology = client_of(plan.source).GetTopologyOf(plan.source);
+      if (!topology.ok()) return topology.status();
+      for (const std::string& replica : topology->replicas()) {
+        if (replica != plan.target && replica != plan.source) order.push_back(replica);
+      }
+      for (const std::string& replica : order) {
+        absl::StatusOr<v1::Topology> set = client_of(replica).SetSlotMapOf(replica, map_text);
+        if (!set.ok()) {
+          return absl::Status(set.status().code(), absl::StrCat(replica, ": SetSlotMap: ",
+                                                                set.status().message()));
+        }
+        options.log(absl::StrCat(replica, ": slot map epoch ", set->epoch()));
+      }
+      return absl::OkStatus();
+    };
+  }
+  const ReshardMode mode = o.resume  ? ReshardMode::kResume
+                           : o.abort ? ReshardMode::kAbort
+                                     : ReshardMode::kStart;
+  absl::StatusOr<ReshardResult> result =
+      qparams::Reshard(client_of(plan.source), client_of(plan.target), plan, mode, options);
+  if (!result.ok()) return in.Fail(result.status());
+  const absl::string_view outcome =
+      result->outcome == ReshardResult::Outcome::kDone             ? "done"
+      : result->outcome == ReshardResult::Outcome::kAwaitingSwitch ? "awaiting_switch"
+                                                                   : "aborted";
+  if (in.table()) {
+    in.out() << "outcome " << outcome << "\nsessions_copied " << result->sessions_copied
+             << "\ngroups_copied " << result->groups_copied << "\nsessions_dropped "
+             << result->sessions_dropped << "\ncopy_seconds "
+             << absl::ToDoubleSeconds(result->copy_time) << "\nfrozen_seconds "
+             << absl::ToDoubleSeconds(result->frozen_time) << "\nnext_map\n"
+             << result->next_map;
+    return kExitOk;
+  }
+  in.out() << "{\n \"outcome\": \"" << outcome << "\",\n \"sessions_copied\": "
+           << result->sessions_copied << ",\n \"groups_copied\": " << result->groups_copied
+           << ",\n \"sessions_dropped\": " << result->sessions_dropped
+           << ",\n \"copy_seconds\": " << absl::ToDoubleSeconds(result->copy_time)
+           << ",\n \"frozen_seconds\": " << absl::ToDoubleSeconds(result->frozen_time)
+           << ",\n \"next_map\": " << JsonString(result->next_map) << "\n}\n";
+  return kExitOk;
+}
+
 struct Command {
   absl::string_view name;
   absl::string_view args;  // the synopsis of its arguments
@@ -822,6 +916,19 @@ constexpr Command kCommands[] = {
    "HAProxy routes on the same slot, from the routing header, which carries the\n"
    "hashed part: req.hdr(x-qparams-session),crc32,mod(256). Computed here: calls\n"
    "no server."},
+  {"reshard",
+   "LOW:HIGH SOURCE TARGET [--resume|--abort] [--stop_before_switch] "
+   "[--replica_addresses=R=ADDR,...]",
+   3, 3, Reshard,
+   "Move slots LOW:HIGH from replica SOURCE to replica TARGET online\n"
+   "(docs/sharding.md, Moving slots online): TARGET imports them, SOURCE freezes\n"
+   "their writes (UNAVAILABLE, retry), their sessions and groups are copied, the\n"
+   "new slot map (epoch + 1) goes to TARGET, SOURCE and the other replicas\n"
+   "(SetSlotMap), then both clear their states and SOURCE drops its copies.\n"
+   "--stop_before_switch stops after the copy (outcome awaiting_switch, with\n"
+   "next_map) for the operator to put the map in force; --resume continues a move,\n"
+   "--abort rolls it back before its switch. Steps are printed on stderr. Needs an\n"
+   "admin token where the replicas require one."},
   {"group", "SUBCOMMAND [ARGS]", 0, 0, nullptr,
    "Scale groups: named lists of sessions that share their scales\n"
    "(docs/scale_groups.md). A group routes by its name as a session does; sharded,\n"
@@ -1178,7 +1285,8 @@ int Run(const std::vector<std::string>& args, const Options& options, std::ostre
   }
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options.target, client_options);
   if (!client.ok()) return Usage(err, client.status().message());
-  Invocation invocation(std::move(command_args), options, *std::move(client), out, err);
+  Invocation invocation(std::move(command_args), options, *std::move(client), client_options, out,
+                        err);
   return command->run(invocation);
 }
 

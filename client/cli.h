@@ -75,6 +75,10 @@ struct Options {
   std::string dtype;                 // "" = as the .npy file says
   SpecFlags spec;
   HistogramFlags histogram;
+  bool resume = false;             // reshard: continue the move under way
+  bool abort = false;              // reshard: roll it back
+  std::string replica_addresses;   // reshard: NAME=HOST:PORT,... reached directly, not via --target
+  bool stop_before_switch = false; // reshard: stop once copied, leaving the switch to the operator
 
   // Transport security: TLS if `tls` is set or any of the three files is given.
   bool tls = false;             // --tls: TLS with the default (system) roots

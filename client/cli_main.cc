@@ -65,6 +65,15 @@ ABSL_FLAG(std::string, token, "",
           "users), else none");
 
 // Command options.
+ABSL_FLAG(bool, resume, false,
+          "reshard: continue the move of the slots that the replicas' states show under way");
+ABSL_FLAG(bool, abort, false, "reshard: roll back the move under way (before its switch)");
+ABSL_FLAG(bool, stop_before_switch, false,
+          "reshard: stop once the slots are copied (outcome awaiting_switch), leaving the new "
+          "map to the operator; --resume finishes once the target and the source serve it");
+ABSL_FLAG(std::string, replica_addresses, "",
+          "reshard: NAME=HOST:PORT,... the replicas to reach directly instead of through "
+          "--target (the balancer), each call addressed to its replica either way");
 // The calculators come from the registry, so that the list is every one there is.
 ABSL_FLAG(std::string, calculator, "", qparams::cli::CalculatorFlagHelp());
 ABSL_FLAG(std::optional<double>, averaging_constant, std::nullopt,
@@ -215,6 +224,10 @@ int main(int argc, char** argv) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   options.replica = absl::GetFlag(FLAGS_replica);
+  options.resume = absl::GetFlag(FLAGS_resume);
+  options.abort = absl::GetFlag(FLAGS_abort);
+  options.replica_addresses = absl::GetFlag(FLAGS_replica_addresses);
+  options.stop_before_switch = absl::GetFlag(FLAGS_stop_before_switch);
   options.token = absl::GetFlag(FLAGS_token);
   // Read here rather than as the flag's default, which --help would print.
   if (const char* env = std::getenv("QPARAMS_TOKEN"); options.token.empty() && env != nullptr) {

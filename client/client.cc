@@ -426,6 +426,13 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
                authorization_, /*session=*/"", router_->replica());
 }
 
+absl::StatusOr<v1::Topology> Client::SetSlotMap(const std::string& map_text) {
+  v1::SetSlotMapRequest request;
+  request.set_map(map_text);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+               /*session=*/"", router_->replica());
+}
+
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);
@@ -698,6 +705,81 @@ absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Hea
             /*authorization=*/std::string(), /*session=*/"", router_->replica());
   if (!response.ok()) return response.status();
   return response->status();
+}
+
+// ---- Moving slots ----
+
+absl::StatusOr<v1::SlotMoves> Client::GetSlotMoves(const std::string& replica) {
+  return Unary(*stub_, &v1::QParamsService::Stub::GetSlotMoves, v1::GetSlotMovesRequest(),
+               timeout_, authorization_, /*session=*/"", replica);
+}
+
+absl::StatusOr<v1::SlotMoves> Client::SetSlotState(const std::string& replica,
+                                                   const v1::SlotMove& move) {
+  v1::SetSlotStateRequest request;
+  *request.mutable_move() = move;
+  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotState, request, timeout_, authorization_,
+               /*session=*/"", replica);
+}
+
+absl::StatusOr<v1::DropSlotsResponse> Client::DropSlots(const std::string& replica, int low,
+                                                        int high) {
+  v1::DropSlotsRequest request;
+  request.set_low(low);
+  request.set_high(high);
+  return Unary(*stub_, &v1::QParamsService::Stub::DropSlots, request, timeout_, authorization_,
+               /*session=*/"", replica);
+}
+
+absl::StatusOr<v1::Topology> Client::GetTopologyOf(const std::string& replica) {
+  return Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
+               authorization_, /*session=*/"", replica);
+}
+
+absl::StatusOr<v1::Topology> Client::SetSlotMapOf(const std::string& replica,
+                                                  const std::string& map_text) {
+  v1::SetSlotMapRequest request;
+  request.set_map(map_text);
+  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+               /*session=*/"", replica);
+}
+
+absl::StatusOr<v1::ImportSessionsResponse> Client::CopySlots(const std::string& source,
+                                                             const std::string& target, int low,
+                                                             int high, Client* target_client) {
+  Client& to = target_client != nullptr ? *target_client : *this;
+  grpc::ClientContext import_context;
+  Prepare(import_context, to.timeout_, to.authorization_);
+  ReplicaRouter::AddHeaders(import_context, /*session=*/"", target);
+  v1::ImportSessionsResponse imported;
+  std::unique_ptr<grpc::ClientWriter<v1::SlotRecords>> writer =
+      to.stub_->ImportSessions(&import_context, &imported);
+  v1::ReadSlotRecordsRequest request;
+  request.set_low(low);
+  request.set_high(high);
+  bool written = true;
+  const absl::Status read = ReadStream<v1::SlotRecords>(
+      [this](grpc::ClientContext* context, const v1::ReadSlotRecordsRequest& r) {
+        return stub_->ReadSlotRecords(context, r);
+      },
+      request, timeout_, authorization_, source, [&](const v1::SlotRecords& batch) {
+        if (writer->Write(batch)) return absl::OkStatus();
+        written = false;  // the import ended: its status says why
+        return absl::CancelledError("the import stream ended");
+      });
+  if (written && !read.ok()) {
+    import_context.TryCancel();
+    writer->Finish();  // cancelled: the read's error is the one to report
+    return absl::Status(read.code(), absl::StrCat("reading slots ", low, ":", high, " of ",
+                                                  source, ": ", read.message()));
+  }
+  if (written) writer->WritesDone();
+  if (const grpc::Status finished = writer->Finish(); !finished.ok()) {
+    const absl::Status status = wire::FromGrpcStatus(finished);
+    return absl::Status(status.code(),
+                        absl::StrCat("importing into ", target, ": ", status.message()));
+  }
+  return imported;
 }
 
 }  // namespace qparams

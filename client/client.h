@@ -179,6 +179,14 @@ class Client {
   // Which replica owns which slots (GetTopology).
   absl::StatusOr<v1::Topology> GetTopology();
 
+  // Admin: gives the replica this client reaches (addressed by ClientOptions::replica
+  // through a balancer) the slot map `map_text` (a slot map file's text, "# epoch N"
+  // included) and returns its topology after it (SetSlotMap, docs/sharding.md). The
+  // server's refusals as they are: INVALID_ARGUMENT for a map that does not parse,
+  // FAILED_PRECONDITION for an older epoch or a server without sharding,
+  // PERMISSION_DENIED without an admin token.
+  absl::StatusOr<v1::Topology> SetSlotMap(const std::string& map_text);
+
   // Deletes the session `name`: NOT_FOUND if there is none.
   absl::Status DeleteSession(const std::string& name);
 
@@ -277,6 +285,30 @@ class Client {
   // longer agree or whose input dtypes differ; `initialized: false` with the
   // uncalibrated members while any is (unless fill_uncalibrated).
   absl::StatusOr<v1::GroupQParams> GetGroupQParams(const std::string& name);
+
+  // Moving slots between replicas (docs/sharding.md, "Moving slots online";
+  // client/reshard.h drives them). Each call is addressed to `replica`
+  // (x-qparams-replica), through the balancer or straight to it; the server's
+  // errors as qparams.proto says.
+
+  // The slots `replica` is migrating or importing (GetSlotMoves).
+  absl::StatusOr<v1::SlotMoves> GetSlotMoves(const std::string& replica);
+  // Sets `move`'s slots of `replica` to its state (SetSlotState).
+  absl::StatusOr<v1::SlotMoves> SetSlotState(const std::string& replica, const v1::SlotMove& move);
+  // Deletes `replica`'s sessions and groups of slots [low, high] (DropSlots).
+  absl::StatusOr<v1::DropSlotsResponse> DropSlots(const std::string& replica, int low, int high);
+  // The topology as `replica` serves it (GetTopology addressed to it).
+  absl::StatusOr<v1::Topology> GetTopologyOf(const std::string& replica);
+  // SetSlotMap addressed to `replica`.
+  absl::StatusOr<v1::Topology> SetSlotMapOf(const std::string& replica,
+                                            const std::string& map_text);
+  // Streams slots [low, high] of `source` (ReadSlotRecords) into `target`
+  // (ImportSessions) as the messages arrive, through `target_client` (this client
+  // when null, e.g. through a balancer): what the target imported. The first
+  // failure of either stream ends both and is returned, naming which.
+  absl::StatusOr<v1::ImportSessionsResponse> CopySlots(const std::string& source,
+                                                       const std::string& target, int low,
+                                                       int high, Client* target_client = nullptr);
 
   // The health of `service` ("" = the server as a whole; "qparams.v1.QParamsService").
   // Sends no bearer token.

@@ -7,8 +7,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/file.h"
 
 namespace qparams {
@@ -27,19 +30,35 @@ std::optional<int> ParseSlot(absl::string_view text) {
 
 absl::StatusOr<SlotMap> SlotMap::Parse(absl::string_view text) {
   std::array<std::string, kSlotCount> owner;  // "" = not given yet
+  std::optional<int64_t> epoch;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
+    auto refuse = [&](absl::string_view rule) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slot map line ", line_number, " \"", absl::StripAsciiWhitespace(line), "\": ", rule));
+    };
+    if (absl::string_view comment = absl::StripLeadingAsciiWhitespace(line);
+        absl::ConsumePrefix(&comment, "#")) {
+      const std::vector<absl::string_view> words =
+          absl::StrSplit(comment, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+      if (words.empty() || words[0] != "epoch") continue;
+      int64_t n = 0;
+      if (words.size() != 2 || !absl::ascii_isdigit(words[1].front()) ||
+          !absl::SimpleAtoi(words[1], &n)) {
+        return refuse("an epoch line is \"# epoch N\" with N a non-negative integer");
+      }
+      if (epoch.has_value()) return refuse(absl::StrCat("a second epoch line (epoch ", *epoch,
+                                                        " was given before)"));
+      epoch = n;
+      continue;
+    }
     if (const size_t hash = line.find('#'); hash != absl::string_view::npos) {
       line = line.substr(0, hash);
     }
     const std::vector<absl::string_view> fields =
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
     if (fields.empty()) continue;
-    auto refuse = [&](absl::string_view rule) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "slot map line ", line_number, " \"", absl::StripAsciiWhitespace(line), "\": ", rule));
-    };
     if (fields.size() != 2) return refuse("expected \"LOW:HIGH REPLICA\" or \"SLOT REPLICA\"");
     const std::vector<absl::string_view> bounds = absl::StrSplit(fields[0], ':');
     if (bounds.size() > 2) return refuse("a slot range is LOW:HIGH");
@@ -52,10 +71,16 @@ absl::StatusOr<SlotMap> SlotMap::Parse(absl::string_view text) {
       return refuse(rule);
     }
   }
-  return Build(owner);
+  absl::StatusOr<SlotMap> map = Build(owner);
+  if (map.ok()) map->epoch_ = epoch.value_or(0);
+  return map;
 }
 
-absl::StatusOr<SlotMap> SlotMap::FromRanges(const std::vector<Range>& ranges) {
+absl::StatusOr<SlotMap> SlotMap::FromRanges(const std::vector<Range>& ranges, int64_t epoch) {
+  if (epoch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot map epoch ", epoch, ": an epoch is a non-negative integer"));
+  }
   std::array<std::string, kSlotCount> owner;
   for (size_t i = 0; i < ranges.size(); ++i) {
     const Range& range = ranges[i];
@@ -71,7 +96,9 @@ absl::StatusOr<SlotMap> SlotMap::FromRanges(const std::vector<Range>& ranges) {
       return refuse(rule);
     }
   }
-  return Build(owner);
+  absl::StatusOr<SlotMap> map = Build(owner);
+  if (map.ok()) map->epoch_ = epoch;
+  return map;
 }
 
 std::string SlotMap::Assign(std::array<std::string, kSlotCount>& owner, int low, int high,
@@ -121,6 +148,60 @@ bool SlotMap::ValidReplicaName(absl::string_view name) {
 
 bool SlotMap::HasReplica(absl::string_view replica) const {
   return std::binary_search(replicas_.begin(), replicas_.end(), replica);
+}
+
+int SlotMap::SlotsOf(absl::string_view replica) const {
+  int n = 0;
+  for (int slot = 0; slot < kSlotCount; ++slot) n += OwnerOf(slot) == replica ? 1 : 0;
+  return n;
+}
+
+SlotMap SlotMap::WithEpoch(int64_t epoch) const {
+  SlotMap map = *this;
+  map.epoch_ = epoch;
+  return map;
+}
+
+std::string SlotMap::ToText() const {
+  std::string text = absl::StrCat("# epoch ", epoch_, "\n# slots   replica\n");
+  for (const Range& range : Ranges()) {
+    const std::string slots = absl::StrCat(range.low, ":", range.high);
+    absl::StrAppend(&text, slots, std::string(std::max<size_t>(10 - slots.size(), 1), ' '),
+                    range.replica, "\n");
+  }
+  return text;
+}
+
+bool SlotMap::SameOwners(const SlotMap& other) const {
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    if (OwnerOf(slot) != other.OwnerOf(slot)) return false;
+  }
+  return true;
+}
+
+std::vector<SlotMap::Range> SlotMap::ChangedFrom(const SlotMap& other) const {
+  std::vector<Range> changed;
+  for (int slot = 0; slot < kSlotCount; ++slot) {
+    if (OwnerOf(slot) == other.OwnerOf(slot)) continue;
+    if (!changed.empty() && changed.back().high == slot - 1 &&
+        changed.back().replica == OwnerOf(slot) &&
+        other.OwnerOf(changed.back().low) == other.OwnerOf(slot)) {
+      changed.back().high = slot;
+    } else {
+      changed.push_back({slot, slot, OwnerOf(slot)});
+    }
+  }
+  return changed;
+}
+
+std::string SlotMap::DescribeChange(const SlotMap& before, const SlotMap& after) {
+  std::vector<std::string> pieces;
+  for (const Range& range : after.ChangedFrom(before)) {
+    pieces.push_back(absl::StrCat(range.low, ":", range.high, " ", before.OwnerOf(range.low),
+                                  "->", range.replica));
+  }
+  if (pieces.empty()) return "no slot changes owner";
+  return absl::StrJoin(pieces, ", ");
 }
 
 std::vector<SlotMap::Range> SlotMap::Ranges() const {

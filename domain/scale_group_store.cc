@@ -163,6 +163,30 @@ std::optional<std::string> ScaleGroupStore::Replay(const storage::v1::Record& re
   }
 }
 
+absl::StatusOr<uint64_t> ScaleGroupStore::Import(const storage::v1::ScaleGroup& record) {
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(record.key().name(), "scale group name"));
+  QPARAMS_ASSIGN_OR_RETURN(DecodedGroup decoded, DecodeGroup(record));
+  QPARAMS_RETURN_IF_ERROR(ValidateGroupMembers(decoded.group.members));
+  const std::string key = MapKey(decoded.tenant, decoded.group.name);
+  uint64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    QPARAMS_ASSIGN_OR_RETURN(sequence, log_.AppendGroupCreate(decoded.tenant, decoded.group));
+    groups_.insert_or_assign(key, std::move(decoded.group));
+  }
+  return sequence;
+}
+
+std::vector<storage::v1::Record> ScaleGroupStore::RecordsWhere(
+    const std::function<bool(absl::string_view)>& keep) const {
+  std::vector<storage::v1::Record> records;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [key, group] : groups_) {
+    if (keep(group.name)) records.push_back(EncodeGroupCreate(key.substr(0, key.find('\0')), group));
+  }
+  return records;
+}
+
 int64_t ScaleGroupStore::size() const {
   absl::ReaderMutexLock lock(&mu_);
   return groups_.size();

@@ -78,6 +78,19 @@ class ScaleGroupStore {
   // leaves the key without a group and returns the problem.
   std::optional<std::string> Replay(const storage::v1::Record& record);
 
+  // A group's creation record taken from another replica (a slot move): checked as
+  // Replay checks it (INVALID_ARGUMENT naming the problem) and journaled, replacing a
+  // group of the same key, so that importing it again changes nothing. Not synced:
+  // returns the record's sequence number for the caller's Sync. The limit is not
+  // applied (the group exists in the deployment already). The log's error imports
+  // nothing.
+  absl::StatusOr<uint64_t> Import(const storage::v1::ScaleGroup& record);
+
+  // The creation records of every group (all tenants) whose name passes `keep`
+  // (called under the map's reader lock), in key order.
+  std::vector<storage::v1::Record> RecordsWhere(
+      const std::function<bool(absl::string_view name)>& keep) const;
+
   int64_t size() const;
 
  private:

@@ -104,6 +104,12 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Find(const SessionKey& ke
 
 absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
                                   std::optional<absl::Time> evicted_at) {
+  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence, RemoveUnsynced(session, evicted_at));
+  return log_.Sync(sequence);
+}
+
+absl::StatusOr<uint64_t> SessionStore::RemoveUnsynced(const std::shared_ptr<Session>& session,
+                                                      std::optional<absl::Time> evicted_at) {
   uint64_t sequence = 0;
   absl::Status gone =
       evicted_at.has_value()
@@ -121,7 +127,7 @@ absl::Status SessionStore::Remove(const std::shared_ptr<Session>& session,
         return absl::OkStatus();
       },
       gone));
-  return log_.Sync(sequence);
+  return sequence;
 }
 
 void SessionStore::Remember(std::string map_key, absl::Time evict_time) {
@@ -276,6 +282,68 @@ std::vector<std::string> SessionStore::Restore(const std::vector<storage::v1::Re
     }
   }
   return problems;
+}
+
+absl::StatusOr<uint64_t> SessionStore::Import(const storage::v1::SessionState& record) {
+  QPARAMS_RETURN_IF_ERROR(ValidateSessionName(record.key().name(), "session name"));
+  absl::StatusOr<DecodedSession> decoded = DecodeSession(record);
+  if (!decoded.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a record that does not restore: ", decoded.status().message()));
+  }
+  decoded->calculator->ReallocateBuffers();
+  const CalculatorState state = decoded->calculator->ExportState();  // outside the lock
+  const SessionKey key = decoded->key;
+  auto session = std::make_shared<Session>(key, std::move(decoded->calculator), log_,
+                                           decoded->create_time, decoded->update_time);
+  const std::string map_key = MapKey(key);
+  uint64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!sessions_.contains(map_key) &&
+        static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the server holds ", sessions_.size(),
+          " sessions, its limit (--max_sessions); session \"", key.name, "\" cannot be imported"));
+    }
+    QPARAMS_ASSIGN_OR_RETURN(
+        sequence, log_.AppendPut(key, state, decoded->create_time, decoded->update_time));
+    Forget(map_key);
+    Insert(map_key, std::move(session));
+  }
+  return sequence;
+}
+
+absl::StatusOr<int64_t> SessionStore::EraseAll(const std::vector<SessionKey>& keys) {
+  int64_t erased = 0;
+  uint64_t sequence = 0;
+  absl::Status status;
+  for (const SessionKey& key : keys) {
+    absl::StatusOr<std::shared_ptr<Session>> session = Find(key);
+    if (!session.ok()) continue;  // gone already
+    absl::StatusOr<uint64_t> removed = RemoveUnsynced(*session, /*evicted_at=*/std::nullopt);
+    if (absl::IsNotFound(removed.status())) continue;  // retired meanwhile
+    if (!removed.ok()) {
+      status = removed.status();
+      break;
+    }
+    sequence = *removed;
+    ++erased;
+  }
+  const absl::Status synced = log_.Sync(sequence);
+  if (!status.ok()) return status;
+  if (!synced.ok()) return synced;
+  return erased;
+}
+
+std::vector<SessionKey> SessionStore::KeysWhere(
+    const std::function<bool(absl::string_view)>& keep) const {
+  std::vector<SessionKey> keys;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [map_key, session] : sessions_) {
+    if (keep(session->name())) keys.push_back(session->key());
+  }
+  return keys;
 }
 
 int64_t SessionStore::size() const {

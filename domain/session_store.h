@@ -92,6 +92,22 @@ class SessionStore {
   // Replays `records` in order; returns the problems met.
   std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);
 
+  // A session's whole state taken from another replica (a slot move): decoded as
+  // Replay decodes it and journaled (AppendPut), replacing a session of the same key,
+  // so that importing the same record again changes nothing. Not synced: returns the
+  // record's sequence number, for the caller to Sync once for many imports.
+  // INVALID_ARGUMENT for a record that does not restore, RESOURCE_EXHAUSTED for a new
+  // key at max_sessions, or the log's error, which imports nothing.
+  absl::StatusOr<uint64_t> Import(const storage::v1::SessionState& record);
+
+  // Erases each of `keys` there is (journaled, as Erase), then syncs the log once:
+  // how many were erased, or the log's first error (those before it stay erased).
+  absl::StatusOr<int64_t> EraseAll(const std::vector<SessionKey>& keys);
+
+  // The keys of every session (all tenants) whose name passes `keep` (called under
+  // the store's reader lock, as List's), in key order.
+  std::vector<SessionKey> KeysWhere(const std::function<bool(absl::string_view name)>& keep) const;
+
   int64_t size() const;
 
   // How many sessions each tenant holds ("" when authentication is off), in tenant
@@ -107,9 +123,13 @@ class SessionStore {
   void Insert(const std::string& map_key, std::shared_ptr<Session> session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseKey(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Retires `session` and logs why: its eviction at `evicted_at`, else its erasure.
+  // Retires `session` and logs why: its eviction at `evicted_at`, else its erasure;
+  // synced (Remove) or not, returning the record's sequence number (RemoveUnsynced).
   absl::Status Remove(const std::shared_ptr<Session>& session,
                       std::optional<absl::Time> evicted_at) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<uint64_t> RemoveUnsynced(const std::shared_ptr<Session>& session,
+                                          std::optional<absl::Time> evicted_at)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Remembers an eviction, forgetting the oldest beyond the bound; Forget drops one.
   void Remember(std::string map_key, absl::Time evict_time) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(const std::string& map_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -70,10 +70,11 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle: clients must present a certificate it signed (mutual TLS).");
 ABSL_FLAG(std::string, replica_id, "",
           "Sharding: this replica's name in --slot_map; it then owns only the sessions of its "
-          "slots. Both or neither.");
+          "slots (none yet, for a new replica waiting for a move). Both or neither.");
 ABSL_FLAG(std::string, slot_map, "",
-          "Sharding: the slot map file (\"LOW:HIGH REPLICA\" lines, HAProxy's map_int syntax) "
-          "every replica and the balancer read. Both or neither.");
+          "Sharding: the slot map file (\"LOW:HIGH REPLICA\" lines, HAProxy's map_int syntax, "
+          "and \"# epoch N\") every replica and the balancer read. SIGHUP reads it again; a "
+          "map persisted in --data_dir with a greater epoch wins at start. Both or neither.");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics over HTTP at GET /metrics on this host:port (e.g. "
           "0.0.0.0:9100; port 0 picks a free one, the log says which), and health checks: "
@@ -83,6 +84,10 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
           "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
+ABSL_FLAG(std::string, admin_tokens_file, "",
+          "File of \"TOKEN NAME\" lines (the --auth_tokens_file syntax): the bearer tokens "
+          "admin calls (SetSlotMap) need. Empty: admin calls are open on a server without "
+          "--auth_tokens_file, refused (PERMISSION_DENIED) on one with it.");
 
 namespace {
 
@@ -94,8 +99,8 @@ struct Flags {
   std::optional<qparams::HostPort> metrics_listen;
 };
 
-// --replica_id and --slot_map into `engine`: both or neither, and the map must give
-// the replica a slot.
+// --replica_id and --slot_map into `engine`: both or neither; the map may give the
+// replica no slot (a new replica, waiting for slots to move to it).
 absl::Status ApplySharding(qparams::EngineOptions& engine) {
   const std::string replica_id = absl::GetFlag(FLAGS_replica_id);
   const std::string slot_map_path = absl::GetFlag(FLAGS_slot_map);
@@ -109,17 +114,24 @@ absl::Status ApplySharding(qparams::EngineOptions& engine) {
     return absl::InvalidArgumentError(
         absl::StrCat("--slot_map: ", slot_map.status().message()));
   }
-  if (!slot_map->HasReplica(replica_id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--replica_id: ", replica_id, " owns no slot in ", slot_map_path,
-                     " (its replicas: ", absl::StrJoin(slot_map->replicas(), ", "), ")"));
+  if (!qparams::SlotMap::ValidReplicaName(replica_id)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replica_id: \"", replica_id, "\" is not 1 to 64 characters of [a-zA-Z0-9._-]"));
   }
   std::vector<std::string> mine;
   for (const qparams::SlotMap::Range& range : slot_map->Ranges()) {
     if (range.replica == replica_id) mine.push_back(absl::StrCat(range.low, ":", range.high));
   }
-  qparams::LogInfo(absl::StrCat("replica ", replica_id, " of ", slot_map->replicas().size(),
-                                ", owning slots ", absl::StrJoin(mine, " ")));
+  if (mine.empty()) {
+    qparams::LogWarning(absl::StrCat(
+        "replica ", replica_id, " owns no slot in ", slot_map_path, " (epoch ",
+        slot_map->epoch(), "; its replicas: ", absl::StrJoin(slot_map->replicas(), ", "),
+        "): it refuses every session until a map gives it slots (SetSlotMap, SIGHUP)"));
+  } else {
+    qparams::LogInfo(absl::StrCat("replica ", replica_id, " of ", slot_map->replicas().size(),
+                                  ", owning slots ", absl::StrJoin(mine, " "), " (epoch ",
+                                  slot_map->epoch(), ")"));
+  }
   engine.slot_map = std::make_shared<const qparams::SlotMap>(*std::move(slot_map));
   engine.replica_id = replica_id;
   return absl::OkStatus();
@@ -142,6 +154,7 @@ absl::StatusOr<Flags> ReadFlags() {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  options.admin_tokens_file = absl::GetFlag(FLAGS_admin_tokens_file);
   absl::StatusOr<qparams::Durability> durability =
       qparams::ParseDurability(absl::GetFlag(FLAGS_durability));
   if (!durability.ok()) {
@@ -200,6 +213,27 @@ void LogStart(const Flags& flags) {
   }
 }
 
+// SIGHUP: --slot_map read again and given to the engine under its epoch rule
+// (Engine::SetSlotMap logs what changed); a refusal is logged and changes nothing.
+void ReloadSlotMap(qparams::Engine& engine) {
+  const std::string path = absl::GetFlag(FLAGS_slot_map);
+  if (path.empty()) {
+    qparams::LogWarning("received SIGHUP: no --slot_map to read again; ignored");
+    return;
+  }
+  absl::StatusOr<qparams::SlotMap> map = qparams::SlotMap::Load(path);
+  absl::Status status = map.ok()
+                            ? engine.SetSlotMap(std::make_shared<const qparams::SlotMap>(*map))
+                            : map.status();
+  if (!status.ok()) {
+    qparams::LogError(absl::StrCat("received SIGHUP: slot map ", path, " not taken: ",
+                                   status.message()));
+    return;
+  }
+  qparams::LogInfo(absl::StrCat("received SIGHUP: slot map ", path, " read, epoch ",
+                                map->epoch()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,6 +256,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::StatusOr<Flags> flags = ReadFlags();
@@ -265,7 +300,7 @@ int main(int argc, char** argv) {
 
   std::thread signal_waiter([&signals, s = server->get(), grace] {
     int signal = 0;
-    sigwait(&signals, &signal);
+    while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) ReloadSlotMap(s->engine());
     qparams::LogInfo(absl::StrCat("received SIG", sigabbrev_np(signal), "; shutting down (grace ",
                                   absl::FormatDuration(grace), ")"));
     s->Shutdown(grace);

@@ -98,6 +98,22 @@ size_t ObservationBytes(const v1::ObserveRequest& request) {
   }
 }
 
+void SlotMovesToProto(const Engine& engine, v1::SlotMoves* out) {
+  out->set_replica_id(engine.replica_id());
+  for (const SlotMove& move : engine.SlotMoves()) {
+    v1::SlotMove* m = out->add_moves();
+    m->set_low(move.low);
+    m->set_high(move.high);
+    m->set_state(move.state == SlotMoveState::kMigrating ? v1::SlotMove::MIGRATING
+                                                         : v1::SlotMove::IMPORTING);
+    m->set_peer(move.peer);
+  }
+}
+
+// A batch of ReadSlotRecords ends at this many records or bytes, whichever first.
+constexpr int kSlotRecordsPerMessage = 256;
+constexpr size_t kSlotRecordBytesPerMessage = size_t{4} << 20;
+
 }  // namespace
 
 QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
@@ -399,10 +415,13 @@ class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReact
   using Produce = std::function<absl::StatusOr<bool>(Message*)>;
   using Start = absl::FunctionRef<absl::StatusOr<Produce>(std::string tenant)>;
 
+  // `admin`: the caller must be an admin (Admin) rather than a tenant, and `start`
+  // gets the admin's name.
   PullWriteReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
-                   absl::string_view method, Start start)
+                   absl::string_view method, Start start, bool admin = false)
       : service_(service), context_(context), method_(method) {
-    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    absl::StatusOr<std::string> tenant =
+        admin ? service_->Admin(context) : service_->Tenant(context);
     absl::StatusOr<Produce> produce = tenant.ok() ? start(*std::move(tenant)) : tenant.status();
     if (!produce.ok()) {
       End(produce.status());
@@ -632,29 +651,80 @@ QParamsServiceImpl::RenderExport(grpc::CallbackServerContext* context) {
   return new RenderExportReactor(this, context);
 }
 
+void QParamsServiceImpl::FillTopology(v1::Topology* response) const {
+  response->set_slot_count(kSlotCount);
+  response->set_replica_id(engine_->replica_id());
+  const std::shared_ptr<const SlotMap> map = engine_->slot_map();
+  if (map == nullptr) {
+    v1::SlotRange* all = response->add_ranges();
+    all->set_low(0);
+    all->set_high(kSlotCount - 1);
+    response->add_replicas("");
+    return;
+  }
+  response->set_epoch(map->epoch());
+  for (const SlotMap::Range& range : map->Ranges()) {
+    v1::SlotRange* out = response->add_ranges();
+    out->set_low(range.low);
+    out->set_high(range.high);
+    out->set_replica(range.replica);
+  }
+  for (const std::string& replica : map->replicas()) response->add_replicas(replica);
+}
+
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetTopology(grpc::CallbackServerContext* context,
                                                           const v1::GetTopologyRequest* /*request*/,
                                                           v1::Topology* response) {
   return Unary(context, "GetTopology", [&](const std::string& /*tenant*/) {
-    response->set_slot_count(kSlotCount);
-    response->set_replica_id(engine_->replica_id());
-    const SlotMap* map = engine_->slot_map();
-    if (map == nullptr) {
-      v1::SlotRange* all = response->add_ranges();
-      all->set_low(0);
-      all->set_high(kSlotCount - 1);
-      response->add_replicas("");
-      return absl::OkStatus();
-    }
-    for (const SlotMap::Range& range : map->Ranges()) {
-      v1::SlotRange* out = response->add_ranges();
-      out->set_low(range.low);
-      out->set_high(range.high);
-      out->set_replica(range.replica);
-    }
-    for (const std::string& replica : map->replicas()) response->add_replicas(replica);
+    FillTopology(response);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<std::string> QParamsServiceImpl::Admin(grpc::CallbackServerContext* context) const {
+  const auto& metadata = context->client_metadata();
+  std::string admin;
+  if (options_.admin_authenticator != nullptr) {
+    std::optional<absl::string_view> header;
+    if (auto it = metadata.find("authorization"); it != metadata.end()) {
+      header = absl::string_view(it->second.data(), it->second.size());
+    }
+    absl::StatusOr<std::string> name = options_.admin_authenticator->Authenticate(header);
+    if (!name.ok()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "an admin call needs a bearer token of --admin_tokens_file: ", name.status().message()));
+    }
+    admin = *std::move(name);
+  } else if (options_.authenticator != nullptr) {
+    return absl::PermissionDeniedError(
+        "admin calls are refused: this server has --auth_tokens_file but no "
+        "--admin_tokens_file");
+  }
+  if (auto it = metadata.find(kReplicaHeader); it != metadata.end()) {
+    QPARAMS_RETURN_IF_ERROR(
+        engine_->CheckAddressedTo(absl::string_view(it->second.data(), it->second.size())));
+  }
+  return admin;
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotMap(grpc::CallbackServerContext* context,
+                                                         const v1::SetSlotMapRequest* request,
+                                                         v1::Topology* response) {
+  absl::Status status = [&]() -> absl::Status {
+    QPARAMS_ASSIGN_OR_RETURN(const std::string admin, Admin(context));
+    absl::StatusOr<SlotMap> map = SlotMap::Parse(request->map());
+    if (!map.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("map: ", map.status().message()));
+    }
+    LogInfo(absl::StrCat("SetSlotMap epoch ", map->epoch(), " from ",
+                         admin.empty() ? "" : absl::StrCat("admin ", admin, " at "),
+                         context->peer()));
+    QPARAMS_RETURN_IF_ERROR(
+        engine_->SetSlotMap(std::make_shared<const SlotMap>(*std::move(map))));
+    FillTopology(response);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "SetSlotMap", status);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,
@@ -726,6 +796,163 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
     SessionToProto(session, response);
     return absl::OkStatus();
   });
+}
+
+// ---- Moving slots ----
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::GetSlotMoves(
+    grpc::CallbackServerContext* context, const v1::GetSlotMovesRequest* /*request*/,
+    v1::SlotMoves* response) {
+  return Unary(context, "GetSlotMoves", [&](const std::string& /*tenant*/) {
+    SlotMovesToProto(*engine_, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotState(
+    grpc::CallbackServerContext* context, const v1::SetSlotStateRequest* request,
+    v1::SlotMoves* response) {
+  absl::Status status = [&]() -> absl::Status {
+    QPARAMS_RETURN_IF_ERROR(Admin(context).status());
+    const v1::SlotMove& move = request->move();
+    SlotMoveState state;
+    switch (move.state()) {
+      case v1::SlotMove::STABLE:
+        state = SlotMoveState::kStable;
+        break;
+      case v1::SlotMove::MIGRATING:
+        state = SlotMoveState::kMigrating;
+        break;
+      case v1::SlotMove::IMPORTING:
+        state = SlotMoveState::kImporting;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            "move.state is unset or unknown; set STABLE, MIGRATING or IMPORTING");
+    }
+    QPARAMS_RETURN_IF_ERROR(engine_->SetSlotState(move.low(), move.high(), state, move.peer()));
+    SlotMovesToProto(*engine_, response);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "SetSlotState", status);
+}
+
+grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
+    grpc::CallbackServerContext* context, const v1::ReadSlotRecordsRequest* request) {
+  using Reactor = PullWriteReactor<v1::SlotRecords>;
+  return new Reactor(
+      this, context, "ReadSlotRecords",
+      [&](std::string /*tenant*/) -> absl::StatusOr<Reactor::Produce> {
+        struct Walk {
+          std::vector<storage::v1::Record> groups;
+          std::vector<SessionKey> keys;
+          size_t next_key = 0;
+        };
+        auto walk = std::make_shared<Walk>();
+        QPARAMS_ASSIGN_OR_RETURN(walk->groups,
+                                 engine_->SlotGroupRecords(request->low(), request->high()));
+        QPARAMS_ASSIGN_OR_RETURN(walk->keys,
+                                 engine_->SlotSessionKeys(request->low(), request->high()));
+        Engine* engine = engine_;
+        return [walk, engine](v1::SlotRecords* batch) -> absl::StatusOr<bool> {
+          size_t bytes = 0;
+          // The groups (few, small) go first, in the first message.
+          for (const storage::v1::Record& group : walk->groups) {
+            bytes += group.ByteSizeLong();
+            group.SerializeToString(batch->add_records());
+          }
+          walk->groups.clear();
+          while (walk->next_key < walk->keys.size() &&
+                 batch->records_size() < kSlotRecordsPerMessage &&
+                 bytes < kSlotRecordBytesPerMessage) {
+            absl::StatusOr<storage::v1::Record> record =
+                engine->SessionRecord(walk->keys[walk->next_key++]);
+            if (absl::IsNotFound(record.status())) continue;  // deleted since the listing
+            if (!record.ok()) return record.status();
+            bytes += record->ByteSizeLong();
+            record->SerializeToString(batch->add_records());
+          }
+          return batch->records_size() > 0;
+        };
+      },
+      /*admin=*/true);
+}
+
+// Reads a message, imports its records (journaled in order, synced once), then reads
+// the next; the first failure finishes the call with it.
+class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v1::SlotRecords> {
+ public:
+  ImportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
+                v1::ImportSessionsResponse* response)
+      : service_(service), context_(context), response_(response) {
+    if (absl::StatusOr<std::string> admin = service_->Admin(context); !admin.ok()) {
+      End(admin.status());
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client is done writing (or the call ended)
+      End(absl::OkStatus());
+      return;
+    }
+    std::vector<storage::v1::Record> records(request_.records_size());
+    for (int i = 0; i < request_.records_size(); ++i) {
+      if (!records[i].ParseFromString(request_.records(i))) {
+        End(absl::InvalidArgumentError(absl::StrCat("message ", messages_, ": records[", i,
+                                                    "] is not a storage record")));
+        return;
+      }
+    }
+    if (absl::Status status = service_->engine_->Import(records); !status.ok()) {
+      End(absl::Status(status.code(),
+                       absl::StrCat("message ", messages_, ": ", status.message())));
+      return;
+    }
+    for (const storage::v1::Record& record : records) {
+      if (record.kind_case() == storage::v1::Record::kPut) {
+        response_->set_sessions(response_->sessions() + 1);
+      } else {
+        response_->set_groups(response_->groups() + 1);
+      }
+    }
+    ++messages_;
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void End(const absl::Status& status) {
+    service_->LogFailure(context_, "ImportSessions", status);
+    Finish(wire::ToGrpcStatus(status));
+  }
+
+  QParamsServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::ImportSessionsResponse* const response_;
+  v1::SlotRecords request_;
+  int64_t messages_ = 0;  // imported so far
+};
+
+grpc::ServerReadReactor<v1::SlotRecords>* QParamsServiceImpl::ImportSessions(
+    grpc::CallbackServerContext* context, v1::ImportSessionsResponse* response) {
+  return new ImportReactor(this, context, response);
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::DropSlots(grpc::CallbackServerContext* context,
+                                                        const v1::DropSlotsRequest* request,
+                                                        v1::DropSlotsResponse* response) {
+  absl::Status status = [&]() -> absl::Status {
+    QPARAMS_RETURN_IF_ERROR(Admin(context).status());
+    QPARAMS_ASSIGN_OR_RETURN(const SlotDrop dropped,
+                             engine_->DropSlots(request->low(), request->high()));
+    response->set_sessions(dropped.sessions);
+    response->set_groups(dropped.groups);
+    return absl::OkStatus();
+  }();
+  return Finish(context, "DropSlots", status);
 }
 
 }  // namespace qparams

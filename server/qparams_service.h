@@ -30,6 +30,10 @@ struct ServiceOptions {
   // Null: the server is open and every caller is the tenant "". Must outlive the
   // service.
   const TokenAuthenticator* authenticator = nullptr;
+  // The admin tokens (--admin_tokens_file) that admin calls (SetSlotMap) need; null:
+  // admin calls are open on a server without `authenticator` and refused
+  // (PERMISSION_DENIED) on one with it. Must outlive the service.
+  const TokenAuthenticator* admin_authenticator = nullptr;
   // Counts the bytes of observation data received (ServerMetrics::received_bytes);
   // null: not counted. Must outlive the service.
   Counter* received_bytes = nullptr;
@@ -81,6 +85,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* GetTopology(grpc::CallbackServerContext* context,
                                         const v1::GetTopologyRequest* request,
                                         v1::Topology* response) override;
+  grpc::ServerUnaryReactor* SetSlotMap(grpc::CallbackServerContext* context,
+                                       const v1::SetSlotMapRequest* request,
+                                       v1::Topology* response) override;
   grpc::ServerWriteReactor<v1::ExportChunk>* ExportSessions(
       grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) override;
   grpc::ServerBidiReactor<v1::RenderExportRequest, v1::ExportChunk>* RenderExport(
@@ -102,12 +109,26 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* SetGranularity(grpc::CallbackServerContext* context,
                                            const v1::SetGranularityRequest* request,
                                            v1::Session* response) override;
+  grpc::ServerUnaryReactor* GetSlotMoves(grpc::CallbackServerContext* context,
+                                         const v1::GetSlotMovesRequest* request,
+                                         v1::SlotMoves* response) override;
+  grpc::ServerUnaryReactor* SetSlotState(grpc::CallbackServerContext* context,
+                                         const v1::SetSlotStateRequest* request,
+                                         v1::SlotMoves* response) override;
+  grpc::ServerWriteReactor<v1::SlotRecords>* ReadSlotRecords(
+      grpc::CallbackServerContext* context, const v1::ReadSlotRecordsRequest* request) override;
+  grpc::ServerReadReactor<v1::SlotRecords>* ImportSessions(
+      grpc::CallbackServerContext* context, v1::ImportSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* DropSlots(grpc::CallbackServerContext* context,
+                                      const v1::DropSlotsRequest* request,
+                                      v1::DropSlotsResponse* response) override;
 
  private:
   class ObserveStreamReactor;
   class RenderExportReactor;
+  class ImportReactor;  // ImportSessions
   template <typename Message>
-  class PullWriteReactor;  // ReadSessions and ExportSessions
+  class PullWriteReactor;  // ReadSessions, ExportSessions and ReadSlotRecords
 
   // The caller's tenant: "" on an open server, else from its bearer token
   // (UNAUTHENTICATED without a valid one); FAILED_PRECONDITION for a call addressed
@@ -132,6 +153,12 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   // the status macros (core/status_macros.h) and writes the response as it goes.
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, absl::string_view method,
                                   absl::FunctionRef<absl::Status(const std::string& tenant)> body);
+  // OK if the call may use admin methods (ServiceOptions::admin_authenticator says
+  // when), else PERMISSION_DENIED saying what it lacks; the x-qparams-replica check
+  // as Tenant's. Returns the admin's name ("" on an open server) for the log.
+  absl::StatusOr<std::string> Admin(grpc::CallbackServerContext* context) const;
+  // The engine's topology now, into `topology`.
+  void FillTopology(v1::Topology* topology) const;
   // Finishes a unary call with `status`, logging failures if asked to.
   grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, absl::string_view method,
                                    const absl::Status& status);

@@ -93,6 +93,12 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     server->authenticator_ = std::make_unique<TokenAuthenticator>(std::move(auth));
     service_options.authenticator = server->authenticator_.get();
   }
+  if (!options.admin_tokens_file.empty()) {
+    QPARAMS_ASSIGN_OR_RETURN(TokenAuthenticator admin,
+                             TokenAuthenticator::Load(options.admin_tokens_file));
+    server->admin_authenticator_ = std::make_unique<TokenAuthenticator>(std::move(admin));
+    service_options.admin_authenticator = server->admin_authenticator_.get();
+  }
 
   EngineOptions engine_options = options.engine;
   engine_options.observations = server->server_metrics_.observations();

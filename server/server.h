@@ -59,6 +59,10 @@ struct ServerOptions {
 
   // "TOKEN TENANT" lines (TokenAuthenticator); empty: no authentication.
   std::string auth_tokens_file;
+  // "TOKEN NAME" lines, the tokens file's syntax: the callers that may use admin
+  // calls (SetSlotMap). Empty: admin calls are open without auth_tokens_file and
+  // refused with it (QParamsServiceImpl::Admin).
+  std::string admin_tokens_file;
 };
 
 // The transport settings of a qparams server, on `builder`: requests of up to
@@ -124,6 +128,7 @@ class QParamsServer {
   ServerMetrics server_metrics_;
 
   std::unique_ptr<TokenAuthenticator> authenticator_;
+  std::unique_ptr<TokenAuthenticator> admin_authenticator_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QParamsServiceImpl> service_;
   std::unique_ptr<WriteProbe> write_probe_;  // with a journal only

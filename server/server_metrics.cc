@@ -1,10 +1,12 @@
 #include "server/server_metrics.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/slot.h"
+#include "common/slot_map.h"
 #include "storage/session_log.h"
 
 namespace qparams {
@@ -85,18 +87,21 @@ void ServerMetrics::Watch(const Engine* engine) {
         }
         return samples;
       });
-  // The slot map is fixed for the server's life: computed once.
-  int owned = kSlotCount;
-  if (const SlotMap* map = engine->slot_map(); map != nullptr) {
-    owned = 0;
-    for (const SlotMap::Range& range : map->Ranges()) {
-      if (range.replica == engine->replica_id()) owned += range.high - range.low + 1;
-    }
-  }
+  // Read at every scrape: SetSlotMap and SIGHUP change the map while serving.
   registry_->AddGaugeCallback(
       "qparams_owned_slots",
-      "Slots of the slot map this replica owns (all of them without --slot_map).", {}, [owned] {
+      "Slots of the slot map this replica owns (all of them without --slot_map).", {},
+      [engine] {
+        const std::shared_ptr<const SlotMap> map = engine->slot_map();
+        const int owned = map == nullptr ? kSlotCount : map->SlotsOf(engine->replica_id());
         return std::vector<GaugeSample>{{{}, static_cast<double>(owned)}};
+      });
+  registry_->AddGaugeCallback(
+      "qparams_slot_map_epoch",
+      "The epoch of the slot map this replica serves (0 without --slot_map).", {}, [engine] {
+        const std::shared_ptr<const SlotMap> map = engine->slot_map();
+        return std::vector<GaugeSample>{
+            {{}, map == nullptr ? 0.0 : static_cast<double>(map->epoch())}};
       });
   registry_->AddGaugeCallback(
       "qparams_replica_info",

@@ -67,6 +67,7 @@ constexpr char kPrefix[] = "hard/";
 // otherwise.
 constexpr char kTokenA[] = "hardening-token-of-a-0123";
 constexpr char kTokenB[] = "hardening-token-of-b-0123";
+constexpr char kAdminToken[] = "hardening-admin-token-0123";
 // Scale groups (nvfp4.md 4), under their own prefix, out of every export row's: an
 // export reads the GLOBAL_AMAX groups of the sessions it exports. Tenant A's
 // sessions for them: NVFP4 weights as kNvfp4Ct's spec, q and k observed in f32, v in
@@ -323,6 +324,7 @@ enum class Method {
   kListScaleGroups,
   kDeleteScaleGroup,
   kGetGroupQParams,
+  kSetSlotMap,
 };
 
 const char* MethodName(Method m) {
@@ -365,6 +367,8 @@ const char* MethodName(Method m) {
       return "DeleteScaleGroup";
     case Method::kGetGroupQParams:
       return "GetGroupQParams";
+    case Method::kSetSlotMap:
+      return "SetSlotMap";
   }
   return "?";
 }
@@ -376,7 +380,8 @@ using Request =
                  v1::GetQParamsRequest, v1::GetHistogramRequest, v1::SetExportModeRequest,
                  v1::SetGranularityRequest, v1::CreateScaleGroupRequest,
                  v1::GetScaleGroupRequest, v1::ListScaleGroupsRequest,
-                 v1::DeleteScaleGroupRequest, v1::GetGroupQParamsRequest>;
+                 v1::DeleteScaleGroupRequest, v1::GetGroupQParamsRequest,
+                 v1::SetSlotMapRequest>;
 
 struct Row {
   std::string what;
@@ -385,6 +390,7 @@ struct Row {
   StatusCode code;
   std::string field;  // the message must contain it
   bool as_tenant_b = false;  // run with kTokenB instead of kTokenA
+  bool as_admin = false;     // run with kAdminToken instead of kTokenA
 };
 
 std::string CodeName(int code) {
@@ -1259,6 +1265,27 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
                 "page_token was issued for filter");
     list_groups("filter of 129 characters", ListGroupsReq(0, "", long_name), "filter");
   }
+  {
+    // The admin call: a tenant's token is no admin's; an admin's bad map is refused
+    // naming the line, and a good one on this server without sharding too.
+    auto set_map = [&](std::string what, const std::string& map, StatusCode code,
+                       std::string field, bool as_admin = true) {
+      v1::SetSlotMapRequest r;
+      r.set_map(map);
+      add(std::move(what), Method::kSetSlotMap, std::move(r), code, std::move(field));
+      rows.back().as_admin = as_admin;
+    };
+    set_map("a tenant's token", "0:255 r0\n", StatusCode::PERMISSION_DENIED,
+            "--admin_tokens_file", /*as_admin=*/false);
+    set_map("an epoch that is no integer", "0:255 r0\n# epoch x\n", kInvalid,
+            "map: slot map line 2");
+    set_map("a negative epoch", "# epoch -3\n0:255 r0\n", kInvalid, "non-negative integer");
+    set_map("a map missing slot 255", "0:254 r0\n", kInvalid, "no line gives slot 255");
+    set_map("a slot given twice", "0:255 r0\n7 r1\n", kInvalid, "slot 7 is already r0's");
+    set_map("a replica name with a slash", "0:255 r/0\n", kInvalid, "line 1");
+    set_map("a valid map on a server without sharding", "# epoch 1\n0:255 r0\n", kPrecondition,
+            "not a replica");
+  }
   return rows;
 }
 
@@ -1280,6 +1307,14 @@ class Hardening : public ::testing::TestWithParam<int> {
     options.service.max_tensor_elements = kMaxElements;
     options.engine.max_scale_groups = kGroups;
     options.auth_tokens_file = tokens_file_;
+    admin_tokens_file_ = absl::StrCat(tokens_file_, "-admin");
+    {
+      std::FILE* file = std::fopen(admin_tokens_file_.c_str(), "w");
+      ASSERT_NE(file, nullptr);
+      std::fprintf(file, "%s ops\n", kAdminToken);
+      std::fclose(file);
+    }
+    options.admin_tokens_file = admin_tokens_file_;
     server_ = TestServer::Start(options);
     ASSERT_NE(server_, nullptr);
     stub_ = server_->NewStub();
@@ -1322,7 +1357,10 @@ class Hardening : public ::testing::TestWithParam<int> {
     tokens_.for_groups = FirstGroupPageToken(kGroupPrefix);
   }
 
-  void TearDown() override { std::remove(tokens_file_.c_str()); }
+  void TearDown() override {
+    std::remove(tokens_file_.c_str());
+    std::remove(admin_tokens_file_.c_str());
+  }
 
   // The sessions and groups of the kGrp* and kGroup* comments, for both tenants.
   void CreateGroups() {
@@ -1382,7 +1420,7 @@ class Hardening : public ::testing::TestWithParam<int> {
   grpc::Status Call(const Row& row, std::optional<v1::ObserveResponse>* stream_response,
                     std::string* stream_error) {
     grpc::ClientContext context;
-    Prepare(&context, row.as_tenant_b ? kTokenB : kTokenA);
+    Prepare(&context, row.as_admin ? kAdminToken : row.as_tenant_b ? kTokenB : kTokenA);
     switch (row.method) {
       case Method::kCompute: {
         v1::ComputeResponse response;
@@ -1504,6 +1542,11 @@ class Hardening : public ::testing::TestWithParam<int> {
         return stub_->GetGroupQParams(
             &context, std::get<v1::GetGroupQParamsRequest>(row.request), &response);
       }
+      case Method::kSetSlotMap: {
+        v1::Topology response;
+        return stub_->SetSlotMap(&context, std::get<v1::SetSlotMapRequest>(row.request),
+                                 &response);
+      }
     }
     return grpc::Status(StatusCode::INTERNAL, "unknown method");
   }
@@ -1575,7 +1618,7 @@ class Hardening : public ::testing::TestWithParam<int> {
     return response.next_page_token();
   }
 
-  std::string tokens_file_;
+  std::string tokens_file_, admin_tokens_file_;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<v1::QParamsService::Stub> stub_;
   Tokens tokens_;
@@ -1670,7 +1713,7 @@ TEST(HardeningTable, HasARowForEveryMethodAndEnoughOfThem) {
   EXPECT_GE(rows.size(), 180u);
   std::set<Method> methods;
   for (const Row& row : rows) methods.insert(row.method);
-  EXPECT_EQ(methods.size(), 19u);  // every Method
+  EXPECT_EQ(methods.size(), 20u);  // every Method
 }
 
 }  // namespace

@@ -502,6 +502,93 @@ TEST(ServerBinary, ServesPrometheusMetricsOfCallsSessionsStorageAndSlots) {
   std::filesystem::remove_all(dir);
 }
 
+// SIGHUP reads --slot_map again: a greater epoch is taken (the log says what moved,
+// the metrics and ownership follow), an older or broken file is refused and changes
+// nothing, and a restart keeps the greatest epoch it took even though the file is
+// older again. A replica the map gives no slot starts, refusing every session.
+TEST(ServerBinary, SighupReloadsTheSlotMapUnderTheEpochRule) {
+  char pattern[] = "/tmp/qparams-sighup-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const std::string map_path = dir + "/slots.map";
+  auto write_map = [&](const std::string& text) { std::ofstream(map_path) << text; };
+  write_map("# epoch 1\n0:99 r0\n100:255 r1\n");
+  const std::vector<std::string> flags = {"--metrics_listen=127.0.0.1:0",
+                                          "--data_dir=" + dir + "/data", "--replica_id=r0",
+                                          "--slot_map=" + map_path};
+  const std::string moving = NameWhere("moving", [](int slot) { return slot >= 100 && slot < 200; });
+  auto create = [](const std::string& address, const std::string& name) {
+    auto stub = v1::QParamsService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    v1::Session session;
+    return stub->CreateSession(&context, request, &session).error_code();
+  };
+  {
+    ServerProcess server(flags);
+    ASSERT_TRUE(server.started());
+    const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
+    const std::string metrics =
+        MetricsAddressFrom(server.WaitForLine("serving metrics on http://"));
+    EXPECT_EQ(create(address, moving), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_TRUE(HasLine(Get(metrics, "/metrics").body, "qparams_slot_map_epoch 1"));
+
+    write_map("# epoch 2\n0:199 r0\n200:255 r1\n");
+    server.Signal(SIGHUP);
+    EXPECT_TRUE(absl::StrContains(server.WaitForLine("slot map: epoch 1 -> 2"),
+                                  "100:199 r1->r0; replica r0 owns 200 slot(s)"))
+        << server.log_text();
+    EXPECT_NE(server.WaitForLine("received SIGHUP: slot map"), "");
+    EXPECT_EQ(create(address, moving), grpc::StatusCode::OK);
+    const std::string text = Get(metrics, "/metrics").body;
+    EXPECT_TRUE(HasLine(text, "qparams_owned_slots 200")) << text;
+    EXPECT_TRUE(HasLine(text, "qparams_slot_map_epoch 2")) << text;
+
+    write_map("# epoch 1\n0:99 r0\n100:255 r1\n");
+    server.Signal(SIGHUP);
+    EXPECT_TRUE(absl::StrContains(server.WaitForLine("not taken"),
+                                  "slot map epoch 1 is older than replica r0's epoch 2"))
+        << server.log_text();
+    write_map("# epoch 3\n0:99 r0\n");
+    server.Signal(SIGHUP);
+    EXPECT_TRUE(absl::StrContains(server.WaitForLine("not taken"), "no line gives slot 100"))
+        << server.log_text();
+    EXPECT_EQ(create(address, NameWhere("still", [](int slot) { return slot >= 100 && slot < 200; })),
+              grpc::StatusCode::OK);
+    EXPECT_EQ(server.Stop(SIGTERM), 0);
+  }
+  {
+    // The file says epoch 1 again; the data directory's epoch 2 wins.
+    write_map("# epoch 1\n0:99 r0\n100:255 r1\n");
+    ServerProcess server(flags);
+    ASSERT_TRUE(server.started());
+    EXPECT_NE(server.WaitForLine("slot map: using epoch 2"), "") << server.log_text();
+    const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
+    v1::GetSessionRequest get;
+    get.set_name(moving);
+    auto stub = v1::QParamsService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    v1::Session session;
+    EXPECT_TRUE(stub->GetSession(&context, get, &session).ok());
+    stub.reset();
+    EXPECT_EQ(server.Stop(SIGTERM), 0);
+  }
+  {
+    // r9 owns no slot: it starts, saying so, and refuses every session with its owner.
+    ServerProcess server({"--replica_id=r9", "--slot_map=" + map_path});
+    ASSERT_TRUE(server.started());
+    EXPECT_NE(server.WaitForLine("replica r9 owns no slot"), "") << server.log_text();
+    const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
+    EXPECT_EQ(create(address, moving), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(server.Stop(SIGTERM), 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // GET /healthz on the metrics listener: 200 while SERVING with a data directory that
 // takes writes, 503 from the moment SIGTERM starts the drain (an open ObserveStream
 // holds it), while /livez stays 200; nothing listens once the process is gone.
