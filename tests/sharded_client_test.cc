@@ -1,8 +1,9 @@
 // The C++ client against sharded replicas behind the real HAProxy (Debian's, run
 // on docker/haproxy/haproxy.cfg as shipped): calls over many sessions split into one
 // call per owner, listings merged from every replica, and the results bit for bit
-// those of one unsharded server; and HAProxy's health check taking out a replica
-// whose data directory refuses writes, and bringing it back once writes work.
+// those of one unsharded server; HAProxy's health check taking out a replica whose
+// data directory refuses writes, and bringing it back once writes work; and the
+// topology changing under a live client (its retries at the new owner).
 // tests/python/test_sharded.py covers the Python client, a killed replica, a
 // restart and a draining replica.
 
@@ -42,6 +43,7 @@ namespace {
 constexpr char kHAProxy[] = "/usr/sbin/haproxy";
 constexpr char kSlotMap[] = "0:84 r0\n85:169 r1\n170:255 r2\n";
 constexpr std::array<const char*, 3> kReplicas = {"r0", "r1", "r2"};
+constexpr size_t kBackends = 8;  // haproxy.cfg's r0 .. r7, r3 .. r7 spares
 
 // HAProxy in the foreground on the repository's configuration, its addresses (each
 // replica's gRPC address and the port of its health endpoint) given through the
@@ -57,6 +59,11 @@ class HAProxyProcess {
     for (size_t i = 0; i < replicas.size(); ++i) {
       variables.push_back(absl::StrCat("QPARAMS_R", i, "=", replicas[i]));
       variables.push_back(absl::StrCat("QPARAMS_R", i, "_CHECK_PORT=", check_ports[i]));
+    }
+    // The spare backends (disabled) at a loopback address, so that HAProxy resolves
+    // no name of theirs.
+    for (size_t i = replicas.size(); i < kBackends; ++i) {
+      variables.push_back(absl::StrCat("QPARAMS_R", i, "=127.0.0.1:1"));
     }
     std::vector<std::string> env = EnvironmentWith({}, variables);
     std::vector<std::string> argv = {kHAProxy, "-db", "-f", QPARAMS_HAPROXY_CONFIG};
@@ -340,6 +347,99 @@ TEST_F(ShardedClientTest, ScaleGroupsRouteByTheirHashTagAndListAcrossReplicas) {
 }
 
 // r1 keeps its sessions in a data directory whose file system the test breaks.
+// A live client that read the topology before slots moved, HAProxy still routing by
+// the old map: a call refused naming the new owner is retried there once; the items
+// of ObserveStream and ObserveBatch the old owner refuses go again to the new one,
+// answers in item order; the results are bit for bit those of one server. Sessions
+// on moved slots are created fresh on the new owner (copying state is a move's job).
+TEST_F(ShardedClientTest, ALiveClientFollowsASlotMapChangedUnderIt) {
+  constexpr char kMoved[] = "# epoch 1\n0:169 r1\n170:255 r2\n";  // r0 owns nothing
+  std::vector<std::string> moved, kept;
+  for (const std::string& name : names_) {
+    (map_->OwnerOfSession(name) == "r0" ? moved : kept).push_back(name);
+  }
+  ASSERT_GE(moved.size(), 3u);
+  auto create = [](Client& client, const std::string& name) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    request.mutable_spec()->set_dtype("int8");
+    return client.CreateSession(request).status();
+  };
+  // Every session twice over a stream, then once in a batch.
+  auto observe = [this](Client& client) -> absl::Status {
+    std::vector<v1::ObserveRequest> requests;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < names_.size(); ++i) {
+        requests.push_back(TensorObservation(names_[i], Values(i + 50 * round).view()));
+      }
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> streamed = client.ObserveStream(requests);
+    if (!streamed.ok()) return streamed.status();
+    for (size_t k = 0; k < requests.size(); ++k) {
+      EXPECT_EQ((*streamed)[k].status().code(), 0) << k << ": " << (*streamed)[k].status().message();
+      EXPECT_EQ((*streamed)[k].observation_count(), k < names_.size() ? 1 : 2) << k;
+    }
+    requests.clear();
+    for (size_t i = 0; i < names_.size(); ++i) {
+      requests.push_back(TensorObservation(names_[i], Values(i + 100).view()));
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> batched = client.ObserveBatch(requests);
+    if (!batched.ok()) return batched.status();
+    for (const v1::ObserveResponse& response : *batched) {
+      EXPECT_EQ(response.status().code(), 0) << response.status().message();
+      EXPECT_EQ(response.observation_count(), 3);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::string> expected;
+  {
+    std::unique_ptr<TestServer> single = TestServer::Start();
+    ASSERT_NE(single, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> one, Client::Connect(single->address()));
+    for (const std::string& name : names_) ASSERT_OK(create(*one, name));
+    ASSERT_OK(observe(*one));
+    for (const std::string& name : names_) {
+      ASSERT_OK_AND_ASSIGN(const v1::GetQParamsResponse q, one->GetQParams(name));
+      expected.push_back(q.SerializeAsString());
+    }
+  }
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> live, Client::Connect(target_));
+  for (const std::string& name : kept) ASSERT_OK(create(*live, name));
+  ASSERT_OK(live->ListSessions(0, "", "").status());  // reads the topology: epoch 0
+  for (const char* replica : kReplicas) {
+    ClientOptions options;
+    options.replica = replica;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
+    ASSERT_OK_AND_ASSIGN(const v1::Topology topology, admin->SetSlotMap(kMoved));
+    EXPECT_EQ(topology.epoch(), 1);
+  }
+  // HAProxy sends r0's old slots to r0, which refuses naming r1: created there.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> unary, Client::Connect(target_));
+  for (const std::string& name : moved) ASSERT_OK(create(*unary, name));
+  ASSERT_EQ(replicas_[1]->server().engine().session_count(),
+            static_cast<int64_t>(moved.size() +
+                                 std::count_if(kept.begin(), kept.end(), [&](const std::string& n) {
+                                   return map_->OwnerOfSession(n) == "r1";
+                                 })));
+
+  // `live` still routes by epoch 0: r0 refuses the moved items, which go to r1.
+  ASSERT_OK(observe(*live));
+  for (size_t i = 0; i < names_.size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(const v1::GetQParamsResponse q, live->GetQParams(names_[i]));
+    EXPECT_EQ(q.SerializeAsString(), expected[i]) << names_[i];
+  }
+  ASSERT_OK_AND_ASSIGN(const v1::Topology now, live->GetTopology());
+  EXPECT_EQ(now.epoch(), 1);
+
+  // A client pinned to r0 is not rerouted.
+  ClientOptions pinned_options;
+  pinned_options.replica = "r0";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> pinned, Client::Connect(target_, pinned_options));
+  EXPECT_CODE(pinned->GetQParams(moved[0]).status(), kPrecondition);
+}
+
 class ShardedStorageTest : public ShardedClientTest {
  protected:
   void Customize(size_t r, ServerOptions& options) override {
