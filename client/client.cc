@@ -82,8 +82,9 @@ void Prepare(grpc::ClientContext& context, absl::Duration timeout,
 // With a `router` that reroutes (no pinned replica), a call naming a session that a
 // replica refuses naming another owner (FAILED_PRECONDITION with the x-qparams-owner
 // trailer) makes the router read the topology again, and goes once more, addressed
-// to that owner; its answer is the call's. A refusal changes nothing, so any method
-// may be retried.
+// to that owner; its answer is the call's, but for a refusal of the address itself
+// (a client pointed straight at one replica), when the first refusal is. A refusal
+// changes nothing, so any method may be retried.
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> Unary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
@@ -91,6 +92,7 @@ absl::StatusOr<Response> Unary(
     const std::string& session = "", const std::string& replica = "",
     ReplicaRouter* router = nullptr) {
   std::string owner;
+  absl::Status first;  // the refusal naming `owner`
   {
     grpc::ClientContext context;
     Prepare(context, timeout, authorization);
@@ -106,6 +108,7 @@ absl::StatusOr<Response> Unary(
     const auto found = trailers.find(wire::kOwnerMetadata);
     if (found == trailers.end()) return wire::FromGrpcStatus(status);
     owner.assign(found->second.data(), found->second.size());
+    first = wire::FromGrpcStatus(status);
   }
   router->Refresh().IgnoreError();  // the retry goes by the refusal's owner either way
   grpc::ClientContext context;
@@ -113,8 +116,14 @@ absl::StatusOr<Response> Unary(
   ReplicaRouter::AddHeaders(context, session, owner);
   Response response;
   const grpc::Status status = (stub.*method)(&context, request, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
-  return response;
+  if (status.ok()) return response;
+  // Refused as addressed to another replica (no owner named): this client reached
+  // one replica straight, not a balancer; the first refusal says more.
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      context.GetServerTrailingMetadata().count(wire::kOwnerMetadata) == 0) {
+    return first;
+  }
+  return wire::FromGrpcStatus(status);
 }
 
 }  // namespace

@@ -296,7 +296,12 @@ class Client:
                 request, timeout=timeout or self.timeout,
                 metadata=self._addressed(owner, metadata) + session_header(route))
         except grpc.RpcError as e:
-            raise error_from_rpc(e, owner) from None
+            retried = error_from_rpc(e, owner)
+        # Refused as addressed to another replica (no owner named): this client reached
+        # one replica straight, not a balancer; the first refusal says more.
+        if isinstance(retried, FailedPrecondition) and not retried.owner:
+            raise error
+        raise retried
 
     def _owner_to_retry(self, error: QParamsError, session: str) -> str | None:
         """The replica to retry a call naming `session` at, after `error`: the owner a
@@ -335,7 +340,9 @@ class Client:
             outcome.owner = response.status.owner
             owner = self._owner_to_retry(outcome, name)
             if owner is not None:
-                return self._observe_at(owner, request, name, metadata)
+                retried = self._observe_at(owner, request, name, metadata)
+                if not (isinstance(retried, FailedPrecondition) and not retried.owner):
+                    return retried
         return outcome
 
     def _reroute_batch(self, request: pb.ObserveBatchRequest, response: pb.ObserveBatchResponse,
