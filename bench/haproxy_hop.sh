@@ -146,7 +146,8 @@ printf '# slots  backend: every slot through the header route to r1 (= the repli
   > "$dir/haproxy-slots.map"
 export QPARAMS_BIND=fd@3 QPARAMS_ADMIN_SOCKET="$dir/admin.sock" \
   QPARAMS_SLOT_MAP="$dir/haproxy-slots.map" QPARAMS_R0="$replica" QPARAMS_R1="$replica" \
-  QPARAMS_R2="$replica"
+  QPARAMS_R2="$replica" QPARAMS_R3=127.0.0.1:1 QPARAMS_R4=127.0.0.1:1 QPARAMS_R5=127.0.0.1:1 \
+  QPARAMS_R6=127.0.0.1:1 QPARAMS_R7=127.0.0.1:1  # the spares: disabled, no name to resolve
 for v in QPARAMS_BIND QPARAMS_ADMIN_SOCKET QPARAMS_SLOT_MAP QPARAMS_R0 QPARAMS_R1 QPARAMS_R2; do
   grep -qF "\${$v-" "$template" ||
     fail "$template does not read \${$v-...} any more: give it what tests/python/test_sharded.py gives"

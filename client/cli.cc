@@ -29,8 +29,11 @@
 #include "client/partial_file.h"
 #include "client/report.h"
 #include "client/reshard.h"
+#include "client/slot_map_push.h"
+#include "common/file.h"
 #include "common/json_string.h"
 #include "common/slot.h"
+#include "common/slot_map.h"
 #include "common/timestamp.h"
 #include "core/dtype.h"
 #include "core/granularity.h"
@@ -299,6 +302,8 @@ class Invocation {
   absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target) const {
     return Client::Connect(target, client_options_);
   }
+  // The options client() was made with (TLS, token, timeout), for further clients.
+  const ClientOptions& client_options() const { return client_options_; }
   std::ostream& out() { return out_; }
   std::ostream& err() { return err_; }
   bool table() const { return options_.format == "table"; }
@@ -659,6 +664,135 @@ int Slot(Invocation& in) {
   return kExitOk;
 }
 
+// ---------------------------------------------------------------- slot maps
+
+// "NAME[=VALUE],...": the pieces; INVALID_ARGUMENT naming `flag` for an empty one.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> NamedList(
+    absl::string_view flag, absl::string_view text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (text.empty()) return out;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(piece, absl::MaxSplits('=', 1));
+    if (kv.first.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": \"", text, "\" has an empty entry; separate entries by one comma"));
+    }
+    out.emplace_back(std::string(kv.first), std::string(kv.second));
+  }
+  return out;
+}
+
+// --haproxy_server's NAME=HOST:PORT[:CHECK_PORT] entries.
+absl::StatusOr<std::vector<HaproxyServer>> HaproxyServers(absl::string_view text) {
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> entries =
+      NamedList("--haproxy_server", text);
+  if (!entries.ok()) return entries.status();
+  std::vector<HaproxyServer> servers;
+  for (const auto& [name, address] : *entries) {
+    std::vector<std::string> parts = absl::StrSplit(address, ':');
+    HaproxyServer server{name, "", 0, 0};
+    bool ok = parts.size() == 2 || parts.size() == 3;
+    if (ok) {
+      server.host = parts[0];
+      ok = !server.host.empty() && absl::SimpleAtoi(parts[1], &server.port) && server.port > 0 &&
+           server.port <= 65535 &&
+           (parts.size() == 2 || (absl::SimpleAtoi(parts[2], &server.check_port) &&
+                                  server.check_port > 0 && server.check_port <= 65535));
+    }
+    if (!ok || !SlotMap::ValidReplicaName(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--haproxy_server: \"", name, "=", address,
+          "\" is not NAME=HOST:PORT[:CHECK_PORT] (an IPv4 address or a name, ports 1 to 65535)"));
+    }
+    servers.push_back(std::move(server));
+  }
+  return servers;
+}
+
+// Gives the map FILE to the replicas (SetSlotMap), then to HAProxy (runtime API), and
+// prints what each took: JSON, or a table of WHERE and STATUS.
+int SlotMapPush(Invocation& in) {
+  const Options& o = in.options();
+  absl::StatusOr<std::string> text = ReadFile(in.arg(0));
+  if (!text.ok()) return in.Fail(text.status());
+  absl::StatusOr<SlotMap> map = SlotMap::Parse(*text);
+  if (!map.ok()) {
+    return in.Fail(absl::InvalidArgumentError(absl::StrCat(in.arg(0), ": ", map.status().message())));
+  }
+  PushOptions push;
+  push.target = o.target;
+  push.client = in.client_options();
+  push.haproxy_map = o.haproxy_map;
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> replicas =
+      NamedList("--replicas", o.replicas);
+  if (!replicas.ok()) return Usage(in.err(), replicas.status().message());
+  for (const auto& [name, target] : *replicas) {
+    if (!SlotMap::ValidReplicaName(name)) {
+      return Usage(in.err(), absl::StrCat("--replicas: \"", name,
+                                          "\" is not a replica name ([a-zA-Z0-9._-]{1,64})"));
+    }
+    push.replicas.push_back({name, target});
+  }
+  if (!o.haproxy_admin.empty()) {
+    for (absl::string_view admin : absl::StrSplit(o.haproxy_admin, ',')) {
+      if (admin.empty()) return Usage(in.err(), "--haproxy_admin: an empty socket address");
+      push.haproxy_admins.emplace_back(admin);
+    }
+  }
+  absl::StatusOr<std::vector<HaproxyServer>> servers = HaproxyServers(o.haproxy_server);
+  if (!servers.ok()) return Usage(in.err(), servers.status().message());
+  push.haproxy_servers = *std::move(servers);
+  if (!push.haproxy_servers.empty() && push.haproxy_admins.empty()) {
+    return Usage(in.err(), "--haproxy_server needs --haproxy_admin");
+  }
+  absl::StatusOr<PushReport> report = PushSlotMap(*map, push);
+  if (!report.ok()) {
+    if (report.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Usage(in.err(), report.status().message());
+    }
+    return in.Fail(report.status());
+  }
+  auto describe = [](const absl::Status& status) {
+    return status.ok() ? std::string("ok")
+                       : absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
+                                      status.message());
+  };
+  if (in.table()) {
+    std::vector<std::vector<std::string>> rows = {{"WHERE", "EPOCH", "STATUS"}};
+    for (const PushReport::Replica& r : report->replicas) {
+      rows.push_back({absl::StrCat("replica ", r.replica),
+                      r.epoch >= 0 ? absl::StrCat(r.epoch) : "-", describe(r.status)});
+    }
+    for (const PushReport::Haproxy& h : report->haproxies) {
+      rows.push_back({absl::StrCat("haproxy ", h.admin), h.status.ok() ? absl::StrCat(map->epoch()) : "-",
+                      describe(h.status)});
+    }
+    PrintColumns(rows, in.out());
+  } else {
+    in.out() << "{\n \"epoch\": " << map->epoch() << ",\n \"replicas\": [";
+    for (size_t i = 0; i < report->replicas.size(); ++i) {
+      const PushReport::Replica& r = report->replicas[i];
+      in.out() << (i == 0 ? "\n  " : ",\n  ") << "{\"replica\": " << JsonString(r.replica);
+      if (r.epoch >= 0) in.out() << ", \"epoch\": " << r.epoch;
+      if (!r.status.ok()) in.out() << ", \"error\": " << JsonString(describe(r.status));
+      in.out() << "}";
+    }
+    in.out() << "\n ],\n \"haproxy\": [";
+    for (size_t i = 0; i < report->haproxies.size(); ++i) {
+      const PushReport::Haproxy& h = report->haproxies[i];
+      in.out() << (i == 0 ? "\n  " : ",\n  ") << "{\"admin\": " << JsonString(h.admin)
+               << ", \"map\": " << JsonString(h.map);
+      if (!h.status.ok()) in.out() << ", \"error\": " << JsonString(describe(h.status));
+      in.out() << "}";
+    }
+    in.out() << "\n ]\n}\n";
+  }
+  const absl::Status status = report->status();
+  if (!status.ok()) return in.Fail(status);
+  return kExitOk;
+}
+
 // ---------------------------------------------------------------- scale groups
 
 // The share --share names, by the core's names of the shares (global_amax,
@@ -831,6 +965,19 @@ struct Command {
 constexpr size_t kAny = SIZE_MAX;
 
 // clang-format off
+constexpr Command kSlotMapCommands[] = {
+  {"push", "FILE", 1, 1, SlotMapPush,
+   "Give every replica the slot map FILE (SetSlotMap, an admin call: --token an\n"
+   "admin token where the servers have tokens), each addressed by name through\n"
+   "--target: those --replicas names (NAME, or NAME=HOST:PORT to reach it straight),\n"
+   "by default every replica FILE names and every replica of the current topology.\n"
+   "Then, once every replica took it, replace the map of each --haproxy_admin\n"
+   "HAProxy (runtime API: prepare map, add map, commit map; --haproxy_map names it,\n"
+   "by default its only map); --haproxy_server spares are made ready first. A replica\n"
+   "takes a map of a greater epoch (\"# epoch N\"); the same map again changes\n"
+   "nothing. Prints what each took; exits 1 if any failed."},
+};
+
 constexpr Command kGroupCommands[] = {
   {"create", "NAME --members=A,B,... --share=global_amax|union_range [--fill_uncalibrated]",
    1, 1, GroupCreate,
@@ -929,6 +1076,10 @@ constexpr Command kCommands[] = {
    "next_map) for the operator to put the map in force; --resume continues a move,\n"
    "--abort rolls it back before its switch. Steps are printed on stderr. Needs an\n"
    "admin token where the replicas require one."},
+  {"slotmap", "SUBCOMMAND [ARGS]", 0, 0, nullptr,
+   "Slot maps of a sharded deployment (docs/sharding.md, \"Changing the topology\").\n"
+   "Subcommands:",
+   kSlotMapCommands, sizeof(kSlotMapCommands) / sizeof(kSlotMapCommands[0])},
   {"group", "SUBCOMMAND [ARGS]", 0, 0, nullptr,
    "Scale groups: named lists of sessions that share their scales\n"
    "(docs/scale_groups.md). A group routes by its name as a session does; sharded,\n"

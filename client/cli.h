@@ -87,6 +87,14 @@ struct Options {
   std::string tls_key;          // --tls_key: its private key
   std::string tls_server_name;  // --tls_server_name: the name the server's cert must carry
   std::string replica;          // --replica: address every call to this replica ("" = route)
+  // slotmap push: --replicas (NAME[=HOST:PORT],...; "" = every replica of the new map
+  // and of the current topology), --haproxy_admin (runtime API sockets, comma-
+  // separated), --haproxy_map (the map's name in HAProxy; "" = its only one),
+  // --haproxy_server (spare backends: NAME=HOST:PORT[:CHECK_PORT],...).
+  std::string replicas;
+  std::string haproxy_admin;
+  std::string haproxy_map;
+  std::string haproxy_server;
   // --token (else $QPARAMS_TOKEN): sent as a bearer token on every call but health;
   // "" sends none.
   std::string token;

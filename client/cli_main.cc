@@ -59,6 +59,19 @@ ABSL_FLAG(std::string, replica, "",
           "Sharded deployments: address every call to this replica (its name in the slot "
           "map), directly or through the balancer, and never split a call over replicas; "
           "e.g. to list one replica's sessions");
+ABSL_FLAG(std::string, replicas, "",
+          "slotmap push: the replicas to give the map, NAME (through --target, addressed by "
+          "name) or NAME=HOST:PORT (straight), comma-separated; empty: every replica of the new "
+          "map and of the current topology");
+ABSL_FLAG(std::string, haproxy_admin, "",
+          "slotmap push: HAProxy runtime API sockets (a UNIX socket path, or HOST:PORT), "
+          "comma-separated, whose slot map is replaced after the replicas took it");
+ABSL_FLAG(std::string, haproxy_map, "",
+          "slotmap push: the slot map's name in HAProxy (the file it loaded); empty: its only "
+          "map");
+ABSL_FLAG(std::string, haproxy_server, "",
+          "slotmap push: spare backends to make ready first, NAME=HOST:PORT[:CHECK_PORT], "
+          "comma-separated (set server NAME/NAME addr, check-port, state ready)");
 ABSL_FLAG(std::string, token, "",
           "Bearer token, sent as 'authorization: Bearer TOKEN' on every call but health. "
           "Empty: $QPARAMS_TOKEN if set (preferable: a command line is visible to other "
@@ -228,6 +241,10 @@ int main(int argc, char** argv) {
   options.abort = absl::GetFlag(FLAGS_abort);
   options.replica_addresses = absl::GetFlag(FLAGS_replica_addresses);
   options.stop_before_switch = absl::GetFlag(FLAGS_stop_before_switch);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
+  options.haproxy_admin = absl::GetFlag(FLAGS_haproxy_admin);
+  options.haproxy_map = absl::GetFlag(FLAGS_haproxy_map);
+  options.haproxy_server = absl::GetFlag(FLAGS_haproxy_server);
   options.token = absl::GetFlag(FLAGS_token);
   // Read here rather than as the flag's default, which --help would print.
   if (const char* env = std::getenv("QPARAMS_TOKEN"); options.token.empty() && env != nullptr) {

@@ -80,18 +80,52 @@ void Prepare(grpc::ClientContext& context, absl::Duration timeout,
 // Calls the unary `method` of `stub` with a deadline `timeout` from now, the
 // `authorization` metadata ("" = none) and the routing header of `session`, and
 // addressed to `replica` unless it is "".
+//
+// With a `router` that reroutes (no pinned replica), a call naming a session that a
+// replica refuses naming another owner (FAILED_PRECONDITION with the x-qparams-owner
+// trailer) makes the router read the topology again, and goes once more, addressed
+// to that owner; its answer is the call's, but for a refusal of the address itself
+// (a client pointed straight at one replica), when the first refusal is. A refusal
+// changes nothing, so any method may be retried.
 template <typename Stub, typename Request, typename Response>
 absl::StatusOr<Response> Unary(
     Stub& stub, grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
     const Request& request, absl::Duration timeout, const std::string& authorization,
-    const std::string& session = "", const std::string& replica = "") {
+    const std::string& session = "", const std::string& replica = "",
+    ReplicaRouter* router = nullptr) {
+  std::string owner;
+  absl::Status first;  // the refusal naming `owner`
+  {
+    grpc::ClientContext context;
+    Prepare(context, timeout, authorization);
+    ReplicaRouter::AddHeaders(context, session, replica);
+    Response response;
+    const grpc::Status status = (stub.*method)(&context, request, &response);
+    if (status.ok()) return response;
+    if (router == nullptr || !router->Reroutes() || session.empty() || !replica.empty() ||
+        status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) {
+      return wire::FromGrpcStatus(status);
+    }
+    const auto& trailers = context.GetServerTrailingMetadata();
+    const auto found = trailers.find(wire::kOwnerMetadata);
+    if (found == trailers.end()) return wire::FromGrpcStatus(status);
+    owner.assign(found->second.data(), found->second.size());
+    first = wire::FromGrpcStatus(status);
+  }
+  router->Refresh().IgnoreError();  // the retry goes by the refusal's owner either way
   grpc::ClientContext context;
   Prepare(context, timeout, authorization);
-  ReplicaRouter::AddHeaders(context, session, replica);
+  ReplicaRouter::AddHeaders(context, session, owner);
   Response response;
   const grpc::Status status = (stub.*method)(&context, request, &response);
-  if (!status.ok()) return wire::FromGrpcStatus(status);
-  return response;
+  if (status.ok()) return response;
+  // Refused as addressed to another replica (no owner named): this client reached
+  // one replica straight, not a balancer; the first refusal says more.
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      context.GetServerTrailingMetadata().count(wire::kOwnerMetadata) == 0) {
+    return first;
+  }
+  return wire::FromGrpcStatus(status);
 }
 
 // A client id no other client is likely to pick: 22 random characters of the
@@ -240,7 +274,7 @@ Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOption
                                                   : absl::StrCat("Bearer ", options.bearer_token)),
       stub_(v1::QParamsService::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)),
-      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return GetTopology(); })),
+      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return ReadTopology(); })),
       idempotency_keys_(options.idempotency_keys),
       retry_total_(options.retry_total),
       retry_initial_backoff_(options.retry_initial_backoff),
@@ -269,14 +303,14 @@ absl::StatusOr<v1::QParams> Client::Compute(const std::string& calculator,
 
 absl::StatusOr<v1::Session> Client::CreateSession(const v1::CreateSessionRequest& request) {
   return Unary(*stub_, &v1::QParamsService::Stub::CreateSession, request, timeout_, authorization_,
-               request.name(), router_->replica());
+               request.name(), router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::Session> Client::GetSession(const std::string& name) {
   v1::GetSessionRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::GetSession, request, timeout_, authorization_,
-               name, router_->replica());
+               name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
@@ -422,6 +456,12 @@ absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopology() {
+  absl::StatusOr<v1::Topology> topology = ReadTopology();
+  if (topology.ok()) router_->Offer(*topology);
+  return topology;
+}
+
+absl::StatusOr<v1::Topology> Client::ReadTopology() {
   return Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
                authorization_, /*session=*/"", router_->replica());
 }
@@ -429,15 +469,18 @@ absl::StatusOr<v1::Topology> Client::GetTopology() {
 absl::StatusOr<v1::Topology> Client::SetSlotMap(const std::string& map_text) {
   v1::SetSlotMapRequest request;
   request.set_map(map_text);
-  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
-               /*session=*/"", router_->replica());
+  absl::StatusOr<v1::Topology> topology =
+      Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+            /*session=*/"", router_->replica());
+  if (topology.ok()) router_->Offer(*topology);
+  return topology;
 }
 
 absl::Status Client::DeleteSession(const std::string& name) {
   v1::DeleteSessionRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::DeleteSession, request, timeout_, authorization_,
-               name, router_->replica())
+               name, router_->replica(), router_.get())
       .status();
 }
 
@@ -465,7 +508,7 @@ absl::StatusOr<v1::ObserveResponse> Client::Observe(v1::ObserveRequest request) 
   while (true) {
     absl::StatusOr<v1::ObserveResponse> response =
         Unary(*stub_, &v1::QParamsService::Stub::Observe, request, timeout_, authorization_, name,
-              router_->replica());
+              router_->replica(), router_.get());
     if (response.ok() || request.client_id().empty() || !Retryable(response.status()) ||
         !backoff.Wait()) {
       return response;
@@ -611,14 +654,14 @@ absl::StatusOr<v1::GetQParamsResponse> Client::GetQParams(const std::string& nam
   v1::GetQParamsRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::GetQParams, request, timeout_, authorization_,
-               name, router_->replica());
+               name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::HistogramObservation> Client::GetHistogram(const std::string& name) {
   v1::GetHistogramRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::GetHistogram, request, timeout_, authorization_,
-               name, router_->replica());
+               name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::Session> Client::SetExportMode(const std::string& name, bool enabled) {
@@ -626,7 +669,7 @@ absl::StatusOr<v1::Session> Client::SetExportMode(const std::string& name, bool 
   request.set_name(name);
   request.set_enabled(enabled);
   return Unary(*stub_, &v1::QParamsService::Stub::SetExportMode, request, timeout_, authorization_,
-               name, router_->replica());
+               name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
@@ -635,21 +678,21 @@ absl::StatusOr<v1::Session> Client::SetGranularity(const std::string& name,
   request.set_name(name);
   *request.mutable_granularity() = granularity;
   return Unary(*stub_, &v1::QParamsService::Stub::SetGranularity, request, timeout_, authorization_,
-               name, router_->replica());
+               name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::ScaleGroup> Client::CreateScaleGroup(const v1::ScaleGroup& group) {
   v1::CreateScaleGroupRequest request;
   *request.mutable_group() = group;
   return Unary(*stub_, &v1::QParamsService::Stub::CreateScaleGroup, request, timeout_,
-               authorization_, group.name(), router_->replica());
+               authorization_, group.name(), router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::ScaleGroup> Client::GetScaleGroup(const std::string& name) {
   v1::GetScaleGroupRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::GetScaleGroup, request, timeout_,
-               authorization_, name, router_->replica());
+               authorization_, name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<v1::ListScaleGroupsResponse> Client::ListScaleGroups(int page_size,
@@ -685,7 +728,7 @@ absl::Status Client::DeleteScaleGroup(const std::string& name) {
   v1::DeleteScaleGroupRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::DeleteScaleGroup, request, timeout_,
-               authorization_, name, router_->replica())
+               authorization_, name, router_->replica(), router_.get())
       .status();
 }
 
@@ -693,7 +736,7 @@ absl::StatusOr<v1::GroupQParams> Client::GetGroupQParams(const std::string& name
   v1::GetGroupQParamsRequest request;
   request.set_name(name);
   return Unary(*stub_, &v1::QParamsService::Stub::GetGroupQParams, request, timeout_,
-               authorization_, name, router_->replica());
+               authorization_, name, router_->replica(), router_.get());
 }
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> Client::Health(

@@ -15,12 +15,15 @@
 // ObserveBatch) and over all sessions or groups (ListSessions, ReadSessions,
 // ListScaleGroups, ReadScaleGroups, ExportSessions) are split into one
 // call per owning replica, each addressed by the x-qparams-replica header, using the
-// topology the client reads once with GetTopology at the first such call. A Client
-// of one server (no slot map), or of a deployment of one replica, makes the same
-// single call as always. After an operator moves slots, make a new Client: an old
-// one's calls to the former owner are refused with FAILED_PRECONDITION naming the
-// new owner. The routing is a ReplicaRouter (client/replica_router.h) the Client
-// composes.
+// topology the client reads with GetTopology at the first such call. A Client of one
+// server (no slot map), or of a deployment of one replica, makes the same single
+// call as always. After slots move (docs/sharding.md, "Clients follow a move"), a
+// call a replica refuses naming another owner (FAILED_PRECONDITION with
+// x-qparams-owner) makes the client read the topology again and retry the call once
+// at that owner; ObserveStream and ObserveBatch send the items refused that way
+// again to their owner, answers still in item order; a pinned `replica` never
+// retries elsewhere. The routing is a ReplicaRouter (client/replica_router.h) the
+// Client composes.
 
 #ifndef QPARAMS_CLIENT_CLIENT_H_
 #define QPARAMS_CLIENT_CLIENT_H_
@@ -176,7 +179,8 @@ class Client {
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 
-  // Which replica owns which slots (GetTopology).
+  // Which replica owns which slots (GetTopology). An answer of a newer epoch than
+  // the topology this client routes by replaces it.
   absl::StatusOr<v1::Topology> GetTopology();
 
   // Admin: gives the replica this client reaches (addressed by ClientOptions::replica
@@ -318,6 +322,8 @@ class Client {
  private:
   Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options);
 
+  // GetTopology for the router (which holds its lock while it reads).
+  absl::StatusOr<v1::Topology> ReadTopology();
   // ObserveStream over one stream, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStreamTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);

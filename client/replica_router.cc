@@ -61,29 +61,60 @@ void ReplicaRouter::AddHeaders(grpc::ClientContext& context, const std::string& 
 absl::StatusOr<std::shared_ptr<const SlotMap>> ReplicaRouter::Routing() {
   if (!replica_.empty()) return nullptr;  // every call goes to that replica, whole
   absl::MutexLock lock(&mu_);
-  if (read_) return routing_;
+  if (!read_) {
+    if (absl::Status read = Read(); !read.ok()) return read;
+  }
+  return routing_;
+}
+
+absl::Status ReplicaRouter::Read() {
   absl::StatusOr<v1::Topology> topology = get_topology_();
   if (!topology.ok()) {
     // A server from before GetTopology is a single server.
     if (topology.status().code() != absl::StatusCode::kUnimplemented) return topology.status();
-  } else if (topology->replicas_size() > 1) {
-    if (topology->slot_count() != kSlotCount) {
+    routing_ = nullptr;
+    epoch_ = 0;
+    read_ = true;
+    return absl::OkStatus();
+  }
+  return Take(*topology);
+}
+
+absl::Status ReplicaRouter::Take(const v1::Topology& topology) {
+  std::shared_ptr<const SlotMap> routing;
+  if (topology.replicas_size() > 1) {
+    if (topology.slot_count() != kSlotCount) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the deployment has ", topology->slot_count(), " slots; this client knows ", kSlotCount));
+          "the deployment has ", topology.slot_count(), " slots; this client knows ", kSlotCount));
     }
     std::vector<SlotMap::Range> ranges;
-    for (const v1::SlotRange& range : topology->ranges()) {
+    for (const v1::SlotRange& range : topology.ranges()) {
       ranges.push_back({range.low(), range.high(), range.replica()});
     }
-    absl::StatusOr<SlotMap> map = SlotMap::FromRanges(ranges);
+    absl::StatusOr<SlotMap> map = SlotMap::FromRanges(ranges, std::max<int64_t>(topology.epoch(), 0));
     if (!map.ok()) {
       return absl::InternalError(
           absl::StrCat("the server's topology is not a slot map: ", map.status().message()));
     }
-    routing_ = std::make_shared<const SlotMap>(*std::move(map));
+    routing = std::make_shared<const SlotMap>(*std::move(map));
   }
+  routing_ = std::move(routing);
+  epoch_ = topology.epoch();
   read_ = true;
-  return routing_;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaRouter::Refresh() {
+  if (!replica_.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  read_ = false;
+  return Read();
+}
+
+void ReplicaRouter::Offer(const v1::Topology& topology) {
+  if (!replica_.empty()) return;
+  absl::MutexLock lock(&mu_);
+  if (read_ && topology.epoch() > epoch_) Take(topology).IgnoreError();  // kept as it was
 }
 
 absl::StatusOr<std::vector<std::string>> ReplicaRouter::SplitReplicas() {
@@ -97,7 +128,12 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> ReplicaRouter::Observe(
     const std::vector<v1::ObserveRequest>& requests, const ObserveCall& call) {
   absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
   if (!routing.ok()) return routing.status();
-  if (*routing == nullptr) return call(replica_, Pointers(requests));
+  if (*routing == nullptr) {
+    absl::StatusOr<std::vector<v1::ObserveResponse>> responses =
+        call(replica_, Pointers(requests));
+    if (responses.ok()) Reroute(requests, *responses, call);
+    return responses;
+  }
   std::map<std::string, Part> parts = SplitByOwner(**routing, requests);
   std::vector<absl::StatusOr<std::vector<v1::ObserveResponse>>> answers(
       parts.size(), absl::UnknownError("not answered"));
@@ -118,7 +154,34 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> ReplicaRouter::Observe(
       responses[part.indexes[j]] = std::move((*answer)[j]);
     }
   }
+  Reroute(requests, responses, call);
   return responses;
+}
+
+void ReplicaRouter::Reroute(const std::vector<v1::ObserveRequest>& requests,
+                            std::vector<v1::ObserveResponse>& responses, const ObserveCall& call) {
+  if (!Reroutes()) return;
+  std::map<std::string, Part> moved;  // by the owner the refusal names
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const v1::RpcStatus& status = responses[i].status();
+    if (status.code() != static_cast<int>(absl::StatusCode::kFailedPrecondition) ||
+        status.owner().empty()) {
+      continue;
+    }
+    Part& part = moved[status.owner()];
+    part.indexes.push_back(i);
+    part.requests.push_back(&requests[i]);
+  }
+  if (moved.empty()) return;
+  // The next calls route by the new map; these go by the refusals' owners either way.
+  Refresh().IgnoreError();
+  for (const auto& [owner, part] : moved) {
+    absl::StatusOr<std::vector<v1::ObserveResponse>> answer = call(owner, part.requests);
+    if (!answer.ok() || answer->size() != part.indexes.size()) continue;  // refusals stand
+    for (size_t j = 0; j < part.indexes.size(); ++j) {
+      responses[part.indexes[j]] = std::move((*answer)[j]);
+    }
+  }
 }
 
 namespace {

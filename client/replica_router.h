@@ -1,15 +1,18 @@
 // The replica routing of a Client (client/client.h) across sharded replicas behind
 // a balancer (docs/sharding.md): which headers a call carries, and how a call over
 // many or all sessions is split into one call per owning replica and put back
-// together. It owns the topology, read once through the GetTopology call it is
-// given; it makes no call of its own: the Client hands it one per replica. It knows
-// nothing of the Client, so the RPC library composes it and not the other way round.
+// together. It owns the topology, read through the GetTopology call it is given at
+// the first split call, and again when a replica refuses a call naming another owner
+// (Refresh) or a topology of a newer epoch is seen (Offer); it makes no call of its
+// own: the Client hands it one per replica. It knows nothing of the Client, so the
+// RPC library composes it and not the other way round.
 //
 // Thread-safe: its methods may run concurrently from any threads.
 
 #ifndef QPARAMS_CLIENT_REPLICA_ROUTER_H_
 #define QPARAMS_CLIENT_REPLICA_ROUTER_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -83,9 +86,26 @@ class ReplicaRouter {
   // after an error the next call reads it again.
   absl::StatusOr<std::vector<std::string>> SplitReplicas();
 
+  // Reads the topology again now (a replica refused a call naming another owner):
+  // GetTopology's error as SplitReplicas says, after which the next split call reads
+  // it again. Nothing for a client pinned to a replica.
+  absl::Status Refresh();
+
+  // Takes `topology` (a GetTopology or SetSlotMap answer) if its epoch is newer than
+  // the one read; nothing before the first read, or for a pinned client.
+  void Offer(const v1::Topology& topology);
+
+  // Whether a call refused naming another owner is retried there: not for a client
+  // pinned to a replica.
+  bool Reroutes() const { return replica_.empty(); }
+
   // `call` with every request addressed to replica(), or, split, once per owning
   // replica with its part, concurrently, the responses put back in the order of
   // `requests`; the first failure by replica name, its message naming the replica.
+  // Then, unless pinned, the items a replica refused naming another owner
+  // (RpcStatus.owner) are sent again after a Refresh, once, in one call per owner
+  // addressed to it, their order kept; their answers replace the refusals (a retry
+  // call that fails leaves them).
   absl::StatusOr<std::vector<v1::ObserveResponse>> Observe(
       const std::vector<v1::ObserveRequest>& requests, const ObserveCall& call);
 
@@ -107,6 +127,14 @@ class ReplicaRouter {
  private:
   // The slot map, or null when calls are not split.
   absl::StatusOr<std::shared_ptr<const SlotMap>> Routing();
+  // Reads the topology (read_ false) and keeps it. Called with mu_ held.
+  absl::Status Read() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps `topology` as the routing. Called with mu_ held.
+  absl::Status Take(const v1::Topology& topology) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `responses` (answers to `requests`) with the items refused naming another owner
+  // sent again there (see Observe).
+  void Reroute(const std::vector<v1::ObserveRequest>& requests,
+               std::vector<v1::ObserveResponse>& responses, const ObserveCall& call);
 
   const std::string replica_;
   const TopologyCall get_topology_;
@@ -114,6 +142,7 @@ class ReplicaRouter {
   absl::Mutex mu_;
   bool read_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const SlotMap> routing_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = -1;  // of the topology read
 };
 
 }  // namespace qparams

@@ -13,7 +13,8 @@
 
 Checked, for the sharded form (issue 16) against docker/haproxy/slots.map:
 - the slot map gives every slot 0..255 exactly one owner, as qparams' parser reads it;
-- haproxy.cfg has one backend per replica of the map, each server's address from
+- haproxy.cfg has one backend per replica of the map, then spare backends (their
+  servers disabled) up to r7, each server's address from
   QPARAMS_R<i> and its health checked with GET /healthz over HTTP/1.1 on port
   QPARAMS_R<i>_CHECK_PORT (default 9100, the replicas' --metrics_listen), and reads the
   slot map through QPARAMS_SLOT_MAP;
@@ -55,6 +56,9 @@ MAP_IN_CONTAINER = "/etc/qparams/slots.map"
 CFG_IN_CONTAINER = "/etc/haproxy/haproxy.cfg"  # docker/haproxy/Dockerfile's -f
 METRICS_PORT = 9100  # --metrics_listen in compose and Kubernetes: /metrics, /healthz, /livez
 METRICS_LISTEN = f"--metrics_listen=0.0.0.0:{METRICS_PORT}"
+# haproxy.cfg's backends: the replicas r0.. of the map, then spares (disabled) up to r7,
+# so that adding a replica needs no reload.
+BACKENDS = [f"r{i}" for i in range(8)]
 
 failures: list[str] = []
 
@@ -107,14 +111,18 @@ def check_slot_map() -> list[str]:
 def check_haproxy_cfg(replicas: list[str]) -> None:
     cfg = HAPROXY_CFG.read_text()
     backends = re.findall(r"^backend (\S+)", cfg, re.M)
-    check(backends == replicas, f"haproxy.cfg: backends {backends}, slot map replicas {replicas}")
-    for i, replica in enumerate(replicas):
-        check(re.search(rf'^\s*server {replica} "\$\{{QPARAMS_R{i}-{replica}:50051\}}"', cfg, re.M)
-              is not None, f"haproxy.cfg: backend {replica}'s server is not \"${{QPARAMS_R{i}-...}}\"")
-        check(re.search(rf'^\s*server {replica} .* port "\$\{{QPARAMS_R{i}_CHECK_PORT-{METRICS_PORT}\}}"'
-                        r" check-proto h1$", cfg, re.M) is not None,
-              f"haproxy.cfg: backend {replica} is not checked on port \"${{QPARAMS_R{i}_CHECK_PORT-"
-              f"{METRICS_PORT}}}\" with check-proto h1")
+    check(backends == BACKENDS and backends[:len(replicas)] == replicas,
+          f"haproxy.cfg: backends {backends}, not the slot map's replicas {replicas} then spares "
+          f"up to {BACKENDS[-1]}")
+    for i, backend in enumerate(BACKENDS):
+        spare = backend not in replicas
+        check(re.search(rf'^\s*server {backend} "\$\{{QPARAMS_R{i}-{backend}:50051\}}"', cfg, re.M)
+              is not None, f"haproxy.cfg: backend {backend}'s server is not \"${{QPARAMS_R{i}-...}}\"")
+        check(re.search(rf'^\s*server {backend} .* port "\$\{{QPARAMS_R{i}_CHECK_PORT-{METRICS_PORT}\}}"'
+                        r" check-proto h1" + (" disabled" if spare else "") + "$", cfg, re.M)
+              is not None,
+              f"haproxy.cfg: backend {backend} is not checked on port \"${{QPARAMS_R{i}_CHECK_PORT-"
+              f"{METRICS_PORT}}}\" with check-proto h1" + (", disabled (a spare)" if spare else ""))
     check(re.search(r"^\s*http-check send meth GET uri /healthz ver HTTP/1.1\b", cfg, re.M) is not None
           and re.search(r"^\s*http-check expect status 200$", cfg, re.M) is not None
           and re.search(r"^\s*option httpchk$", cfg, re.M) is not None,
@@ -124,7 +132,8 @@ def check_haproxy_cfg(replicas: list[str]) -> None:
     check(re.search(r'^\s*bind "\$\{QPARAMS_BIND-:50051\}"', cfg, re.M) is not None,
           "haproxy.cfg: bind is not \"${QPARAMS_BIND-:50051}\"")
     check("@" + "R0@" not in cfg and "@BIND@" not in cfg, "haproxy.cfg: a template placeholder is left")
-    print(f"haproxy.cfg: backends {backends}, addresses from QPARAMS_R0..R{len(replicas) - 1}")
+    print(f"haproxy.cfg: backends {backends} ({len(backends) - len(replicas)} spares, disabled), "
+          f"addresses from QPARAMS_R0..R{len(backends) - 1}")
 
 
 # ---- compose ------------------------------------------------------------------------------
@@ -340,7 +349,8 @@ def check_kubernetes(replicas: list[str]) -> None:
     check(not matches(headless["spec"]["selector"], hlabels), "the headless Service selects HAProxy pods")
     hc = hpod["spec"]["containers"][0]
     henv = {e["name"]: e.get("value") for e in hc.get("env", [])}
-    for i in range(spec["replicas"]):
+    # Every backend, the spares too: a pod of a scaled-up StatefulSet resolves.
+    for i in range(len(BACKENDS)):
         want = (f"qparams-shard-{i}.qparams-shard-headless.$(POD_NAMESPACE).svc.cluster.local:50051")
         check(henv.get(f"QPARAMS_R{i}") == want, f"Deployment qparams-haproxy: QPARAMS_R{i} is not {want}")
     hports = {p["name"] for p in hc["ports"]}

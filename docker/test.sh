@@ -131,10 +131,12 @@ haproxy_check() {
   echo "haproxy -c, $what: valid ($(echo "$out" | grep -c WARNING) warnings)"
 }
 haproxy_check "the Python test's addresses" QPARAMS_BIND="unix@$work/grpc.sock" \
-  QPARAMS_R0=127.0.0.1:1 QPARAMS_R1=127.0.0.1:2 QPARAMS_R2=127.0.0.1:3
+  QPARAMS_R0=127.0.0.1:1 QPARAMS_R1=127.0.0.1:2 QPARAMS_R2=127.0.0.1:3 \
+  QPARAMS_R3=127.0.0.1:1 QPARAMS_R4=127.0.0.1:1 QPARAMS_R5=127.0.0.1:1 QPARAMS_R6=127.0.0.1:1 \
+  QPARAMS_R7=127.0.0.1:1
 haproxy_check "compose's addresses (the defaults)"
 k8s_env=()
-for i in 0 1 2; do
+for i in 0 1 2 3 4 5 6 7; do
   k8s_env+=("QPARAMS_R$i=qparams-shard-$i.qparams-shard-headless.default.svc.cluster.local:50051")
 done
 haproxy_check "the Kubernetes addresses" "${k8s_env[@]}"

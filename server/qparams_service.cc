@@ -343,6 +343,9 @@ void QParamsServiceImpl::ObserveItem(grpc::CallbackServerContext* context, absl:
   const absl::Status status = ObserveOne(tenant, request, response);
   LogFailure(context, method, status);
   *response->mutable_status() = wire::ToRpcStatus(status);
+  if (auto owner = status.GetPayload(kOwnerPayload); owner.has_value()) {
+    response->mutable_status()->set_owner(std::string(*owner));
+  }
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Observe(grpc::CallbackServerContext* context,

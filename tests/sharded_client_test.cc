@@ -2,8 +2,10 @@
 // on docker/haproxy/haproxy.cfg as shipped): calls over many sessions split into one
 // call per owner, listings merged from every replica, exports merged into one
 // document, and the results bit for bit (byte for byte) those of one unsharded
-// server; and HAProxy's health check taking out a replica
-// whose data directory refuses writes, and bringing it back once writes work.
+// server; HAProxy's health check taking out a replica whose data directory refuses
+// writes, and bringing it back once writes work; and the topology changing under a
+// live client (its retries at the new owner) and in HAProxy through its runtime API
+// (slot map push, a spare backend made ready).
 // tests/python/test_sharded.py covers the Python client, a killed replica, a
 // restart and a draining replica.
 
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -29,6 +32,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/haproxy_runtime.h"
+#include "client/slot_map_push.h"
+#include "common/slot.h"
 #include "common/slot_map.h"
 #include "gtest/gtest.h"
 #include "metrics/metrics_http.h"
@@ -43,6 +49,7 @@ namespace {
 constexpr char kHAProxy[] = "/usr/sbin/haproxy";
 constexpr char kSlotMap[] = "0:84 r0\n85:169 r1\n170:255 r2\n";
 constexpr std::array<const char*, 3> kReplicas = {"r0", "r1", "r2"};
+constexpr size_t kBackends = 8;  // haproxy.cfg's r0 .. r7, r3 .. r7 spares
 
 // HAProxy in the foreground on the repository's configuration, its addresses (each
 // replica's gRPC address and the port of its health endpoint) given through the
@@ -58,6 +65,11 @@ class HAProxyProcess {
     for (size_t i = 0; i < replicas.size(); ++i) {
       variables.push_back(absl::StrCat("QPARAMS_R", i, "=", replicas[i]));
       variables.push_back(absl::StrCat("QPARAMS_R", i, "_CHECK_PORT=", check_ports[i]));
+    }
+    // The spare backends (disabled) at a loopback address, so that HAProxy resolves
+    // no name of theirs.
+    for (size_t i = replicas.size(); i < kBackends; ++i) {
+      variables.push_back(absl::StrCat("QPARAMS_R", i, "=127.0.0.1:1"));
     }
     std::vector<std::string> env = EnvironmentWith({}, variables);
     std::vector<std::string> argv = {kHAProxy, "-db", "-f", QPARAMS_HAPROXY_CONFIG};
@@ -468,6 +480,204 @@ TEST_F(ShardedClientTest, ScaleGroupsRouteByTheirHashTagAndListAcrossReplicas) {
 }
 
 // r1 keeps its sessions in a data directory whose file system the test breaks.
+// A live client that read the topology before slots moved, HAProxy still routing by
+// the old map: a call refused naming the new owner is retried there once; the items
+// of ObserveStream and ObserveBatch the old owner refuses go again to the new one,
+// answers in item order; the results are bit for bit those of one server. Sessions
+// on moved slots are created fresh on the new owner (copying state is a move's job).
+TEST_F(ShardedClientTest, ALiveClientFollowsASlotMapChangedUnderIt) {
+  constexpr char kMoved[] = "# epoch 1\n0:169 r1\n170:255 r2\n";  // r0 owns nothing
+  std::vector<std::string> moved, kept;
+  for (const std::string& name : names_) {
+    (map_->OwnerOfSession(name) == "r0" ? moved : kept).push_back(name);
+  }
+  ASSERT_GE(moved.size(), 3u);
+  auto create = [](Client& client, const std::string& name) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    request.mutable_spec()->set_dtype("int8");
+    return client.CreateSession(request).status();
+  };
+  // Every session twice over a stream, then once in a batch.
+  auto observe = [this](Client& client) -> absl::Status {
+    std::vector<v1::ObserveRequest> requests;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < names_.size(); ++i) {
+        requests.push_back(TensorObservation(names_[i], Values(i + 50 * round).view()));
+      }
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> streamed = client.ObserveStream(requests);
+    if (!streamed.ok()) return streamed.status();
+    for (size_t k = 0; k < requests.size(); ++k) {
+      EXPECT_EQ((*streamed)[k].status().code(), 0) << k << ": " << (*streamed)[k].status().message();
+      EXPECT_EQ((*streamed)[k].observation_count(), k < names_.size() ? 1 : 2) << k;
+    }
+    requests.clear();
+    for (size_t i = 0; i < names_.size(); ++i) {
+      requests.push_back(TensorObservation(names_[i], Values(i + 100).view()));
+    }
+    absl::StatusOr<std::vector<v1::ObserveResponse>> batched = client.ObserveBatch(requests);
+    if (!batched.ok()) return batched.status();
+    for (const v1::ObserveResponse& response : *batched) {
+      EXPECT_EQ(response.status().code(), 0) << response.status().message();
+      EXPECT_EQ(response.observation_count(), 3);
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::string> expected;
+  {
+    std::unique_ptr<TestServer> single = TestServer::Start();
+    ASSERT_NE(single, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> one, Client::Connect(single->address()));
+    for (const std::string& name : names_) ASSERT_OK(create(*one, name));
+    ASSERT_OK(observe(*one));
+    for (const std::string& name : names_) {
+      ASSERT_OK_AND_ASSIGN(const v1::GetQParamsResponse q, one->GetQParams(name));
+      expected.push_back(q.SerializeAsString());
+    }
+  }
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> live, Client::Connect(target_));
+  for (const std::string& name : kept) ASSERT_OK(create(*live, name));
+  ASSERT_OK(live->ListSessions(0, "", "").status());  // reads the topology: epoch 0
+  for (const char* replica : kReplicas) {
+    ClientOptions options;
+    options.replica = replica;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
+    ASSERT_OK_AND_ASSIGN(const v1::Topology topology, admin->SetSlotMap(kMoved));
+    EXPECT_EQ(topology.epoch(), 1);
+  }
+  // HAProxy sends r0's old slots to r0, which refuses naming r1: created there.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> unary, Client::Connect(target_));
+  for (const std::string& name : moved) ASSERT_OK(create(*unary, name));
+  ASSERT_EQ(replicas_[1]->server().engine().session_count(),
+            static_cast<int64_t>(moved.size() +
+                                 std::count_if(kept.begin(), kept.end(), [&](const std::string& n) {
+                                   return map_->OwnerOfSession(n) == "r1";
+                                 })));
+
+  // `live` still routes by epoch 0: r0 refuses the moved items, which go to r1.
+  ASSERT_OK(observe(*live));
+  for (size_t i = 0; i < names_.size(); ++i) {
+    ASSERT_OK_AND_ASSIGN(const v1::GetQParamsResponse q, live->GetQParams(names_[i]));
+    EXPECT_EQ(q.SerializeAsString(), expected[i]) << names_[i];
+  }
+  ASSERT_OK_AND_ASSIGN(const v1::Topology now, live->GetTopology());
+  EXPECT_EQ(now.epoch(), 1);
+
+  // A client pinned to r0 is not rerouted.
+  ClientOptions pinned_options;
+  pinned_options.replica = "r0";
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> pinned, Client::Connect(target_, pinned_options));
+  EXPECT_CODE(pinned->GetQParams(moved[0]).status(), kPrecondition);
+}
+
+// HAProxy's map changed through its runtime API, no reload: qparams-cli's library
+// pushes a map to every replica and then to HAProxy (prepare, add, commit map),
+// after which HAProxy routes a moved slot straight to its new owner; a spare backend
+// (r3, disabled in haproxy.cfg) is pointed at a new replica and made ready, and
+// takes the slots the next map gives it. Checked with plain stubs, which do not
+// retry: only HAProxy's routing gets them to the owner.
+TEST_F(ShardedClientTest, SlotMapPushChangesHAProxyThroughItsRuntimeApi) {
+  const std::string admin = dir_ + "/admin.sock";
+  ASSERT_OK_AND_ASSIGN(const HaproxyRuntime haproxy, HaproxyRuntime::Create(admin));
+  ASSERT_OK_AND_ASSIGN(const std::vector<std::string> maps, haproxy.ListMaps());
+  ASSERT_EQ(maps, std::vector<std::string>{dir_ + "/slots.map"});
+  ASSERT_OK_AND_ASSIGN(std::vector<HaproxyRuntime::MapEntry> entries, haproxy.ShowMap(maps[0]));
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].key, "0:84");
+  EXPECT_EQ(entries[0].value, "r0");
+
+  // Creates `name` with a stub that sends only the routing header: the code HAProxy's
+  // routing earns it.
+  auto create = [this](const std::string& name) {
+    auto stub = v1::QParamsService::NewStub(
+        grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    context.AddMetadata(kSessionHeader, name);
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    v1::Session session;
+    return stub->CreateSession(&context, request, &session).error_code();
+  };
+  auto name_in = [](int low, int high) {
+    for (int i = 0;; ++i) {
+      std::string name = absl::StrCat("hap/s", i);
+      if (SlotOf(name) >= low && SlotOf(name) <= high) return name;
+    }
+  };
+
+  // Epoch 1: r0's 0:84 go to r1.
+  ASSERT_OK_AND_ASSIGN(SlotMap one, SlotMap::Parse("# epoch 1\n0:169 r1\n170:255 r2\n"));
+  PushOptions options;
+  options.target = target_;
+  options.haproxy_admins = {admin};
+  ASSERT_OK_AND_ASSIGN(const PushReport pushed, PushSlotMap(one, options));
+  ASSERT_OK(pushed.status());
+  ASSERT_EQ(pushed.replicas.size(), 3u);  // r0 (no longer named), r1, r2
+  EXPECT_EQ(pushed.replicas[0].replica, "r0");
+  EXPECT_EQ(pushed.replicas[0].epoch, 1);
+  ASSERT_EQ(pushed.haproxies.size(), 1u);
+  EXPECT_EQ(pushed.haproxies[0].map, maps[0]);
+  ASSERT_OK_AND_ASSIGN(entries, haproxy.ShowMap(maps[0]));
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].key, "0:169");
+  EXPECT_EQ(entries[0].value, "r1");
+  EXPECT_EQ(create(name_in(0, 84)), grpc::StatusCode::OK);  // straight to r1
+
+  // Pushing it again changes nothing; an older map is refused by every replica and
+  // HAProxy is left alone.
+  ASSERT_OK_AND_ASSIGN(const PushReport again, PushSlotMap(one, options));
+  EXPECT_OK(again.status());
+  ASSERT_OK_AND_ASSIGN(SlotMap old, SlotMap::Parse(kSlotMap));
+  ASSERT_OK_AND_ASSIGN(const PushReport refused, PushSlotMap(old, options));
+  EXPECT_CODE(refused.status(), kPrecondition);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "epoch 0 is older")) << refused.status();
+  EXPECT_CODE(refused.haproxies[0].status, kPrecondition);
+  ASSERT_OK_AND_ASSIGN(entries, haproxy.ShowMap(maps[0]));
+  EXPECT_EQ(entries[0].key, "0:169");
+
+  // A fourth replica r3, owning nothing yet, behind the spare backend r3.
+  ServerOptions r3_options;
+  r3_options.engine.slot_map = std::make_shared<const SlotMap>(one);
+  r3_options.engine.replica_id = "r3";
+  std::unique_ptr<TestServer> r3 = TestServer::Start(r3_options);
+  ASSERT_NE(r3, nullptr);
+  QParamsServer* r3_server = &r3->server();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<MetricsHttpServer> r3_health,
+                       MetricsHttpServer::Start(HostPort{"127.0.0.1", 0}, &r3_server->metrics(),
+                                                {[r3_server] { return r3_server->Readiness(); },
+                                                 [r3_server] { return r3_server->Liveness(); }}));
+  ASSERT_OK_AND_ASSIGN(SlotMap two, SlotMap::Parse("# epoch 2\n0:169 r1\n170:200 r2\n201:255 r3\n"));
+  options.haproxy_servers = {{"r3", "127.0.0.1", r3->server().port(), r3_health->port()}};
+  ASSERT_OK_AND_ASSIGN(const PushReport added, PushSlotMap(two, options));
+  ASSERT_OK(added.status()) << haproxy.Command("show servers state r3").value_or("?");
+  ASSERT_EQ(added.replicas.size(), 4u);  // r0, which answered GetTopology, and r3
+  EXPECT_EQ(r3->server().engine().slot_map()->epoch(), 2);
+  // HAProxy checks r3 within a second of making it ready (rise 1).
+  const std::string on_r3 = name_in(201, 255);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  grpc::StatusCode code;
+  while ((code = create(on_r3)) != grpc::StatusCode::OK && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(code, grpc::StatusCode::OK);
+  EXPECT_EQ(r3->server().engine().session_count(), 1);
+
+  // What the runtime API refuses is HAProxy's own message.
+  EXPECT_CODE(haproxy.ShowMap("/no/such.map").status(), kPrecondition);
+  EXPECT_CODE(haproxy.SetServer("r9", "r9", "127.0.0.1", 1), kPrecondition);
+  EXPECT_CODE(HaproxyRuntime::Create("").status(), kInvalid);
+  EXPECT_CODE(HaproxyRuntime::Create("no-port").status(), kInvalid);
+  ASSERT_OK_AND_ASSIGN(const HaproxyRuntime nowhere, HaproxyRuntime::Create(dir_ + "/none.sock"));
+  EXPECT_CODE(nowhere.ListMaps().status(), absl::StatusCode::kUnavailable);
+  ASSERT_OK(haproxy.DisableServer("r3", "r3"));
+  r3_health.reset();
+}
+
 class ShardedStorageTest : public ShardedClientTest {
  protected:
   void Customize(size_t r, ServerOptions& options) override {

@@ -51,6 +51,7 @@ from qparams.v1 import qparams_pb2_grpc as pb_grpc
 HAPROXY = "/usr/sbin/haproxy"
 TEMPLATE = REPO / "docker/haproxy/haproxy.cfg"
 REPLICAS = ("r0", "r1", "r2")
+SPARE_BACKENDS_END = 8  # haproxy.cfg's backends r0 .. r7; r3 .. r7 are spares
 SLOT_MAP = "0:84 r0\n85:169 r1\n170:255 r2\n"
 SESSIONS = [f"run/layer{i}.weight" for i in range(60)]
 TIMEOUT = 10  # seconds: the deadline of every wait below
@@ -94,6 +95,9 @@ class HAProxy:
         for i, replica in enumerate(REPLICAS):
             variables[f"QPARAMS_R{i}"] = servers[replica]
             variables[f"QPARAMS_R{i}_CHECK_PORT"] = str(check_ports[replica])
+        # The spare backends (disabled) at a loopback address: no name to resolve.
+        for i in range(len(REPLICAS), SPARE_BACKENDS_END):
+            variables[f"QPARAMS_R{i}"] = "127.0.0.1:1"
         config = self.config.read_text()
         for name in variables:
             assert f"${{{name}-" in config, name
@@ -681,3 +685,97 @@ def test_exports_merge_every_replica(cluster: Cluster) -> None:
         for name, t in tensors.items():
             assert t.dtype == expected_tensors[name].dtype and t.equal(expected_tensors[name])
     assert cli_outcomes(target) == expected_cli
+# r0's slots move to r1, and r0 owns none: what SetSlotMap gives every replica below.
+MOVED_MAP = "# epoch 1\n0:169 r1\n170:255 r2\n"
+
+
+def observe_everywhere(client: qparams.Client, names: list[str]) -> list[int]:
+    """observe_many, observe_batch and observe_async over `names`; each item's count
+    after the three (asserting that none failed)."""
+    results = list(client.observe_many([(n, tensor(i)) for i, n in enumerate(names)],
+                                       reduce="never"))
+    assert all(isinstance(r, qparams.ObserveResult) for r in results), results
+    results = client.observe_batch([(n, tensor(i + 100)) for i, n in enumerate(names)])
+    assert all(isinstance(r, qparams.ObserveResult) for r in results), results
+    futures = [client.observe_async(n, tensor(i + 200)) for i, n in enumerate(names)]
+    client.flush()
+    return [f.result().observation_count for f in futures]
+
+
+def test_clients_follow_a_slot_map_changed_under_them(cluster: Cluster) -> None:
+    """A live client that read the topology before slots moved (HAProxy still routing
+    by the old map): a call refused naming the new owner is retried there once, and
+    the items of observe_many / observe_batch / observe_async that the old owner
+    refuses go again to the new one, answers in item order; the results are bit for
+    bit those of one server. Sessions on moved slots are created fresh on the new
+    owner (copying their state is a move's job)."""
+    target = f"unix:{cluster.haproxy.socket}"
+    moved = [n for n in SESSIONS if owner_of(n) == "r0"][:8]
+    kept = [n for n in SESSIONS if owner_of(n) != "r0"][:8]
+    names = [n for pair in zip(moved, kept) for n in pair]  # interleaved
+    with start_local_server() as single, qparams.Client(single.target) as one:
+        for name in names:
+            one.create_session(name, dtype="int8", calculator="global_minmax", target="weight")
+        assert observe_everywhere(one, names) == [3] * len(names)
+        expected = {n: one.get_qparams(n).scale.tobytes() for n in names}
+
+    with qparams.Client(target) as live, qparams.Client(target) as unary:
+        for name in kept:
+            live.create_session(name, dtype="int8", calculator="global_minmax", target="weight")
+        list(live.list_sessions())  # reads the topology: epoch 0, r0 owning 0:84
+        assert live.topology().epoch == 0
+
+        for replica in REPLICAS:
+            with qparams.Client(target, replica=replica) as admin:
+                topology = admin.set_slot_map(MOVED_MAP)
+                assert (topology.replica_id, topology.epoch) == (replica, 1)
+        # HAProxy still sends r0's old slots to r0, which refuses naming r1: created
+        # there on the retry.
+        for name in moved:
+            assert unary.create_session(name, dtype="int8", calculator="global_minmax",
+                                        target="weight").name == name
+        assert local_names(cluster.replicas["r1"], "r1") >= set(moved)
+        with qparams.Client(cluster.replicas["r0"].target, replica="r0") as r0:
+            with pytest.raises(qparams.FailedPrecondition) as refused:
+                r0.get_session(moved[0])
+            assert refused.value.owner == "r1"
+
+        # `live` still routes by epoch 0: r0's streams and batches refuse the moved
+        # items, which go again to r1.
+        assert observe_everywhere(live, names) == [3] * len(names)
+        assert {n: live.get_qparams(n).scale.tobytes() for n in names} == expected
+        assert live.topology().epoch == 1
+        # A client pinned to r0 is not rerouted.
+        with qparams.Client(target, replica="r0") as pinned:
+            with pytest.raises(qparams.FailedPrecondition):
+                pinned.get_qparams(moved[0])
+
+    # qparams-cli slotmap push: the replicas have the map (nothing changes), and
+    # HAProxy's map is replaced through its runtime API, without a reload.
+    map_file = cluster.directory / "moved.map"
+    map_file.write_text(MOVED_MAP)
+    pushed = cli(f"--target={target}", "slotmap", "push", str(map_file),
+                 f"--haproxy_admin={cluster.haproxy.admin}")
+    assert pushed.returncode == 0, pushed.stderr
+    report = json.loads(pushed.stdout)
+    assert report["epoch"] == 1
+    assert [(r["replica"], r["epoch"]) for r in report["replicas"]] == [
+        ("r0", 1), ("r1", 1), ("r2", 1)]
+    assert report["haproxy"] == [{"admin": str(cluster.haproxy.admin),
+                                  "map": str(cluster.slot_map)}]
+    entries = [line.split()[1:] for line in
+               cluster.haproxy.command(f"show map {cluster.slot_map}").splitlines() if line]
+    assert entries == [["0:169", "r1"], ["170:255", "r2"]]
+    # HAProxy now sends a moved session straight to r1: a stub that cannot retry.
+    with grpc.insecure_channel(target) as channel:
+        session = pb_grpc.QParamsServiceStub(channel).GetSession(
+            pb.GetSessionRequest(name=moved[0]), timeout=TIMEOUT,
+            metadata=(("x-qparams-session", moved[0]),))
+        assert session.observation_count == 3
+    # An older map is refused by every replica, and HAProxy is left as it is.
+    map_file.write_text(SLOT_MAP)
+    refused = cli(f"--target={target}", "slotmap", "push", str(map_file),
+                  f"--haproxy_admin={cluster.haproxy.admin}", "--format=table")
+    assert refused.returncode == 1, refused.stdout
+    assert "epoch 0 is older than replica r1's epoch 1" in refused.stdout, refused.stdout
+    assert "not changed: a replica did not take the map" in refused.stdout, refused.stdout

@@ -197,6 +197,8 @@ def stream_outcome(response: pb.ObserveResponse, session: str) -> ObserveResult 
     if response.status.code != 0:
         error = error_from_status(response.status.code, response.status.message)
         error.session = session
+        if response.status.owner:
+            error.owner = response.status.owner
         return error
     return ObserveResult.from_response(response)
 

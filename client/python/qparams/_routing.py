@@ -1,6 +1,8 @@
 """The replica routing of a qparams.Client across sharded replicas behind a balancer
 (docs/sharding.md): the headers that route or address a call, the topology (read
-once, through the GetTopology call the Client hands over), which replica owns each
+at the first split call through the GetTopology call the Client hands over, and
+again when a replica refuses a call naming another owner, or a topology of a newer
+epoch is seen), which replica owns each
 session, and the splitting of calls over many sessions into one per owning replica
 and the merging of their answers. It makes no call of its own and knows nothing of
 the Client, which composes it (as the C++ client composes client/replica_router.h).
@@ -75,6 +77,7 @@ class SlotMap:
     """Which replica owns each slot of a sharded deployment (from GetTopology)."""
 
     def __init__(self, topology: pb.Topology) -> None:
+        self.epoch = topology.epoch
         self.slot_count = topology.slot_count
         self.replicas = sorted(topology.replicas)
         self._owners = [""] * topology.slot_count
@@ -102,7 +105,8 @@ class Router:
     Args:
         replica: the Client's `replica`: None routes; a name addresses every call
             to that replica and never splits one (the topology is then never read).
-        read_topology: the GetTopology call, made once at the first split call.
+        read_topology: the GetTopology call, made at the first split call and by
+            refresh().
     """
 
     def __init__(self, replica: str | None, read_topology: Callable[[], pb.Topology]) -> None:
@@ -111,6 +115,37 @@ class Router:
         self._lock = threading.Lock()
         self._read = False
         self._slot_map: SlotMap | None = None
+        self._epoch = -1  # of the topology read; -1 before the first
+
+    def _take(self, topology: pb.Topology | None) -> None:
+        """Keeps `topology` (None: a single server). Called with the lock held."""
+        self._slot_map = (SlotMap(topology)
+                          if topology is not None and len(topology.replicas) > 1 else None)
+        self._epoch = topology.epoch if topology is not None else 0
+        self._read = True
+
+    def refresh(self) -> None:
+        """Reads the topology again now (a replica refused a call naming another
+        owner). Raises what GetTopology raises (but Unimplemented); the next split
+        call then reads it again. A client pinned to a replica reads nothing."""
+        if self.replica is not None:
+            return
+        with self._lock:
+            self._read = False
+            try:
+                topology = self._read_topology()
+            except Unimplemented:
+                topology = None
+            self._take(topology)
+
+    def offer(self, topology: pb.Topology) -> None:
+        """Takes `topology` (a GetTopology or SetSlotMap answer) if its epoch is newer
+        than the one read; one read before the first split call is not kept."""
+        if self.replica is not None:
+            return
+        with self._lock:
+            if self._read and topology.epoch > self._epoch:
+                self._take(topology)
 
     def slot_map(self) -> SlotMap | None:
         """The slot owners of a sharded deployment, read with GetTopology once; None
@@ -125,9 +160,7 @@ class Router:
                     topology = self._read_topology()
                 except Unimplemented:
                     topology = None  # a server from before GetTopology is a single server
-                if topology is not None and len(topology.replicas) > 1:
-                    self._slot_map = SlotMap(topology)
-                self._read = True
+                self._take(topology)
             return self._slot_map
 
     def after_fork(self) -> None:

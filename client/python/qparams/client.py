@@ -226,7 +226,7 @@ class Client:
         self._queue_lock = threading.Lock()
         self._submit_lock = threading.Lock()
         self._queue: ObserveQueue | None = None
-        self._router = Router(replica, self.topology)
+        self._router = Router(replica, self._read_topology)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -311,7 +311,93 @@ class Client:
             return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
                                                metadata=sent)
         except grpc.RpcError as e:
-            raise error_from_rpc(e, replica) from None
+            error = error_from_rpc(e, replica)
+        owner = self._owner_to_retry(error, route if replica is None else "")
+        if owner is None:
+            raise error
+        # The balancer's map or this client's topology is older than the replica's:
+        # once more, addressed to the owner the refusal names.
+        try:
+            return getattr(self._stub, method)(
+                request, timeout=timeout or self.timeout,
+                metadata=self._addressed(owner, metadata) + session_header(route))
+        except grpc.RpcError as e:
+            retried = error_from_rpc(e, owner)
+        # Refused as addressed to another replica (no owner named): this client reached
+        # one replica straight, not a balancer; the first refusal says more.
+        if isinstance(retried, FailedPrecondition) and not retried.owner:
+            raise error
+        raise retried
+
+    def _owner_to_retry(self, error: QParamsError, session: str) -> str | None:
+        """The replica to retry a call naming `session` at, after `error`: the owner a
+        FailedPrecondition names, once the topology was read again; None when the call
+        is not to be retried (another error, no session, a client pinned to a replica)."""
+        if (not isinstance(error, FailedPrecondition) or not error.owner or not session
+                or self.replica is not None):
+            return None
+        try:
+            self._router.refresh()
+        except QParamsError:
+            pass  # the retry goes by the refusal's owner either way
+        return error.owner
+
+    def _observe_at(self, owner: str, request: pb.ObserveRequest, name: str,
+                    metadata: Metadata) -> ObserveResult | QParamsError:
+        """One stream item a replica refused naming `owner`, observed again there in a
+        unary call addressed to it: its result, or its refusal naming `name`."""
+        try:
+            response = self._stub.Observe(
+                request, timeout=self.timeout,
+                metadata=self._addressed(owner, metadata) + session_header(name))
+        except grpc.RpcError as e:
+            error = error_from_rpc(e, owner)
+            error.session = name
+            return error
+        return ObserveResult.from_response(response)
+
+    def _rerouted(self, response: pb.ObserveResponse, request: pb.ObserveRequest, name: str,
+                  metadata: Metadata) -> ObserveResult | QParamsError:
+        """The outcome of one stream item: `response`'s, or, refused naming another
+        owner, the outcome of observing it again at that owner (the topology read
+        again first). Items of one session are rerouted one at a time, in order."""
+        outcome = stream_outcome(response, name)
+        if isinstance(outcome, FailedPrecondition) and response.status.owner:
+            outcome.owner = response.status.owner
+            owner = self._owner_to_retry(outcome, name)
+            if owner is not None:
+                retried = self._observe_at(owner, request, name, metadata)
+                if not (isinstance(retried, FailedPrecondition) and not retried.owner):
+                    return retried
+        return outcome
+
+    def _reroute_batch(self, request: pb.ObserveBatchRequest, response: pb.ObserveBatchResponse,
+                       timeout: float | None, metadata: Metadata) -> pb.ObserveBatchResponse:
+        """`response` with the observations refused naming another owner sent again in
+        one ObserveBatch per owner, addressed to it (the topology read again first);
+        their answers replace the refusals, in order. A failed retry leaves them."""
+        moved: dict[str, list[int]] = {}
+        for i, r in enumerate(response.responses):
+            if (r.status.code == FailedPrecondition.code.value[0] and r.status.owner
+                    and self.replica is None):
+                moved.setdefault(r.status.owner, []).append(i)
+        if not moved:
+            return response
+        try:
+            self._router.refresh()
+        except QParamsError:
+            pass
+        for owner, indexes in sorted(moved.items()):
+            part = pb.ObserveBatchRequest(observations=[request.observations[i] for i in indexes])
+            try:
+                answer = self._stub.ObserveBatch(part, timeout=timeout or self.timeout,
+                                                 metadata=self._addressed(owner, metadata))
+            except grpc.RpcError:
+                continue  # the refusals stand
+            if len(answer.responses) == len(indexes):
+                for i, r in zip(indexes, answer.responses):
+                    response.responses[i].CopyFrom(r)
+        return response
 
     def _addressed(self, replica: str | None,
                    metadata: Metadata = None) -> tuple[tuple[str, str], ...] | None:
@@ -653,8 +739,30 @@ class Client:
         replica_id, the slot ranges and the replicas. A session's slot is
         zlib.crc32(part.encode()) % slot_count, the part being the name's hash tag
         (between its first "{" and the next "}", if not empty) or else the whole
-        name. An unsharded server is one replica "" owning every slot."""
+        name. An unsharded server is one replica "" owning every slot. `epoch` is the
+        slot map's (0 without one); a newer one than this client routes by replaces
+        its routing."""
+        topology = self._read_topology(timeout=timeout, metadata=metadata)
+        self._router.offer(topology)
+        return topology
+
+    def _read_topology(self, *, timeout: float | None = None,
+                       metadata: Metadata = None) -> pb.Topology:
+        """GetTopology, for the router (which holds its lock while it reads)."""
         return self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata)
+
+    def set_slot_map(self, slot_map: str, *, timeout: float | None = None,
+                     metadata: Metadata = None) -> pb.Topology:
+        """Admin: gives the replica this client reaches (its `replica`, through a
+        balancer) the slot map `slot_map`, a slot map file's text ("# epoch N"
+        included), and returns that replica's topology after it (SetSlotMap,
+        docs/sharding.md). Raises InvalidArgument for a map that does not parse,
+        FailedPrecondition for an older epoch or a server without sharding,
+        PermissionDenied without an admin token."""
+        topology = self._call("SetSlotMap", pb.SetSlotMapRequest(map=slot_map), timeout,
+                              metadata)
+        self._router.offer(topology)
+        return topology
 
     def delete_session(self, name: str, *,
                        timeout: float | None = None, metadata: Metadata = None) -> None:
@@ -796,8 +904,8 @@ class Client:
             try:
                 for response in call:
                     with lock:
-                        name, _ = sent.popleft()
-                    yield stream_outcome(response, name)
+                        name, request = sent.popleft()
+                    yield self._rerouted(response, request, name, metadata)
                 break
             except grpc.RpcError as e:
                 if failure:
@@ -823,7 +931,8 @@ class Client:
         generator reads each stream's answers in item order. `credit` bounds how far
         the dispatcher runs ahead. Lock order: only `lock` (guards `streams`, `stopped`).
         """
-        order: queue_module.Queue = queue_module.Queue()  # (replica, name); None at the end
+        # (replica, name, request); None at the end
+        order: queue_module.Queue = queue_module.Queue()
         streams: dict[str, tuple[queue_module.Queue, Any]] = {}
         failure: list[BaseException] = []
         credit = threading.Semaphore(64)
@@ -849,7 +958,7 @@ class Client:
                                 requests(pending), timeout=timeout,
                                 metadata=self._addressed(replica, metadata)))
                         streams[replica][0].put(request)
-                    order.put((replica, name))
+                    order.put((replica, name, request))
             except BaseException as e:  # raised by the reader, after the answers before it
                 failure.append(e)
             finally:
@@ -861,7 +970,7 @@ class Client:
         threading.Thread(target=dispatch, name="qparams-observe-many", daemon=True).start()
         try:
             while (entry := order.get()) is not None:
-                replica, name = entry
+                replica, name, request = entry
                 with lock:
                     call = streams[replica][1]
                 try:
@@ -872,7 +981,7 @@ class Client:
                 except grpc.RpcError as e:
                     raise error_from_rpc(e, replica) from None
                 credit.release()
-                yield stream_outcome(response, name)
+                yield self._rerouted(response, request, name, metadata)
         finally:
             with lock:
                 stopped[0] = True
@@ -917,15 +1026,17 @@ class Client:
                 responses[i] = response
         if raise_failure and first is not None:
             raise first
-        return pb.ObserveBatchResponse(responses=responses)
+        return self._reroute_batch(request, pb.ObserveBatchResponse(responses=responses),
+                                   timeout, metadata)
 
     def _send_batch(self, request: pb.ObserveBatchRequest) -> pb.ObserveBatchResponse:
         """observe_async's sender: one ObserveBatch, or one per owning replica (a
         failed one fails only its own observations)."""
         slot_map = self._router.slot_map()
         if slot_map is None:
-            return self._retry.batch(request, lambda part: self._stub.ObserveBatch(
-                part, timeout=self.timeout, metadata=self._metadata))
+            return self._retry.batch(request, lambda part: self._reroute_batch(
+                part, self._stub.ObserveBatch(part, timeout=self.timeout,
+                                              metadata=self._metadata), None, None))
         return self._retry.batch(request, lambda part: self._observe_batch_by_owner(
             slot_map, part, raise_failure=False))
 
@@ -954,8 +1065,8 @@ class Client:
             request.observations.append(self._request(name, x, reduce, omit_qparams))
         slot_map = self._router.slot_map()
         if slot_map is None:
-            response = self._retry.batch(request, lambda part: self._call(
-                "ObserveBatch", part, timeout, metadata))
+            response = self._retry.batch(request, lambda part: self._reroute_batch(
+                part, self._call("ObserveBatch", part, timeout, metadata), timeout, metadata))
         else:
             response = self._retry.batch(request, lambda part: self._observe_batch_by_owner(
                 slot_map, part, raise_failure=True, timeout=timeout, metadata=metadata))
