@@ -294,8 +294,11 @@ absl::StatusOr<uint64_t> SessionStore::Import(const storage::v1::SessionState& r
   decoded->calculator->ReallocateBuffers();
   const CalculatorState state = decoded->calculator->ExportState();  // outside the lock
   const SessionKey key = decoded->key;
+  // The dedupe window travels with the session: a retry of an observation the source
+  // applied is answered here as a duplicate.
   auto session = std::make_shared<Session>(key, std::move(decoded->calculator), log_,
-                                           decoded->create_time, decoded->update_time);
+                                           decoded->create_time, decoded->update_time,
+                                           decoded->dedupe);
   const std::string map_key = MapKey(key);
   uint64_t sequence = 0;
   {
@@ -307,7 +310,8 @@ absl::StatusOr<uint64_t> SessionStore::Import(const storage::v1::SessionState& r
           " sessions, its limit (--max_sessions); session \"", key.name, "\" cannot be imported"));
     }
     QPARAMS_ASSIGN_OR_RETURN(
-        sequence, log_.AppendPut(key, state, decoded->create_time, decoded->update_time));
+        sequence, log_.AppendPut(key, state, decoded->create_time, decoded->update_time,
+                                 decoded->dedupe));
     Forget(map_key);
     Insert(map_key, std::move(session));
   }
