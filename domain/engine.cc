@@ -267,6 +267,10 @@ absl::Status Engine::CheckAddressedTo(absl::string_view replica) const {
       "; call through the balancer, or address this replica by its own name"));
 }
 
+bool Engine::Owns(absl::string_view name) const {
+  return slot_map_ == nullptr || slot_map_->OwnerOfSession(name) == options_.replica_id;
+}
+
 absl::Status Engine::CheckOwned(absl::string_view name) const {
   QPARAMS_RETURN_IF_ERROR(ValidateSessionName(name));
   if (slot_map_ == nullptr) return absl::OkStatus();

@@ -349,6 +349,8 @@ class Engine {
   // A valid name of a session this replica owns; INVALID_ARGUMENT or
   // FAILED_PRECONDITION as the session methods say.
   absl::Status CheckOwned(absl::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
+  // Whether this replica owns the session `name` (always, without a slot map).
+  bool Owns(absl::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
 
   // One slot's move state, and the lock every write to the slot holds shared.
   struct SlotGate {
