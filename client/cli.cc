@@ -920,6 +920,16 @@ int Reshard(Invocation& in) {
         }
         options.log(absl::StrCat(replica, ": slot map epoch ", set->epoch()));
       }
+      // HAProxy last, once every replica took the map: it must not route a slot to
+      // a replica that does not own it yet.
+      if (o.haproxy_admin.empty()) return absl::OkStatus();
+      absl::StatusOr<SlotMap> map = SlotMap::Parse(map_text);
+      if (!map.ok()) return map.status();
+      const std::vector<std::string> admins = absl::StrSplit(o.haproxy_admin, ',');
+      if (absl::Status pushed = PushSlotMapToHaproxy(*map, admins, o.haproxy_map); !pushed.ok()) {
+        return pushed;
+      }
+      options.log(absl::StrCat("HAProxy ", o.haproxy_admin, ": slot map epoch ", map->epoch()));
       return absl::OkStatus();
     };
   }
@@ -1065,13 +1075,14 @@ constexpr Command kCommands[] = {
    "no server."},
   {"reshard",
    "LOW:HIGH SOURCE TARGET [--resume|--abort] [--stop_before_switch] "
-   "[--replica_addresses=R=ADDR,...]",
+   "[--replica_addresses=R=ADDR,...] [--haproxy_admin=SOCKET,...] [--haproxy_map=NAME]",
    3, 3, Reshard,
    "Move slots LOW:HIGH from replica SOURCE to replica TARGET online\n"
    "(docs/sharding.md, Moving slots online): TARGET imports them, SOURCE freezes\n"
    "their writes (UNAVAILABLE, retry), their sessions and groups are copied, the\n"
    "new slot map (epoch + 1) goes to TARGET, SOURCE and the other replicas\n"
-   "(SetSlotMap), then both clear their states and SOURCE drops its copies.\n"
+   "(SetSlotMap), then each --haproxy_admin HAProxy (its runtime API), then both\n"
+   "clear their states and SOURCE drops its copies.\n"
    "--stop_before_switch stops after the copy (outcome awaiting_switch, with\n"
    "next_map) for the operator to put the map in force; --resume continues a move,\n"
    "--abort rolls it back before its switch. Steps are printed on stderr. Needs an\n"

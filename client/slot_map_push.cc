@@ -159,4 +159,20 @@ absl::StatusOr<PushReport> PushSlotMap(const SlotMap& map, const PushOptions& op
   return report;
 }
 
+absl::Status PushSlotMapToHaproxy(const SlotMap& map, const std::vector<std::string>& admins,
+                                  const std::string& map_name, absl::Duration timeout) {
+  for (const std::string& admin : admins) {
+    absl::StatusOr<HaproxyRuntime> haproxy = HaproxyRuntime::Create(admin, timeout);
+    absl::Status status = haproxy.status();
+    if (status.ok()) {
+      absl::StatusOr<std::string> name = MapName(*haproxy, map_name);
+      status = name.ok() ? haproxy->ReplaceMap(*name, map) : name.status();
+    }
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("HAProxy ", admin, ": ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace qparams

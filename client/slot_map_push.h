@@ -92,6 +92,15 @@ struct PushReport {
 // for bad options, GetTopology's error when the replicas are to be found from it.
 absl::StatusOr<PushReport> PushSlotMap(const SlotMap& map, const PushOptions& options);
 
+// Replaces the slot map of each HAProxy runtime API address of `admins` by `map`, as
+// PushSlotMap does once every replica took it: the map named `map_name` in HAProxy,
+// or its only one when "". For a caller that gives the replicas the map itself, in
+// an order of its own (reshard: the target, then the source). The first failure,
+// naming the address; the HAProxies before it took the map.
+absl::Status PushSlotMapToHaproxy(const SlotMap& map, const std::vector<std::string>& admins,
+                                  const std::string& map_name,
+                                  absl::Duration timeout = absl::Seconds(10));
+
 }  // namespace qparams
 
 #endif  // QPARAMS_CLIENT_SLOT_MAP_PUSH_H_

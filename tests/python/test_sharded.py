@@ -779,3 +779,41 @@ def test_clients_follow_a_slot_map_changed_under_them(cluster: Cluster) -> None:
     assert refused.returncode == 1, refused.stdout
     assert "epoch 0 is older than replica r1's epoch 1" in refused.stdout, refused.stdout
     assert "not changed: a replica did not take the map" in refused.stdout, refused.stdout
+
+
+def test_reshard_gives_haproxy_the_new_map(cluster: Cluster) -> None:
+    """qparams-cli reshard --haproxy_admin: once every replica took the new map,
+    HAProxy's is replaced through its runtime API, so a moved session is reached
+    through HAProxy straight at its new owner (a stub that cannot follow a refusal),
+    with the state it had on the old one."""
+    target = f"unix:{cluster.haproxy.socket}"
+    low, high = 170, 179
+    with qparams.Client(target) as client:
+        owners = {s: r.replica for r in client.topology().ranges
+                  for s in range(r.low, r.high + 1)}
+        source = owners[low]
+        assert all(owners[s] == source for s in range(low, high + 1)), owners
+        destination = "r1" if source != "r1" else "r0"
+        names = [n for n in (f"reshard/s{i}" for i in range(2000))
+                 if low <= zlib.crc32(n.encode()) % 256 <= high][:3]
+        for i, name in enumerate(names):
+            client.create_session(name, dtype="int8", calculator="global_minmax",
+                                  target="weight")
+            client.observe(name, tensor(i))
+    moved = cli(f"--target={target}", "reshard", f"{low}:{high}", source, destination,
+                f"--haproxy_admin={cluster.haproxy.admin}")
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(moved.stdout)["outcome"] == "done"
+    assert f"HAProxy {cluster.haproxy.admin}: slot map epoch" in moved.stderr, moved.stderr
+    with qparams.Client(target) as client:
+        ranges = [[f"{r.low}:{r.high}", r.replica] for r in client.topology().ranges]
+    entries = [line.split()[1:] for line in
+               cluster.haproxy.command(f"show map {cluster.slot_map}").splitlines() if line]
+    assert entries == ranges
+    with grpc.insecure_channel(target) as channel:
+        stub = pb_grpc.QParamsServiceStub(channel)
+        for name in names:
+            session = stub.GetSession(pb.GetSessionRequest(name=name), timeout=TIMEOUT,
+                                      metadata=(("x-qparams-session", name),))
+            assert session.observation_count == 1
+    assert local_names(cluster.replicas[destination], destination) >= set(names)
