@@ -487,11 +487,13 @@ absl::Status Client::DeleteSession(const std::string& name) {
 void Client::Key(v1::ObserveRequest& request) {
   if (!idempotency_keys_ || !request.client_id().empty()) return;
   uint64_t sequence;
+  int thread;
   {
     absl::MutexLock lock(&sequences_mu_);
-    sequence = ++sequences_[request.name()];
+    thread = threads_.try_emplace(std::this_thread::get_id(), threads_.size()).first->second;
+    sequence = ++sequences_[{thread, request.name()}];
   }
-  request.set_client_id(client_id_);
+  request.set_client_id(thread == 0 ? client_id_ : absl::StrCat(client_id_, ".", thread));
   request.set_sequence(sequence);
 }
 

@@ -32,6 +32,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -195,7 +197,9 @@ class Client {
   absl::Status DeleteSession(const std::string& name);
 
   // The random client_id this client keys its observations with (see
-  // ClientOptions::idempotency_keys): 22 characters of [A-Za-z0-9_-].
+  // ClientOptions::idempotency_keys): 22 characters of [A-Za-z0-9_-]. Each thread
+  // but the first to key one keys under this id followed by ".N" (its own
+  // numbering: a thread's calls are in order, concurrent threads' are not).
   const std::string& client_id() const { return client_id_; }
 
   // One forward of the session `name` on `tensor`. Keyed and retried as
@@ -361,8 +365,11 @@ class Client {
   const absl::Duration retry_max_backoff_;
   const std::string client_id_;
   absl::Mutex sequences_mu_;
-  // The last sequence sent per session name.
-  absl::flat_hash_map<std::string, uint64_t> sequences_ ABSL_GUARDED_BY(sequences_mu_);
+  // Each keying thread's number (0 for the first), and the last sequence sent per
+  // (thread number, session name).
+  absl::flat_hash_map<std::thread::id, int> threads_ ABSL_GUARDED_BY(sequences_mu_);
+  absl::flat_hash_map<std::pair<int, std::string>, uint64_t> sequences_
+      ABSL_GUARDED_BY(sequences_mu_);
 };
 
 }  // namespace qparams

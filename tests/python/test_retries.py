@@ -7,6 +7,7 @@ child keys with an id of its own."""
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,8 @@ import pytest
 
 import qparams
 from qparams._fork_proxy import ProxyRpcError
+from qparams._retry import Keys
+from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
 
 X = np.array([-1.0, 2.0], np.float32)
@@ -151,3 +154,20 @@ def test_a_forked_child_keys_with_an_id_of_its_own(server, client, name) -> None
     assert duplicates == [False, False]  # the child's sequences 1 and 2 are its own
     assert not client.observe(name, X).duplicate  # the parent's sequence 2
     assert client.get_session(name).observation_count == 4
+
+
+def test_each_thread_keys_under_an_id_of_its_own() -> None:
+    """Concurrent threads' calls may reach the server further apart than its window:
+    each thread numbers its sessions' observations under its own id (the client's,
+    then ".1", ".2", ...), so one thread's keys arrive in order."""
+    keys = Keys(True)
+    first = keys.key(pb.ObserveRequest(name="s"))
+    assert (first.client_id, first.sequence) == (keys.client_id, 1)
+    other: list[pb.ObserveRequest] = []
+    thread = threading.Thread(
+        target=lambda: other.extend(keys.key(pb.ObserveRequest(name="s")) for _ in range(2)))
+    thread.start()
+    thread.join()
+    assert [(r.client_id, r.sequence) for r in other] == [
+        (f"{keys.client_id}.1", 1), (f"{keys.client_id}.1", 2)]
+    assert keys.key(pb.ObserveRequest(name="s")).sequence == 2

@@ -36,10 +36,13 @@ def _new_client_id() -> str:
 
 
 class Keys:
-    """The keys of one client: a random client id and, per session name, the last
-    sequence given. Thread-safe. A forked child keys with an id of its own (drawn at
-    its first key), so that it and its parent, each numbering on, never send the
-    same key."""
+    """The keys of one client: a random client id and, per (thread, session name),
+    the last sequence given. Thread-safe. Each thread keys under an id of its own,
+    the client's id followed by ".N" for every thread but the first to key: a
+    thread's calls are in order, while calls of concurrent threads may reach the
+    server in any order, further apart than its window (docs/retries.md). A forked
+    child keys with an id of its own (drawn at its first key), so that it and its
+    parent, each numbering on, never send the same key."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -51,7 +54,9 @@ class Keys:
         self._pid = os.getpid()
         self._client_id = _new_client_id()
         self._lock = threading.Lock()
-        self._sequences: dict[str, int] = {}
+        self._sequences: dict[tuple[int, str], int] = {}
+        self._threads = 0
+        self._local = threading.local()
 
     @property
     def client_id(self) -> str:
@@ -61,14 +66,18 @@ class Keys:
         return self._client_id
 
     def key(self, request: pb.ObserveRequest) -> pb.ObserveRequest:
-        """Gives `request` the next sequence of its session, unless keys are off or it
-        carries a key already; returns it."""
+        """Gives `request` the next sequence of its session under the calling thread's
+        id, unless keys are off or it carries a key already; returns it."""
         if self.enabled and not request.client_id:
             client_id = self.client_id
             with self._lock:
-                sequence = self._sequences.get(request.name, 0) + 1
-                self._sequences[request.name] = sequence
-            request.client_id = client_id
+                thread = getattr(self._local, "index", None)
+                if thread is None:
+                    thread = self._local.index = self._threads
+                    self._threads += 1
+                sequence = self._sequences.get((thread, request.name), 0) + 1
+                self._sequences[(thread, request.name)] = sequence
+            request.client_id = client_id if thread == 0 else f"{client_id}.{thread}"
             request.sequence = sequence
         return request
 
