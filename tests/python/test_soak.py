@@ -215,6 +215,9 @@ def check(cluster: Cluster, clients: Clients) -> None:
         got = state(client)
     assert ranges == [(0, 42, "r1"), (43, 84, "r0"), (85, 169, "r1"), (170, 212, "r3"),
                       (213, 255, "r2")], ranges
+    entries = [line.split()[1:] for line in
+               cluster.haproxy.command(f"show map {cluster.slot_map}").splitlines() if line]
+    assert entries == [[f"{low}:{high}", replica] for low, high, replica in ranges], entries
     want = replayed(acknowledged)
     differ = [n for n in SESSIONS if got[n] != want[n]]
     assert not differ, [(n, got[n][0], want[n][0]) for n in differ]
