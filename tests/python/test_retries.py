@@ -111,6 +111,41 @@ def test_a_retry_after_a_server_restart_is_answered_as_a_duplicate(start_server,
     client.close()
 
 
+class RefuseSpecFetches(grpc.UnaryUnaryClientInterceptor):
+    """Fails the next `refuse` GetSession calls with UNAVAILABLE without sending them,
+    as a balancer whose replica is down answers (HTTP 503)."""
+
+    def __init__(self, refuse: int) -> None:
+        self.refuse = refuse
+
+    def intercept_unary_unary(self, continuation, details, request):  # noqa: ANN001, ANN201
+        if self.refuse > 0 and details.method.endswith("/GetSession"):
+            self.refuse -= 1
+            raise ProxyRpcError(grpc.StatusCode.UNAVAILABLE, "replica down", ())
+        return continuation(details, request)
+
+
+@pytest.mark.parametrize("keys", [True, False])
+def test_the_first_observations_spec_fetch_is_retried_with_it(server, name, keys) -> None:
+    """The first reduced observation of a name fetches the session's spec: an
+    UNAVAILABLE there is retried as the observation is (the soak's client, starting
+    while a replica restarted, gave up at once)."""
+    with qparams.Client(server.target) as creator:
+        creator.create_session(name, calculator="moving_average", target="activation")
+    client = qparams.Client(server.target, retry_initial_backoff=0.005,
+                            idempotency_keys=keys)
+    refuse = RefuseSpecFetches(2)
+    client._service = pb_grpc.QParamsServiceStub(grpc.intercept_channel(client._channel, refuse))
+    if keys:
+        assert client.observe(name, X).observation_count == 1
+        assert refuse.refuse == 0
+    else:  # no keys, no retries
+        with pytest.raises(qparams.Unavailable, match="replica down"):
+            client.observe(name, X)
+        assert refuse.refuse == 1
+    client.close()
+
+
 def test_retry_options_are_checked() -> None:
     for kwargs in ({"retry_total": -1}, {"retry_initial_backoff": 0},
                    {"retry_initial_backoff": 2.0, "retry_max_backoff": 1.0}):

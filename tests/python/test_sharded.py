@@ -174,6 +174,20 @@ class Cluster:
             m[1] for line in server.log if (m := METRICS_LINE.search(line))))
         return server
 
+    def route_to(self, replica: str) -> None:
+        """Points HAProxy's backend `replica` (and its health check) at the replica's
+        current ports through the runtime API, makes it ready (a spare backend starts
+        disabled) and waits until its health check marks it UP."""
+        host, port = self.replicas[replica].target.rsplit(":", 1)
+        prefix = f"set server {replica}/{replica}"
+        answer = self.haproxy.command(f"{prefix} addr {host} port {port}")
+        assert "changed" in answer, answer
+        answer = self.haproxy.command(f"{prefix} check-port {self.check_ports[replica]}")
+        assert answer.strip() == "", answer  # HAProxy 2.6 says nothing when it worked
+        answer = self.haproxy.command(f"{prefix} state ready")
+        assert answer.strip() == "", answer
+        wait_for(f"haproxy to mark {replica} UP", lambda: self.haproxy.status(replica) == "UP")
+
     def kill_replica(self, replica: str) -> None:
         """SIGKILL: nothing gets flushed on the way out (--durability=always must have
         made every acknowledged mutation durable already)."""
@@ -301,12 +315,7 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
         # r1 restarts on its data dir, on new ports; HAProxy's runtime API points its
         # backend and its health check there, and the health check brings it UP.
         server = cluster.start_replica("r1")
-        host, port = server.target.rsplit(":", 1)
-        answer = cluster.haproxy.command(f"set server r1/r1 addr {host} port {port}")
-        assert "changed" in answer, answer
-        answer = cluster.haproxy.command(f"set server r1/r1 check-port {cluster.check_ports['r1']}")
-        assert answer.strip() == "", answer  # HAProxy 2.6 says nothing when it worked
-        wait_for("haproxy to mark r1 UP", lambda: cluster.haproxy.status("r1") == "UP")
+        cluster.route_to("r1")
 
         assert local_names(server, "r1") == {n for n, o in owners.items() if o == "r1"}
         for name in SESSIONS:

@@ -780,7 +780,8 @@ class Client:
         torch device), "never" sends x itself, "auto" whichever is smaller. The results
         are bit-identical either way, errors included (a tensor the server would refuse,
         e.g. one holding NaN, is sent whole so that the error is the tensor's own).
-        Reducing needs the session's spec: the first observation of a name fetches it.
+        Reducing needs the session's spec: the first observation of a name fetches it
+        (retried as the observation is).
         omit_qparams: the result's qparams is None (the server does not send them),
         for a caller that reads them later with get_qparams.
 
@@ -1295,7 +1296,8 @@ class Client:
             layout = self._specs.get(name)
         if layout is None:
             try:
-                self.get_session(name)
+                # Part of the observation: retried as it is (a read, safe to repeat).
+                self._retry.call(self._keys.enabled, lambda: self.get_session(name))
             except NotFound:
                 return None  # the observation itself reports it
             with self._specs_lock:

@@ -1,0 +1,255 @@
+"""The sharded soak (docs/testing.md): four client processes observe 60 sessions
+(moving_average, static and global_minmax; each session fed in a fixed order)
+continuously through HAProxy, with the Python client's idempotency keys and retries,
+while slot ranges move between replicas: r0 -> r1, then to a fourth replica r3 added
+while serving (HAProxy's spare backend made ready through its runtime API) from r2,
+each with `qparams-cli reshard --haproxy_admin`. The second test kills (SIGKILL) the
+source of the first move and the target of the second in the middle of the move
+(copied and frozen, before the switch), restarts it on its data directory and
+finishes with `reshard --resume`.
+
+Afterwards every session's state (observation count, running min and max, qparams)
+equals, bit for bit, one server's replay of exactly the acknowledged observations
+in their order: nothing lost, nothing applied twice.
+
+Skipped unless QPARAMS_SOAK=1 (it runs for about a minute); the cluster and HAProxy
+are test_sharded.py's. Every process is started here and stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import pathlib
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import qparams
+from conftest import start_local_server
+from test_sharded import Cluster, cli, wait_for
+from test_sharded import cluster as sharded_cluster  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.skipif(os.environ.get("QPARAMS_SOAK") != "1",
+                                reason="the soak runs only with QPARAMS_SOAK=1")
+
+CLIENTS = 4
+SESSIONS = [f"soak/s{i}" for i in range(60)]
+CALCULATORS = ("moving_average", "static", "global_minmax")
+FIRST_MOVE = (0, 42, "r0", "r1")      # r0 owns 0:84 in test_sharded's map
+SECOND_MOVE = (170, 212, "r2", "r3")  # r2 owns 170:255; r3 is added
+STEP = 2000  # acknowledged observations (all clients) awaited after each phase
+PHASE_TIMEOUT = 120  # seconds: the deadline of each wait for progress
+
+
+def tensor(session: int, index: int) -> np.ndarray:
+    """The index-th observation of session number `session`: its fixed order."""
+    rng = np.random.default_rng(session * 1_000_003 + index)
+    return (rng.standard_normal(32) * (1 + index % 7)).astype(np.float32)
+
+
+def in_range(name: str, low: int, high: int) -> bool:
+    """Whether the session `name`'s slot is in low:high."""
+    return low <= zlib.crc32(name.encode()) % 256 <= high
+
+
+def observe_forever(target: str, mine: list[int], acks: str,
+                    stop: multiprocessing.synchronize.Event) -> None:
+    """A client process: observes its sessions round-robin, each in its fixed order,
+    until `stop`; each acknowledged observation is appended to the file `acks` as
+    "SESSION INDEX DUPLICATE" before the next is sent (DUPLICATE 1: the answer of a
+    retry that the server had applied already). Any error ends the process (failing the
+    test): the client's own retries must carry it through the moves and the kills,
+    since an observation given up on may have been applied (a new call would get a
+    new key)."""
+    next_index = {s: 0 for s in mine}
+    with qparams.Client(target, timeout=10, retry_total=120) as client, \
+            open(acks, "a", buffering=1) as out:
+        while not stop.is_set():
+            for s in mine:
+                result = client.observe(SESSIONS[s], tensor(s, next_index[s]))
+                out.write(f"{s} {next_index[s]} {int(result.duplicate)}\n")
+                next_index[s] += 1
+
+
+class Clients:
+    """The client processes (spawned), each owning every CLIENTS-th session."""
+
+    def __init__(self, target: str, directory: pathlib.Path) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.stopping = context.Event()
+        self.files = [directory / f"acks-{i}" for i in range(CLIENTS)]
+        self.processes = [
+            context.Process(target=observe_forever, daemon=True,
+                            args=(target, list(range(i, len(SESSIONS), CLIENTS)),
+                                  str(self.files[i]), self.stopping))
+            for i in range(CLIENTS)]
+        for process in self.processes:
+            process.start()
+
+    def counts(self) -> list[int]:
+        """Each client's acknowledged observations so far (whole lines), asserting
+        that every client still runs."""
+        for process in self.processes:
+            assert process.exitcode is None, f"client {process.pid} exited {process.exitcode}"
+        return [path.read_bytes().count(b"\n") if path.exists() else 0 for path in self.files]
+
+    def progress(self, what: str, more: int = STEP) -> None:
+        """Waits until every client acknowledged its share of `more` further
+        observations."""
+        goals = [count + more // CLIENTS for count in self.counts()]
+        wait_for(f"{more} observations {what}",
+                 lambda: all(c >= g for c, g in zip(self.counts(), goals)), PHASE_TIMEOUT)
+        print(f"soak: {sum(self.counts())} observations acknowledged {what}")
+
+    def stop(self) -> dict[int, list[int]]:
+        """Stops the clients; each session's acknowledged indices, in order."""
+        self.stopping.set()
+        for process in self.processes:
+            process.join(PHASE_TIMEOUT)
+        codes = [p.exitcode for p in self.processes]
+        assert codes == [0] * CLIENTS, f"client exit codes {codes}"
+        acknowledged: dict[int, list[int]] = {s: [] for s in range(len(SESSIONS))}
+        duplicates = 0
+        for path in self.files:
+            for line in path.read_text().splitlines():
+                s, index, duplicate = map(int, line.split())
+                acknowledged[s].append(index)
+                duplicates += duplicate
+        print(f"soak: {sum(map(len, acknowledged.values()))} observations acknowledged, "
+              f"{duplicates} of them as duplicates")
+        return acknowledged
+
+    def kill(self) -> None:
+        """SIGKILL of the clients still running (a failed test's clean-up)."""
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+@pytest.fixture
+def soak(sharded_cluster: Cluster) -> Iterator[tuple[Cluster, Clients]]:
+    """The cluster with the sessions created and the clients observing."""
+    cluster = sharded_cluster
+    target = f"unix:{cluster.haproxy.socket}"
+    with qparams.Client(target) as client:
+        for i, name in enumerate(SESSIONS):
+            create(client, i)
+    clients = Clients(target, cluster.directory)
+    try:
+        yield cluster, clients
+    finally:
+        clients.kill()
+
+
+def create(client: qparams.Client, i: int) -> None:
+    """Creates session number i, its calculator the i-th of CALCULATORS in turn."""
+    client.create_session(SESSIONS[i], calculator=CALCULATORS[i % len(CALCULATORS)],
+                          target="activation", dtype="int8", qscheme="asymmetric")
+
+
+def state(client: qparams.Client) -> dict[str, tuple]:
+    """Each session's count, running min and max, and qparams bytes."""
+    out = {}
+    for name in SESSIONS:
+        s = client.get_session(name)
+        q = client.get_qparams(name)
+        out[name] = (s.observation_count, np.asarray(s.running_min, np.float32).tobytes(),
+                     np.asarray(s.running_max, np.float32).tobytes(), q.scale.tobytes(),
+                     q.zero_point.tobytes())
+    return out
+
+
+def replayed(acknowledged: dict[int, list[int]]) -> dict[str, tuple]:
+    """What one server ends with when it applies the acknowledged observations."""
+    with start_local_server() as one, qparams.Client(one.target) as client:
+        for i in range(len(SESSIONS)):
+            create(client, i)
+            for index in acknowledged[i]:
+                client.observe(SESSIONS[i], tensor(i, index))
+        return state(client)
+
+
+def reshard(cluster: Cluster, move: tuple[int, int, str, str], *flags: str) -> dict:
+    """qparams-cli reshard of `move` (LOW, HIGH, SOURCE, TARGET) through HAProxy; its
+    result."""
+    low, high, source, destination = move
+    run = cli(f"--target=unix:{cluster.haproxy.socket}", "--timeout=60s", "reshard",
+              f"{low}:{high}", source, destination, *flags)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    print(f"soak: reshard {low}:{high} {source} {destination} {' '.join(flags)}: "
+          f"{json.dumps({k: v for k, v in result.items() if k != 'next_map'})}")
+    return result
+
+
+def restart(cluster: Cluster, replica: str) -> None:
+    """SIGKILL, then a start on the same data directory (new ports: HAProxy is
+    pointed there)."""
+    cluster.kill_replica(replica)
+    cluster.start_replica(replica)
+    cluster.route_to(replica)
+
+
+def add_r3(cluster: Cluster) -> None:
+    """r3 on the map file (epoch 0: it owns no slot), its spare backend made ready."""
+    cluster.start_replica("r3")
+    cluster.route_to("r3")
+
+
+def check(cluster: Cluster, clients: Clients) -> None:
+    """Stops the clients; the cluster's sessions against one server's replay."""
+    acknowledged = clients.stop()
+    assert all(len(indices) > 10 for indices in acknowledged.values()), \
+        {SESSIONS[s]: len(i) for s, i in acknowledged.items()}
+    assert all(i == list(range(len(i))) for i in acknowledged.values())
+    moved = [n for n in SESSIONS if in_range(n, *FIRST_MOVE[:2]) or in_range(n, *SECOND_MOVE[:2])]
+    assert len(moved) >= 10, moved
+    with qparams.Client(f"unix:{cluster.haproxy.socket}") as client:
+        ranges = [(r.low, r.high, r.replica) for r in client.topology().ranges]
+        got = state(client)
+    assert ranges == [(0, 42, "r1"), (43, 84, "r0"), (85, 169, "r1"), (170, 212, "r3"),
+                      (213, 255, "r2")], ranges
+    entries = [line.split()[1:] for line in
+               cluster.haproxy.command(f"show map {cluster.slot_map}").splitlines() if line]
+    assert entries == [[f"{low}:{high}", replica] for low, high, replica in ranges], entries
+    want = replayed(acknowledged)
+    differ = [n for n in SESSIONS if got[n] != want[n]]
+    assert not differ, [(n, got[n][0], want[n][0]) for n in differ]
+
+
+def test_soak_moves_and_a_new_replica(soak: tuple[Cluster, Clients]) -> None:
+    cluster, clients = soak
+    admin = f"--haproxy_admin={cluster.haproxy.admin}"
+    clients.progress("before the moves")
+    assert reshard(cluster, FIRST_MOVE, admin)["outcome"] == "done"
+    clients.progress("after the first move")
+    add_r3(cluster)
+    clients.progress("with r3 added")
+    assert reshard(cluster, SECOND_MOVE, admin)["outcome"] == "done"
+    clients.progress("after the second move")
+    check(cluster, clients)
+
+
+def test_soak_moves_resumed_after_sigkill(soak: tuple[Cluster, Clients]) -> None:
+    cluster, clients = soak
+    admin = f"--haproxy_admin={cluster.haproxy.admin}"
+    clients.progress("before the moves")
+    # The source dies in the middle of the move (copied, frozen, not switched).
+    assert reshard(cluster, FIRST_MOVE, "--stop_before_switch")["outcome"] == "awaiting_switch"
+    restart(cluster, FIRST_MOVE[2])
+    assert reshard(cluster, FIRST_MOVE, "--resume", admin)["outcome"] == "done"
+    clients.progress("after the first move")
+    add_r3(cluster)
+    clients.progress("with r3 added")
+    # The target dies in the middle of the second move.
+    assert reshard(cluster, SECOND_MOVE, "--stop_before_switch")["outcome"] == "awaiting_switch"
+    restart(cluster, SECOND_MOVE[3])
+    assert reshard(cluster, SECOND_MOVE, "--resume", admin)["outcome"] == "done"
+    clients.progress("after the second move")
+    check(cluster, clients)
