@@ -328,6 +328,14 @@ inline bool HandleObserve(Service& s, const uint8_t* data, size_t size) {
     return true;
   }
   CheckSession(after);
+  if (response.duplicate()) {
+    // A key applied before (docs/retries.md): answered with the original count, and
+    // nothing applied.
+    CheckUnchanged(before, after, request);
+    Check(response.observation_count() <= after.observation_count(),
+          "a duplicate Observe reports a count above the session's", &response);
+    return true;
+  }
   Check(response.observation_count() == after.observation_count(),
         "Observe's observation_count differs from the session's", &response);
   if (request.omit_qparams()) {
@@ -375,7 +383,8 @@ inline bool HandleObserveBatch(Service& s, const uint8_t* data, size_t size) {
     } else {
       CheckQParams(answer.qparams(), answer);
     }
-    last_count[item.name()] = answer.observation_count();
+    // A duplicate carries the original's count, and changes nothing.
+    if (!answer.duplicate()) last_count[item.name()] = answer.observation_count();
   }
   for (const auto& [name, count] : last_count) {
     Check(Snapshot(s, name).observation_count() == count,
