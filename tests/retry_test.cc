@@ -126,6 +126,53 @@ TEST_F(RetryTest, WithoutKeysALostAnswerIsNotRetried) {
   EXPECT_EQ(Count(), 3);
 }
 
+// Each thread keys under an id of its own (client_id, then client_id.1, ...) with
+// sequences of its own, so that threads sharing a client never race each other's
+// sequences out of the window (docs/retries.md). Shown through the server's rule: a
+// key sent before by someone else is a duplicate.
+TEST_F(RetryTest, EachThreadKeysUnderAnIdOfItsOwn) {
+  ASSERT_OK_AND_ASSIGN(v1::ObserveResponse first, direct_->Observe("ma", Vec({-1, 1}).view()));
+  const int64_t count = first.observation_count();
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address()));
+  ASSERT_OK_AND_ASSIGN(v1::ObserveResponse own, client->Observe("ma", Vec({-1, 1}).view()));
+  EXPECT_FALSE(own.duplicate());
+  // The key the client's second thread will send first, sent by another client.
+  v1::ObserveRequest taken = TensorObservation("ma", Vec({-1, 1}).view());
+  taken.set_client_id(client->client_id() + ".1");
+  taken.set_sequence(1);
+  ASSERT_OK_AND_ASSIGN(v1::ObserveResponse applied, direct_->Observe(taken));
+  EXPECT_FALSE(applied.duplicate());
+  absl::StatusOr<v1::ObserveResponse> second;
+  std::thread([&] { second = client->Observe("ma", Vec({-1, 1}).view()); }).join();
+  ASSERT_OK(second);
+  EXPECT_TRUE(second->duplicate());
+  EXPECT_EQ(second->observation_count(), count + 2);
+  // The first thread's next key (client_id, 2) is new.
+  ASSERT_OK_AND_ASSIGN(v1::ObserveResponse next, client->Observe("ma", Vec({-1, 1}).view()));
+  EXPECT_FALSE(next.duplicate());
+  EXPECT_EQ(next.observation_count(), count + 3);
+}
+
+// Many threads on one client and one session: every observation applied once.
+TEST_F(RetryTest, ThreadsSharingAClientAreEachAppliedOnce) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address()));
+  const int64_t before = Count();
+  constexpr int kThreads = 8, kEach = 40;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        absl::StatusOr<v1::ObserveResponse> r = client->Observe("ma", Vec({-1, float(i)}).view());
+        if (!r.ok() || r->duplicate()) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures, std::vector<int>(kThreads, 0));
+  EXPECT_EQ(Count(), before + kThreads * kEach);
+}
+
 TEST(RetryOptions, RetriesEndWithinTheTotalTime) {
   ClientOptions options;
   options.timeout = absl::Seconds(2);
