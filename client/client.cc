@@ -392,9 +392,16 @@ absl::Status Client::ReadSessions(const std::string& prefix,
 
 absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
                                     const std::function<absl::Status(absl::string_view)>& each) {
-  absl::StatusOr<std::vector<std::string>> replicas = router_->SplitReplicas();
-  if (!replicas.ok()) return replicas.status();
-  if (!replicas->empty()) return ExportSharded(request, *replicas, each);
+  // A sharded export that saw the slot map change is ABORTED before `each` saw a
+  // byte: again, on the newer topology, while retry_total allows.
+  Backoff backoff(retry_total_, retry_initial_backoff_, retry_max_backoff_);
+  while (true) {
+    absl::StatusOr<std::vector<std::string>> replicas = router_->SplitReplicas();
+    if (!replicas.ok()) return replicas.status();
+    if (replicas->empty()) break;
+    const absl::Status exported = ExportSharded(request, *replicas, each);
+    if (!absl::IsAborted(exported) || !backoff.Wait()) return exported;
+  }
   return ReadStream<v1::ExportChunk>(
       [this](grpc::ClientContext* context, const v1::ExportSessionsRequest& r) {
         return stub_->ExportSessions(context, r);
@@ -406,6 +413,8 @@ absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
 absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
                                    const std::vector<std::string>& replicas,
                                    const std::function<absl::Status(absl::string_view)>& each) {
+  absl::StatusOr<int64_t> epoch = CommonEpoch(replicas);
+  if (!epoch.ok()) return epoch.status();
   grpc::ClientContext render_context;
   Prepare(render_context, timeout_, authorization_);
   ReplicaRouter::AddHeaders(render_context, /*session=*/"", replicas.front());
@@ -440,7 +449,21 @@ absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
       return read;
     }
   }
-  if (open) render->WritesDone();
+  if (open) {
+    // The shares hold each session once only if no slot changed owner while they
+    // were read: the epoch every replica serves is still the one before.
+    absl::StatusOr<int64_t> after = CommonEpoch(replicas);
+    if (after.ok() && *after != *epoch) {
+      after = absl::AbortedError(absl::StrCat("the slot map changed during the export (epoch ",
+                                              *epoch, " -> ", *after, "); export again"));
+    }
+    if (!after.ok()) {
+      render_context.TryCancel();
+      render->Finish();
+      return after.status();
+    }
+    render->WritesDone();
+  }
   v1::ExportChunk chunk;
   absl::Status stopped;
   while (render->Read(&chunk)) {
@@ -453,6 +476,31 @@ absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
   const grpc::Status finished = render->Finish();
   if (!stopped.ok()) return stopped;
   return wire::FromGrpcStatus(finished);
+}
+
+absl::StatusOr<int64_t> Client::CommonEpoch(const std::vector<std::string>& replicas) {
+  std::vector<std::string> seen;
+  int64_t epoch = -1;
+  bool differ = false;
+  for (const std::string& replica : replicas) {
+    absl::StatusOr<v1::Topology> topology =
+        Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
+              authorization_, /*session=*/"", replica);
+    if (!topology.ok()) {
+      return absl::Status(topology.status().code(),
+                          absl::StrCat("replica ", replica, ": ", topology.status().message()));
+    }
+    router_->Offer(*topology);  // the newest map routes the next attempt
+    seen.push_back(absl::StrCat(replica, " epoch ", topology->epoch()));
+    differ |= epoch >= 0 && topology->epoch() != epoch;
+    epoch = std::max(epoch, topology->epoch());
+  }
+  if (differ) {
+    return absl::AbortedError(absl::StrCat("the replicas serve different slot maps (",
+                                           absl::StrJoin(seen, ", "),
+                                           "): a slot move is switching; export again"));
+  }
+  return epoch;
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopology() {

@@ -177,7 +177,10 @@ class Client {
   // with `items`, the replicas one after the other) is forwarded into one
   // RenderExport call, which checks and renders them all; a replica's refusal is
   // returned as it is (the first by replica name; UNAVAILABLE and DEADLINE_EXCEEDED
-  // naming the replica), else the render's.
+  // naming the replica), else the render's. The replicas must serve one slot map
+  // epoch before and after the shares are read (else a session could be missed or
+  // read twice while a move switches); an export that saw it change is made again on
+  // the new topology, within ClientOptions::retry_total, then ABORTED.
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 
@@ -334,7 +337,12 @@ class Client {
   // ObserveBatch in one call, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatchTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
-  // ExportSessions of a sharded deployment over `replicas` (in name order).
+  // The slot map epoch every replica of `replicas` serves (GetTopology of each, the
+  // answers offered to the router); ABORTED naming each one's when they differ (a
+  // move is switching), a replica's error naming it.
+  absl::StatusOr<int64_t> CommonEpoch(const std::vector<std::string>& replicas);
+  // ExportSessions of a sharded deployment over `replicas` (in name order): ABORTED,
+  // before `each` sees a byte, when the replicas' epochs differ or change meanwhile.
   absl::Status ExportSharded(const v1::ExportSessionsRequest& request,
                              const std::vector<std::string>& replicas,
                              const std::function<absl::Status(absl::string_view)>& each);

@@ -430,6 +430,36 @@ TEST_F(ShardedClientTest, ExportsMergeEveryReplicaIntoOneServersBytes) {
   }
 }
 
+// A map taken by some replicas and not yet by others (a move's switch under way)
+// could make an export miss a session or hold it twice: the export is ABORTED,
+// naming each replica's epoch, until every replica serves the same map.
+TEST_F(ShardedClientTest, AnExportWaitsForEveryReplicaToServeOneSlotMap) {
+  ClientOptions options;
+  options.retry_total = absl::Milliseconds(200);
+  options.retry_initial_backoff = absl::Milliseconds(10);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_, options));
+  Calibrate(*client);
+  const std::string before = ExportOf(*client, "cc/", "onnx");
+  ASSERT_EQ(before.rfind("{\n", 0), 0u) << before;
+
+  const std::string next = absl::StrCat("# epoch 1\n", kSlotMap);  // the same owners
+  auto give = [&](const char* replica) -> absl::Status {
+    ClientOptions pinned;
+    pinned.replica = replica;
+    absl::StatusOr<std::unique_ptr<Client>> admin = Client::Connect(target_, pinned);
+    if (!admin.ok()) return admin.status();
+    return (*admin)->SetSlotMap(next).status();
+  };
+  ASSERT_OK(give("r1"));
+  const std::string half = ExportOf(*client, "cc/", "onnx");
+  EXPECT_TRUE(absl::StrContains(half, "ABORTED: the replicas serve different slot maps (r0 epoch "
+                                      "0, r1 epoch 1, r2 epoch 0)"))
+      << half;
+  ASSERT_OK(give("r0"));
+  ASSERT_OK(give("r2"));
+  EXPECT_EQ(ExportOf(*client, "cc/", "onnx"), before);
+}
+
 // Groups named with their members' hash tag live on the members' replica, reached
 // through HAProxy by the tag in the routing header; listings merge every replica.
 TEST_F(ShardedClientTest, ScaleGroupsRouteByTheirHashTagAndListAcrossReplicas) {

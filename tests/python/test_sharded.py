@@ -694,6 +694,28 @@ def test_exports_merge_every_replica(cluster: Cluster) -> None:
         for name, t in tensors.items():
             assert t.dtype == expected_tensors[name].dtype and t.equal(expected_tensors[name])
     assert cli_outcomes(target) == expected_cli
+def test_an_export_waits_for_every_replica_to_serve_one_slot_map(cluster: Cluster) -> None:
+    """A map taken by one replica and not yet by the others (a move's switch under
+    way) could make an export miss a session or hold it twice: export raises Aborted
+    naming each replica's epoch (after retrying within retry_total), and is the same
+    document once every replica serves the map."""
+    target = f"unix:{cluster.haproxy.socket}"
+    with qparams.Client(target, retry_total=0.2, retry_initial_backoff=0.01) as client:
+        calibrate(client)
+        before = client.export("run/", "onnx")
+        same_owners = "# epoch 1\n" + SLOT_MAP
+        with qparams.Client(target, replica="r1") as admin:
+            admin.set_slot_map(same_owners)
+        with pytest.raises(qparams.Aborted) as aborted:
+            client.export("run/", "onnx")
+        assert "the replicas serve different slot maps (r0 epoch 0, r1 epoch 1, r2 epoch 0)" \
+            in str(aborted.value)
+        for replica in ("r0", "r2"):
+            with qparams.Client(target, replica=replica) as admin:
+                admin.set_slot_map(same_owners)
+        assert client.export("run/", "onnx") == before
+
+
 # r0's slots move to r1, and r0 owns none: what SetSlotMap gives every replica below.
 MOVED_MAP = "# epoch 1\n0:169 r1\n170:255 r2\n"
 

@@ -22,8 +22,8 @@ import grpc
 from qparams._background import ObserveQueue
 from qparams._export import (decode_compressed_tensors, decode_modelopt, refine_export_error,
                              require_torch)
-from qparams._errors import (FailedPrecondition, InvalidArgument, NotFound, QParamsError,
-                             error_from_rpc)
+from qparams._errors import (Aborted, FailedPrecondition, InvalidArgument, NotFound,
+                             QParamsError, error_from_rpc)
 from qparams._fork_proxy import ForkProxy, fork_support_enabled
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._histogram import (Histogram, HistogramParamsLike, histogram_params,
@@ -601,10 +601,15 @@ class Client:
             InvalidArgument: an unknown format, a bad prefix, or a session the format
                 cannot express (named in the message).
             NotFound: no session under the prefix.
+            Aborted: sharded, the slot map kept changing during the export (a move).
             ValueError: the server sent bytes that are not UTF-8.
 
         Sharded: one document of every replica's sessions, byte for byte a single
         server's (RenderExport over each replica's export items; docs/sharding.md).
+        The replicas must serve one slot map epoch before and after their shares are
+        read (else a session could be missed or read twice while a slot move
+        switches); an export that saw it change is made again on the new topology,
+        within the client's retry_total, then raises Aborted.
         """
         for what, value in (("prefix", prefix), ("format", format)):
             if not isinstance(value, str):
@@ -612,9 +617,15 @@ class Client:
         request = pb.ExportSessionsRequest(prefix=prefix, format=format,
                                            allow_uninitialized=bool(allow_uninitialized),
                                            tensor_names=dict(tensor_names or {}))
-        slot_map = self._router.slot_map()
-        if slot_map is not None:
-            return self._export_sharded(request, slot_map.replicas, timeout, metadata)
+        # A sharded export that saw the slot map change raises Aborted before any of
+        # the document is read: again, on the newer topology, while retry_total allows.
+        wait = self._retry.waits()
+        while (slot_map := self._router.slot_map()) is not None:
+            try:
+                return self._export_sharded(request, slot_map.replicas, timeout, metadata)
+            except Aborted:
+                if not wait():
+                    raise
         call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
                                          metadata=self._addressed(None, metadata))
         try:
@@ -637,6 +648,7 @@ class Client:
         share.CopyFrom(request)
         share.items = True
         refused: list[tuple[str, grpc.RpcError]] = []
+        changed: list[QParamsError] = []  # the epochs' check after the shares
         calls: list[Any] = []
         started = threading.Event()  # calls holds the render
 
@@ -655,7 +667,19 @@ class Client:
                     return
                 finally:
                     call.cancel()
+            # The shares hold each session once only if no slot changed owner while
+            # they were read: the epoch every replica serves is still the one before.
+            try:
+                after = self._common_epoch(replicas, timeout, metadata)
+                if after != epoch:
+                    raise Aborted(f"the slot map changed during the export (epoch {epoch} "
+                                  f"-> {after}); export again")
+            except QParamsError as e:
+                changed.append(e)
+                started.wait()
+                calls[0].cancel()
 
+        epoch = self._common_epoch(replicas, timeout, metadata)
         render = self._stub.RenderExport(requests(), timeout=timeout or self.timeout,
                                          metadata=self._addressed(replicas[0], metadata))
         calls.append(render)
@@ -670,12 +694,33 @@ class Client:
         try:
             data = b"".join(chunk.data for chunk in render)
         except grpc.RpcError as e:
+            if changed:
+                raise changed[0] from None
             raise (share_error() if refused else refine_export_error(error_from_rpc(e))) from None
         finally:
             render.cancel()
+        if changed:
+            raise changed[0] from None
         if refused:
             raise share_error() from None
         return data.decode("utf-8")
+
+    def _common_epoch(self, replicas: list[str], timeout: float | None,
+                      metadata: Metadata) -> int:
+        """The slot map epoch every replica of `replicas` serves (GetTopology of each,
+        offered to the router). Raises Aborted naming each one's when they differ (a
+        slot move is switching), a replica's error naming it."""
+        epochs = []
+        for replica in replicas:
+            topology = self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata,
+                                  replica)
+            self._router.offer(topology)  # the newest map routes the next attempt
+            epochs.append(topology.epoch)
+        if len(set(epochs)) > 1:
+            seen = ", ".join(f"{r} epoch {e}" for r, e in zip(replicas, epochs))
+            raise Aborted(f"the replicas serve different slot maps ({seen}): a slot move "
+                          f"is switching; export again")
+        return epochs[0]
 
     def export_compressed_tensors(self, prefix: str, *, allow_uninitialized: bool = False,
                                   tensor_names: Mapping[str, str] | None = None,
