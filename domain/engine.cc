@@ -208,7 +208,18 @@ Engine::~Engine() {
 
 int Engine::EvictIdle(absl::Time now) {
   if (options_.session_ttl <= absl::ZeroDuration()) return 0;
-  return store_.EvictIdle(now - options_.session_ttl);
+  const absl::Time idle_since = now - options_.session_ttl;
+  int evicted = 0;
+  for (const std::shared_ptr<Session>& session : store_.IdleSessions(idle_since)) {
+    // Under the slot's gate, as a write: a session of a slot being moved stays, or
+    // the copy on the target would outlive it on the source.
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    const int slot = SlotOf(session->name());
+    absl::ReaderMutexLock hold(&gates_[slot].mu);
+    if (gates_[slot].state != SlotMoveState::kStable) continue;
+    evicted += store_.EvictIfIdle(session, idle_since);
+  }
+  return evicted;
 }
 
 std::vector<const CalculatorClass*> Engine::ListCalculators() const {

@@ -265,8 +265,9 @@ class Engine {
   // holds its slot's gate shared from its checks to its last journal append, and a
   // write to a slot this replica owns but is migrating is UNAVAILABLE ("slot S is
   // moving to rX; retry"), after the name's and the owner's refusals. Reads are served.
-  // Eviction of idle sessions is not gated: run moves with --session_ttl off, or
-  // longer than a move (an eviction during the copy would come back on the target).
+  // Eviction of idle sessions holds the gate too, and skips the sessions of slots
+  // migrating or importing (an eviction during the copy would come back on the
+  // target); they are evicted once the move is over, if still idle.
 
   // The slots in a state other than stable, as maximal runs in slot order.
   std::vector<SlotMove> SlotMoves() const;

@@ -156,21 +156,19 @@ absl::Status SessionStore::Erase(const SessionKey& key) {
   return status;
 }
 
-int SessionStore::EvictIdle(absl::Time idle_since) {
+std::vector<std::shared_ptr<Session>> SessionStore::IdleSessions(absl::Time idle_since) const {
   std::vector<std::shared_ptr<Session>> idle;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    for (const auto& [map_key, session] : sessions_) {
-      if (session->last_access() < idle_since) idle.push_back(session);
-    }
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [map_key, session] : sessions_) {
+    if (session->last_access() < idle_since) idle.push_back(session);
   }
-  int evicted = 0;
-  for (const std::shared_ptr<Session>& session : idle) {
-    // A call that named the session since the scan keeps it.
-    if (session->last_access() >= idle_since) continue;
-    if (Remove(session, /*evicted_at=*/absl::Now()).ok()) ++evicted;
-  }
-  return evicted;
+  return idle;
+}
+
+bool SessionStore::EvictIfIdle(const std::shared_ptr<Session>& session, absl::Time idle_since) {
+  // A call that named the session since the scan keeps it.
+  if (session->last_access() >= idle_since) return false;
+  return Remove(session, /*evicted_at=*/absl::Now()).ok();
 }
 
 SessionStore::Page SessionStore::List(absl::string_view tenant, absl::string_view prefix,

@@ -64,8 +64,12 @@ class SessionStore {
   // answer NOT_FOUND too.
   absl::Status Erase(const SessionKey& key);
 
-  // Evicts every session no call has named since `idle_since`; returns how many.
-  int EvictIdle(absl::Time idle_since);
+  // The sessions no call has named since `idle_since`, for a caller that decides
+  // about each (EvictIfIdle) under locks of its own.
+  std::vector<std::shared_ptr<Session>> IdleSessions(absl::Time idle_since) const;
+  // Evicts `session` unless a call has named it since `idle_since` or it is gone;
+  // whether it did.
+  bool EvictIfIdle(const std::shared_ptr<Session>& session, absl::Time idle_since);
 
   // Up to `limit` sessions of `tenant` whose names start with `prefix`, sort after
   // `after` (byte order) and pass `keep` (if given; called under the store's reader

@@ -165,6 +165,34 @@ TEST(SlotMoves, WritesToAMigratingSlotAreRefusedAndReadsServed) {
   EXPECT_OK(r0.Observe("", name, Obs(2)).status);
 }
 
+// Idle sessions of slots migrating (source) or importing (target) are not evicted:
+// the copy on the target must be what the source holds; once stable, they are.
+TEST(SlotMoves, EvictionSkipsSlotsBeingMoved) {
+  EngineOptions r0_options = Options("r0", kMap), r1_options = Options("r1", kMap);
+  r0_options.session_ttl = r1_options.session_ttl = absl::Hours(1);
+  Engine r0(r0_options), r1(r1_options);
+  const QuantSpec spec = MakeSpec("int8", QScheme::kAsymmetric);
+  const std::string moving = NameInSlot(15), idle = NameInSlot(30);
+  ASSERT_OK(r0.CreateSession("", moving, "global_minmax", spec, {}));
+  ASSERT_OK(r0.CreateSession("", idle, "global_minmax", spec, {}));
+  ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kMigrating, "r1"));
+  ASSERT_OK(r1.SetSlotState(10, 20, SlotMoveState::kImporting, "r0"));
+  ASSERT_OK_AND_ASSIGN(storage::v1::Record record, r0.SessionRecord({"", moving}));
+  ASSERT_OK(r1.Import({record}));
+  ASSERT_EQ(r1.session_count(), 1);
+
+  const absl::Time later = absl::Now() + absl::Hours(2);
+  EXPECT_EQ(r0.EvictIdle(later), 1);
+  EXPECT_EQ(r1.EvictIdle(later), 0);
+  EXPECT_OK(r0.GetSession("", moving));
+  EXPECT_CODE(r0.GetSession("", idle).status(), absl::StatusCode::kNotFound);
+  ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kStable, ""));
+  ASSERT_OK(r1.SetSlotState(10, 20, SlotMoveState::kStable, ""));
+  EXPECT_EQ(r0.EvictIdle(later), 1);
+  EXPECT_EQ(r1.EvictIdle(later), 1);
+  EXPECT_CODE(r0.GetSession("", moving).status(), absl::StatusCode::kNotFound);
+}
+
 // Observations race the switch to MIGRATING: every one acknowledged is in the
 // record read after SetSlotState returns, and every one after is refused.
 TEST(SlotMoves, AWriteInFlightIsAppliedBeforeTheStateChangesOrRefused) {
