@@ -9,9 +9,9 @@ r3 runs. r3 is started where the README starts it, from its `norun` qparams-serv
 command with the same flags, but loopback ports and a data directory of the test's.
 
 Before the blocks, sessions are created and observed through HAProxy on every
-replica, most of them in the ranges the README moves. After each block: its output is
-its ```text block's, if it has one (test_docs' normalisation); every replica serves
-one map, which HAProxy's `show map` lists range for range; each session lives on its
+replica, most of them in the ranges the README moves. A block's commands run one at a
+time, each through bash as printed, and its output is its ```text block's, if it has
+one (test_docs' normalisation). After each command: every replica serves one map, which HAProxy's `show map` lists range for range; each session lives on its
 owner alone, and a plain stub through HAProxy (no client that follows a refusal)
 reads it with the same session record (spec, state, count) and qparams.
 
@@ -151,13 +151,17 @@ def test_readme_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathli
             started_r3 = True
         if block["kind"] != "sharded":
             continue
-        run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block["body"]], cwd=work,
-                             env=env, capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, f"{where}: exit {run.returncode}\n{run.stderr}"
+        # One command at a time, so that the deployment is checked after each.
+        output = ""
+        for command in commands(block["body"]):
+            run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=work,
+                                 env=env, capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, f"{where}: `{command}` exit {run.returncode}\n{run.stderr}"
+            output += run.stdout
+            check_deployment(cluster, target, names, before, f"{where}: after `{command}`")
         if block["expected"] is not None:
-            assert normalised(run.stdout) == normalised(block["expected"]), \
-                f"{where}: the block\n{block['body']}\nprinted\n{run.stdout}"
-        check_deployment(cluster, target, names, before, where)
+            assert normalised(output) == normalised(block["expected"]), \
+                f"{where}: the block\n{block['body']}\nprinted\n{output}"
     assert started_r3, "the README no longer starts r3 (qparams-server --replica_id=r3)"
     # The README added r3 and removed it again: it serves and holds nothing.
     assert local_names(cluster.replicas["r3"], "r3") == set()
