@@ -45,6 +45,7 @@ STAYING_RANGES = [(41, 84), (106, 169), (191, 255)]
 
 
 def slot(name: str) -> int:
+    """The session's slot (no hash tags among the names here)."""
     return zlib.crc32(name.encode()) % 256
 
 
@@ -59,6 +60,7 @@ def session_names() -> list[str]:
 
 
 def tensor(i: int) -> np.ndarray:
+    """The i-th observation: 4 channels of 16 values."""
     return np.random.default_rng(2700 + i).standard_normal((4, 16)).astype(np.float32)
 
 
@@ -118,6 +120,7 @@ def check_deployment(cluster: Cluster, target: str, names: list[str],
 
 
 def test_readme_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """The README's sharded blocks in order, r3 started where it says, checked throughout."""
     found = blocks(README)
     sharded = [b for b in found if b["kind"] == "sharded"]
     assert len(sharded) >= 5, "the README's operator section lost its sharded blocks"
