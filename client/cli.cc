@@ -793,6 +793,33 @@ int SlotMapPush(Invocation& in) {
   return kExitOk;
 }
 
+// The slot map the answering replica serves (GetTopology; --replica picks one):
+// JSON, the Topology message; table, the map file's text, for `> slots.map`.
+int SlotMapShow(Invocation& in) {
+  absl::StatusOr<v1::Topology> topology = in.client().GetTopology();
+  if (!topology.ok()) return in.Fail(topology.status());
+  if (topology->replica_id().empty()) {
+    return in.Fail(absl::FailedPreconditionError(
+        "the server is not sharded (no --replica_id and --slot_map): it has no slot map"));
+  }
+  if (!in.table()) {
+    PrintJson(*topology, in.out());
+    return kExitOk;
+  }
+  std::vector<SlotMap::Range> ranges;
+  for (const v1::SlotRange& range : topology->ranges()) {
+    ranges.push_back({range.low(), range.high(), range.replica()});
+  }
+  absl::StatusOr<SlotMap> map = SlotMap::FromRanges(ranges, topology->epoch());
+  if (!map.ok()) {
+    return in.Fail(absl::InternalError(absl::StrCat(
+        "replica ", topology->replica_id(), " answered a topology that is not a slot map: ",
+        map.status().message())));
+  }
+  in.out() << map->ToText();
+  return kExitOk;
+}
+
 // ---------------------------------------------------------------- scale groups
 
 // The share --share names, by the core's names of the shares (global_amax,
@@ -986,6 +1013,11 @@ constexpr Command kSlotMapCommands[] = {
    "by default its only map); --haproxy_server spares are made ready first. A replica\n"
    "takes a map of a greater epoch (\"# epoch N\"); the same map again changes\n"
    "nothing. Prints what each took; exits 1 if any failed."},
+  {"show", "", 0, 0, SlotMapShow,
+   "Show the slot map the answering replica serves (GetTopology; through the\n"
+   "balancer r0, else --replica's): JSON, the topology; --format=table, the map\n"
+   "file's text (\"# epoch N\", then LOW:HIGH REPLICA lines), to keep the file\n"
+   "in step with the maps pushed (qparams-cli slotmap show --format=table > FILE)."},
 };
 
 constexpr Command kGroupCommands[] = {

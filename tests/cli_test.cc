@@ -18,6 +18,7 @@
 #include "client/client.h"
 #include "client/npy.h"
 #include "common/file.h"
+#include "common/slot_map.h"
 #include "core/registry.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -284,6 +285,40 @@ TEST_F(CliTest, Health) {
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_EQ(table.out, "SERVING\n");
   EXPECT_EQ(Cli({"health", "no.such.Service"}).exit_code, 1);
+}
+
+TEST_F(CliTest, SlotMapShowPrintsTheMapAReplicaServes) {
+  // A single server has no slot map.
+  const ProcessResult single = Cli({"slotmap", "show"});
+  EXPECT_EQ(single.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(single.err, "error: FAILED_PRECONDITION: the server is not sharded"))
+      << single.err;
+  EXPECT_EQ(single.out, "");
+
+  ASSERT_OK_AND_ASSIGN(SlotMap map, SlotMap::Parse("# epoch 7\n0:99 r0\n100:255 r1\n"));
+  ServerOptions options;
+  options.engine.slot_map = std::make_shared<const SlotMap>(map);
+  options.engine.replica_id = "r1";
+  const std::unique_ptr<TestServer> replica = TestServer::Start(options);
+  ASSERT_NE(replica, nullptr);
+  auto show = [&](const std::string& format) {
+    return RunProcess({QPARAMS_CLI_PATH, "--target=" + replica->address(), "slotmap", "show",
+                       "--format=" + format},
+                      *dir_);
+  };
+  // The table is the map file's text, which parses back to the map served.
+  const ProcessResult table = show("table");
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out, "# epoch 7\n# slots   replica\n0:99      r0\n100:255   r1\n");
+  ASSERT_OK_AND_ASSIGN(SlotMap parsed, SlotMap::Parse(table.out));
+  EXPECT_TRUE(parsed == map);
+  // JSON: the topology the replica answered.
+  const ProcessResult json = show("json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const v1::Topology topology = Parse<v1::Topology>(json.out);
+  EXPECT_EQ(topology.replica_id(), "r1");
+  EXPECT_EQ(topology.epoch(), 7);
+  EXPECT_EQ(topology.ranges_size(), 2);
 }
 
 TEST_F(CliTest, SlotIsComputedWithoutAServer) {

@@ -14,6 +14,11 @@ Each page runs in document order, in a fresh temporary directory of its own:
     server with other flags, torchrun, a build tree's binaries) is fenced with an info
     string holding `norun` (```sh norun) and is only counted; any other ```sh block
     fails the test, and so does a ```console, ```bash or ```shell block;
+  * a ```sh sharded block is a command of the README's operator section for a sharded
+    deployment: it is counted here, and tests/python/test_readme_sharded.py runs the
+    README's sharded blocks in order, as printed, against three replicas behind
+    HAProxy (its commands start with `qparams-cli` too, and only the README may hold
+    such blocks, since nothing else runs them);
   * a ```python NAME block is the script NAME, not run with the page: the data-parallel
     script of docs/python.md runs under torchrun with two ranks, as its command says.
 Sessions a page leaves behind are deleted after it."""
@@ -90,6 +95,8 @@ def blocks(page: pathlib.Path) -> list[dict]:
         expected = following[1] if following and following[0] == "text" else None
         if "norun" in words:
             kind = "norun"
+        elif words == ["sh", "sharded"]:
+            kind = "sharded"
         elif words[0] == "python":
             kind = "python" if len(words) == 1 else "script"
         else:
@@ -118,7 +125,11 @@ def test_sh_blocks_run_or_say_norun(page) -> None:
             f"{relative(page)}:{line}: a ```{info} block; commands go in ```sh blocks (their "
             "output in a ```text block after them), or ```sh norun")
     for block in blocks(page):
-        if block["kind"] == "sh":
+        if block["kind"] == "sharded":
+            assert page == REPO / "README.md", (
+                f"{relative(page)}:{block['line']}: a ```sh sharded block outside README.md, "
+                "which no test runs; use ```sh norun")
+        if block["kind"] in ("sh", "sharded"):
             for command in commands(block["body"]):
                 assert command.startswith("qparams-cli"), (
                     f"{relative(page)}:{block['line']}: `{command}` is not a qparams-cli "
@@ -129,11 +140,11 @@ def test_sh_blocks_run_or_say_norun(page) -> None:
 def test_page_runs_as_printed(page, server, client, tmp_path) -> None:
     runnable = [b for b in blocks(page) if b["kind"] in ("python", "sh")]
     counts = {kind: sum(b["kind"] == kind for b in blocks(page))
-              for kind in ("python", "sh", "norun", "script")}
+              for kind in ("python", "sh", "norun", "script", "sharded")}
     compared = sum(b["expected"] is not None for b in runnable)
     print(f"{relative(page)}: {counts['python']} python, {counts['sh']} sh, "
           f"{compared} compared with their text, {counts['norun']} norun, "
-          f"{counts['script']} scripts")
+          f"{counts['script']} scripts, {counts['sharded']} sharded (test_readme_sharded.py)")
     if not runnable:
         return
     before = {s.name for s in client.list_sessions("")}
