@@ -14,8 +14,8 @@ Afterwards every session's state (observation count, running min and max, qparam
 equals, bit for bit, one server's replay of exactly the acknowledged observations
 in their order: nothing lost, nothing applied twice.
 
-Skipped unless QPARAMS_SOAK=1 (it runs for about a minute; .ci/run runs it through
-scripts/soak.sh); the cluster and HAProxy are test_sharded.py's. Every process is
+Skipped unless QPARAMS_SOAK=1 (both tests take about half a minute; .ci/run runs
+them through scripts/soak.sh); the cluster and HAProxy are test_sharded.py's. Every process is
 started here and stopped by its PID.
 """
 
@@ -204,23 +204,26 @@ def reshard(cluster: Cluster, move: tuple[int, int, str, str], *flags: str) -> d
 
 def copy_half(cluster: Cluster, move: tuple[int, int, str, str]) -> int:
     """The first steps of `move` as reshard takes them (docs/sharding.md, "Moving
-    slots online"): the target importing, the source migrating (frozen), then the copy
-    cut in the middle: of the source's records only the first half is imported (one
-    ImportSessions message, journaled and synced when the call returns), as a command
-    that died there leaves it; reshard has no pause inside its copy, so the test takes
-    these steps itself, each call addressed to its replica through HAProxy. Returns
-    how many records the whole copy has."""
+    slots online"): the target importing, the source migrating (frozen), the target's
+    old copies dropped, then the copy cut in the middle: of the source's records only
+    the first half is imported (one ImportSessions message, journaled and synced when
+    the call returns), as a command that died there leaves it. reshard has no pause
+    inside its copy, so the test takes these steps itself, each call addressed to its
+    replica through HAProxy. Returns how many records the whole copy has."""
     low, high, source, destination = move
     with grpc.insecure_channel(f"unix:{cluster.haproxy.socket}") as channel:
         stub = pb_grpc.QParamsServiceStub(channel)
 
         def at(replica: str) -> dict:
+            """A call's options: addressed to `replica` (HAProxy routes on it)."""
             return {"metadata": (("x-qparams-replica", replica),), "timeout": 30}
 
         stub.SetSlotState(pb.SetSlotStateRequest(move=pb.SlotMove(
             low=low, high=high, state=pb.SlotMove.IMPORTING, peer=source)), **at(destination))
         stub.SetSlotState(pb.SetSlotStateRequest(move=pb.SlotMove(
             low=low, high=high, state=pb.SlotMove.MIGRATING, peer=destination)), **at(source))
+        dropped = stub.DropSlots(pb.DropSlotsRequest(low=low, high=high), **at(destination))
+        assert (dropped.sessions, dropped.groups) == (0, 0), dropped
         records = [r for batch in stub.ReadSlotRecords(
             pb.ReadSlotRecordsRequest(low=low, high=high), **at(source)) for r in batch.records]
         assert len(records) >= 2, records
