@@ -1,19 +1,22 @@
 """The sharded soak (docs/testing.md): four client processes observe 60 sessions
 (moving_average, static and global_minmax; each session fed in a fixed order)
 continuously through HAProxy, with the Python client's idempotency keys and retries,
-while slot ranges move between replicas: r0 -> r1, then to a fourth replica r3 added
-while serving (HAProxy's spare backend made ready through its runtime API) from r2,
-each with `qparams-cli reshard --haproxy_admin`. The second test kills (SIGKILL) the
-source of the first move and the target of the second in the middle of the move
-(copied and frozen, before the switch), restarts it on its data directory and
-finishes with `reshard --resume`.
+while slot ranges move twice between the three replicas (0:42 r0 -> r1, then 85:127
+r1 -> r2) and a fourth replica r3 is added while serving (HAProxy's spare backend made
+ready through its runtime API) and takes 170:212 from r2, each move with
+`qparams-cli reshard --haproxy_admin`. The second test kills (SIGKILL) a replica in
+the middle of each move, restarts it on its data directory and finishes the move with
+`reshard --resume`: the source of the first move once it is copied and frozen
+(`--stop_before_switch`), the target of the second in the middle of its copy (half of
+the records imported, see copy_half), the target of the third once copied and frozen.
 
 Afterwards every session's state (observation count, running min and max, qparams)
 equals, bit for bit, one server's replay of exactly the acknowledged observations
 in their order: nothing lost, nothing applied twice.
 
-Skipped unless QPARAMS_SOAK=1 (it runs for about a minute); the cluster and HAProxy
-are test_sharded.py's. Every process is started here and stopped by its PID.
+Skipped unless QPARAMS_SOAK=1 (both tests take about half a minute; .ci/run runs
+them through scripts/soak.sh); the cluster and HAProxy are test_sharded.py's. Every process is
+started here and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ import pathlib
 import zlib
 from collections.abc import Iterator
 
+import grpc
 import numpy as np
 import pytest
 
 import qparams
 from conftest import start_local_server
+from qparams.v1 import qparams_pb2 as pb
+from qparams.v1 import qparams_pb2_grpc as pb_grpc
 from test_sharded import Cluster, cli, wait_for
 from test_sharded import cluster as sharded_cluster  # noqa: F401 (a fixture)
 
@@ -40,8 +46,15 @@ pytestmark = pytest.mark.skipif(os.environ.get("QPARAMS_SOAK") != "1",
 CLIENTS = 4
 SESSIONS = [f"soak/s{i}" for i in range(60)]
 CALCULATORS = ("moving_average", "static", "global_minmax")
-FIRST_MOVE = (0, 42, "r0", "r1")      # r0 owns 0:84 in test_sharded's map
-SECOND_MOVE = (170, 212, "r2", "r3")  # r2 owns 170:255; r3 is added
+# (LOW, HIGH, SOURCE, TARGET); test_sharded's map gives 0:84 to r0, 85:169 to r1 and
+# 170:255 to r2. Two moves between those three, then one to r3, added before it.
+FIRST_MOVE = (0, 42, "r0", "r1")
+SECOND_MOVE = (85, 127, "r1", "r2")
+THIRD_MOVE = (170, 212, "r2", "r3")
+MOVES = (FIRST_MOVE, SECOND_MOVE, THIRD_MOVE)
+# The slot map afterwards, as GetTopology's ranges.
+FINAL_RANGES = [(0, 42, "r1"), (43, 84, "r0"), (85, 127, "r2"), (128, 169, "r1"),
+                (170, 212, "r3"), (213, 255, "r2")]
 STEP = 2000  # acknowledged observations (all clients) awaited after each phase
 PHASE_TIMEOUT = 120  # seconds: the deadline of each wait for progress
 
@@ -177,7 +190,7 @@ def replayed(acknowledged: dict[int, list[int]]) -> dict[str, tuple]:
 
 def reshard(cluster: Cluster, move: tuple[int, int, str, str], *flags: str) -> dict:
     """qparams-cli reshard of `move` (LOW, HIGH, SOURCE, TARGET) through HAProxy; its
-    result."""
+    result, with its steps (stderr) under "log"."""
     low, high, source, destination = move
     run = cli(f"--target=unix:{cluster.haproxy.socket}", "--timeout=60s", "reshard",
               f"{low}:{high}", source, destination, *flags)
@@ -185,7 +198,41 @@ def reshard(cluster: Cluster, move: tuple[int, int, str, str], *flags: str) -> d
     result = json.loads(run.stdout)
     print(f"soak: reshard {low}:{high} {source} {destination} {' '.join(flags)}: "
           f"{json.dumps({k: v for k, v in result.items() if k != 'next_map'})}")
+    result["log"] = run.stderr
     return result
+
+
+def copy_half(cluster: Cluster, move: tuple[int, int, str, str]) -> int:
+    """The first steps of `move` as reshard takes them (docs/sharding.md, "Moving
+    slots online"): the target importing, the source migrating (frozen), the target's
+    old copies dropped, then the copy cut in the middle: of the source's records only
+    the first half is imported (one ImportSessions message, journaled and synced when
+    the call returns), as a command that died there leaves it. reshard has no pause
+    inside its copy, so the test takes these steps itself, each call addressed to its
+    replica through HAProxy. Returns how many records the whole copy has."""
+    low, high, source, destination = move
+    with grpc.insecure_channel(f"unix:{cluster.haproxy.socket}") as channel:
+        stub = pb_grpc.QParamsServiceStub(channel)
+
+        def at(replica: str) -> dict:
+            """A call's options: addressed to `replica` (HAProxy routes on it)."""
+            return {"metadata": (("x-qparams-replica", replica),), "timeout": 30}
+
+        stub.SetSlotState(pb.SetSlotStateRequest(move=pb.SlotMove(
+            low=low, high=high, state=pb.SlotMove.IMPORTING, peer=source)), **at(destination))
+        stub.SetSlotState(pb.SetSlotStateRequest(move=pb.SlotMove(
+            low=low, high=high, state=pb.SlotMove.MIGRATING, peer=destination)), **at(source))
+        dropped = stub.DropSlots(pb.DropSlotsRequest(low=low, high=high), **at(destination))
+        assert (dropped.sessions, dropped.groups) == (0, 0), dropped
+        records = [r for batch in stub.ReadSlotRecords(
+            pb.ReadSlotRecordsRequest(low=low, high=high), **at(source)) for r in batch.records]
+        assert len(records) >= 2, records
+        half = records[:len(records) // 2]
+        imported = stub.ImportSessions(iter([pb.SlotRecords(records=half)]), **at(destination))
+        assert (imported.sessions, imported.groups) == (len(half), 0), imported
+    print(f"soak: {low}:{high} {source} -> {destination}: {len(half)} of {len(records)} "
+          "records imported")
+    return len(records)
 
 
 def restart(cluster: Cluster, replica: str) -> None:
@@ -208,13 +255,13 @@ def check(cluster: Cluster, clients: Clients) -> None:
     assert all(len(indices) > 10 for indices in acknowledged.values()), \
         {SESSIONS[s]: len(i) for s, i in acknowledged.items()}
     assert all(i == list(range(len(i))) for i in acknowledged.values())
-    moved = [n for n in SESSIONS if in_range(n, *FIRST_MOVE[:2]) or in_range(n, *SECOND_MOVE[:2])]
-    assert len(moved) >= 10, moved
+    for low, high, _, _ in MOVES:
+        moved = [n for n in SESSIONS if in_range(n, low, high)]
+        assert len(moved) >= 5, (low, high, moved)
     with qparams.Client(f"unix:{cluster.haproxy.socket}") as client:
         ranges = [(r.low, r.high, r.replica) for r in client.topology().ranges]
         got = state(client)
-    assert ranges == [(0, 42, "r1"), (43, 84, "r0"), (85, 169, "r1"), (170, 212, "r3"),
-                      (213, 255, "r2")], ranges
+    assert ranges == FINAL_RANGES, ranges
     entries = [line.split()[1:] for line in
                cluster.haproxy.command(f"show map {cluster.slot_map}").splitlines() if line]
     assert entries == [[f"{low}:{high}", replica] for low, high, replica in ranges], entries
@@ -229,10 +276,12 @@ def test_soak_moves_and_a_new_replica(soak: tuple[Cluster, Clients]) -> None:
     clients.progress("before the moves")
     assert reshard(cluster, FIRST_MOVE, admin)["outcome"] == "done"
     clients.progress("after the first move")
-    add_r3(cluster)
-    clients.progress("with r3 added")
     assert reshard(cluster, SECOND_MOVE, admin)["outcome"] == "done"
     clients.progress("after the second move")
+    add_r3(cluster)
+    clients.progress("with r3 added")
+    assert reshard(cluster, THIRD_MOVE, admin)["outcome"] == "done"
+    clients.progress("after the third move")
     check(cluster, clients)
 
 
@@ -240,16 +289,30 @@ def test_soak_moves_resumed_after_sigkill(soak: tuple[Cluster, Clients]) -> None
     cluster, clients = soak
     admin = f"--haproxy_admin={cluster.haproxy.admin}"
     clients.progress("before the moves")
-    # The source dies in the middle of the move (copied, frozen, not switched).
+    # The source dies in the middle of the first move (copied, frozen, not switched).
     assert reshard(cluster, FIRST_MOVE, "--stop_before_switch")["outcome"] == "awaiting_switch"
     restart(cluster, FIRST_MOVE[2])
     assert reshard(cluster, FIRST_MOVE, "--resume", admin)["outcome"] == "done"
     clients.progress("after the first move")
+    # The target dies in the middle of the second move's copy: restarted, it has the
+    # half it journaled (and serves none of it); the resumed copy replaces it.
+    records = copy_half(cluster, SECOND_MOVE)
+    restart(cluster, SECOND_MOVE[3])
+    moving = next(n for n in SESSIONS if in_range(n, *SECOND_MOVE[:2]))
+    with qparams.Client(cluster.replicas["r2"].target, replica="r2") as r2:
+        with pytest.raises(qparams.FailedPrecondition) as refused:
+            r2.get_session(moving)
+        assert refused.value.owner == "r1"
+    resumed = reshard(cluster, SECOND_MOVE, "--resume", admin)
+    assert (resumed["outcome"], resumed["sessions_copied"]) == ("done", records), resumed
+    assert f"dropped {records // 2} session(s) and 0 group(s) left by an earlier copy" \
+        in resumed["log"], resumed["log"]
+    clients.progress("after the second move")
     add_r3(cluster)
     clients.progress("with r3 added")
-    # The target dies in the middle of the second move.
-    assert reshard(cluster, SECOND_MOVE, "--stop_before_switch")["outcome"] == "awaiting_switch"
-    restart(cluster, SECOND_MOVE[3])
-    assert reshard(cluster, SECOND_MOVE, "--resume", admin)["outcome"] == "done"
-    clients.progress("after the second move")
+    # The target dies in the middle of the third move (copied, frozen, not switched).
+    assert reshard(cluster, THIRD_MOVE, "--stop_before_switch")["outcome"] == "awaiting_switch"
+    restart(cluster, THIRD_MOVE[3])
+    assert reshard(cluster, THIRD_MOVE, "--resume", admin)["outcome"] == "done"
+    clients.progress("after the third move")
     check(cluster, clients)
