@@ -250,7 +250,8 @@ def test_move_resumes_after_sigkill_of_source_and_target(pair: Pair) -> None:
     assert pair.reshard("--stop_before_switch")["outcome"] == "awaiting_switch"
     # The source dies: restarted, its slots are still frozen, and the copy runs again.
     pair.restart("r0", "old.map", signal.SIGKILL)
-    with qparams.Client(pair.servers["r0"].target) as c:
+    # retry_total=0: the refusal itself, not 30 s of the client's retries of it.
+    with qparams.Client(pair.servers["r0"].target, retry_total=0) as c:
         with pytest.raises(qparams.Unavailable, match="is moving to r1; retry"):
             c.observe(names[0], tensor(99))
     again = pair.reshard("--resume", "--stop_before_switch")
