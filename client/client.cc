@@ -274,7 +274,7 @@ Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOption
                                                   : absl::StrCat("Bearer ", options.bearer_token)),
       stub_(v1::QParamsService::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)),
-      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return ReadTopology(); })),
+      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return ReadTopology(router_->replica()); })),
       idempotency_keys_(options.idempotency_keys),
       retry_total_(options.retry_total),
       retry_initial_backoff_(options.retry_initial_backoff),
@@ -353,6 +353,25 @@ class GrpcSessionStream final : public SessionStream {
   std::unique_ptr<grpc::ClientReader<v1::Session>> reader_;
 };
 
+// Reads the rest of a call's server stream through `each`, then finishes the call:
+// `each`'s error (which cancels the call), else the call's status.
+template <typename Response, typename Stream>
+absl::Status Drain(grpc::ClientContext& context, Stream& stream,
+                   const std::function<absl::Status(const Response&)>& each) {
+  Response response;
+  absl::Status stopped;
+  while (stream.Read(&response)) {
+    stopped = each(response);
+    if (!stopped.ok()) {
+      context.TryCancel();
+      break;
+    }
+  }
+  const grpc::Status finished = stream.Finish();
+  if (!stopped.ok()) return stopped;
+  return wire::FromGrpcStatus(finished);
+}
+
 // Reads a server stream to its end through `each`; `each`'s error cancels the call.
 template <typename Response, typename Request, typename Start>
 absl::Status ReadStream(Start start, const Request& request, absl::Duration timeout,
@@ -362,18 +381,7 @@ absl::Status ReadStream(Start start, const Request& request, absl::Duration time
   Prepare(context, timeout, authorization);
   ReplicaRouter::AddHeaders(context, /*session=*/"", replica);
   std::unique_ptr<grpc::ClientReader<Response>> reader = start(&context, request);
-  Response response;
-  absl::Status stopped;
-  while (reader->Read(&response)) {
-    stopped = each(response);
-    if (!stopped.ok()) {
-      context.TryCancel();
-      break;
-    }
-  }
-  const grpc::Status finished = reader->Finish();
-  if (!stopped.ok()) return stopped;
-  return wire::FromGrpcStatus(finished);
+  return Drain<Response>(context, *reader, each);
 }
 
 }  // namespace
@@ -444,7 +452,7 @@ absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
       render_context.TryCancel();
       render->Finish();
       if (absl::IsUnavailable(read) || absl::IsDeadlineExceeded(read)) {
-        return absl::Status(read.code(), absl::StrCat("replica ", replica, ": ", read.message()));
+        return FromReplica(replica, read);
       }
       return read;
     }
@@ -464,18 +472,9 @@ absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
     }
     render->WritesDone();
   }
-  v1::ExportChunk chunk;
-  absl::Status stopped;
-  while (render->Read(&chunk)) {
-    stopped = each(chunk.data());
-    if (!stopped.ok()) {
-      render_context.TryCancel();
-      break;
-    }
-  }
-  const grpc::Status finished = render->Finish();
-  if (!stopped.ok()) return stopped;
-  return wire::FromGrpcStatus(finished);
+  return Drain<v1::ExportChunk>(render_context, *render, [&each](const v1::ExportChunk& chunk) {
+    return each(chunk.data());
+  });
 }
 
 absl::StatusOr<int64_t> Client::CommonEpoch(const std::vector<std::string>& replicas) {
@@ -483,13 +482,8 @@ absl::StatusOr<int64_t> Client::CommonEpoch(const std::vector<std::string>& repl
   int64_t epoch = -1;
   bool differ = false;
   for (const std::string& replica : replicas) {
-    absl::StatusOr<v1::Topology> topology =
-        Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
-              authorization_, /*session=*/"", replica);
-    if (!topology.ok()) {
-      return absl::Status(topology.status().code(),
-                          absl::StrCat("replica ", replica, ": ", topology.status().message()));
-    }
+    absl::StatusOr<v1::Topology> topology = ReadTopology(replica);
+    if (!topology.ok()) return FromReplica(replica, topology.status());
     router_->Offer(*topology);  // the newest map routes the next attempt
     seen.push_back(absl::StrCat(replica, " epoch ", topology->epoch()));
     differ |= epoch >= 0 && topology->epoch() != epoch;
@@ -504,14 +498,14 @@ absl::StatusOr<int64_t> Client::CommonEpoch(const std::vector<std::string>& repl
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopology() {
-  absl::StatusOr<v1::Topology> topology = ReadTopology();
+  absl::StatusOr<v1::Topology> topology = ReadTopology(router_->replica());
   if (topology.ok()) router_->Offer(*topology);
   return topology;
 }
 
-absl::StatusOr<v1::Topology> Client::ReadTopology() {
+absl::StatusOr<v1::Topology> Client::ReadTopology(const std::string& replica) {
   return Unary(*stub_, &v1::QParamsService::Stub::GetTopology, v1::GetTopologyRequest(), timeout_,
-               authorization_, /*session=*/"", router_->replica());
+               authorization_, /*session=*/"", replica);
 }
 
 absl::StatusOr<v1::Topology> Client::SetSlotMap(const std::string& map_text) {

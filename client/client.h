@@ -329,8 +329,9 @@ class Client {
  private:
   Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options);
 
-  // GetTopology for the router (which holds its lock while it reads).
-  absl::StatusOr<v1::Topology> ReadTopology();
+  // GetTopology addressed to `replica` ("" = unaddressed), not offered to the router:
+  // the router's own read (under its lock) and CommonEpoch's.
+  absl::StatusOr<v1::Topology> ReadTopology(const std::string& replica);
   // ObserveStream over one stream, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStreamTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);

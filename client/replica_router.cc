@@ -11,12 +11,12 @@
 #include "common/slot_map.h"
 
 namespace qparams {
-namespace {
 
-// `status` of a call to one replica of a split call, its message naming the replica.
 absl::Status FromReplica(const std::string& replica, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("replica ", replica, ": ", status.message()));
 }
+
+namespace {
 
 std::vector<const v1::ObserveRequest*> Pointers(const std::vector<v1::ObserveRequest>& requests) {
   std::vector<const v1::ObserveRequest*> pointers;

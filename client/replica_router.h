@@ -30,6 +30,10 @@ namespace qparams {
 
 class SlotMap;
 
+// `status` of a call to one replica of several, its message naming the replica
+// ("replica r1: ...").
+absl::Status FromReplica(const std::string& replica, const absl::Status& status);
+
 // One replica's ReadSessions stream, opened by the Client for the router to read.
 class SessionStream {
  public:
