@@ -421,6 +421,18 @@ std::string NameWhere(const std::string& prefix, const std::function<bool(int)>&
   }
 }
 
+// CreateSession of a global_minmax session `name` on the server at `address`: its code.
+grpc::StatusCode CreateMinMax(const std::string& address, const std::string& name) {
+  auto stub =
+      v1::QParamsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::CreateSessionRequest request;
+  request.set_name(name);
+  request.set_calculator("global_minmax");
+  v1::Session session;
+  return stub->CreateSession(&context, request, &session).error_code();
+}
+
 TEST(ServerBinary, ServesPrometheusMetricsOfCallsSessionsStorageAndSlots) {
   char pattern[] = "/tmp/qparams-metrics-XXXXXX";
   ASSERT_NE(mkdtemp(pattern), nullptr);
@@ -443,14 +455,7 @@ TEST(ServerBinary, ServesPrometheusMetricsOfCallsSessionsStorageAndSlots) {
   const std::string mine = NameWhere("mine", [](int slot) { return slot <= 99; });
   const std::string theirs = NameWhere("theirs", [](int slot) { return slot >= 100; });
   const std::string missing = NameWhere("missing", [](int slot) { return slot <= 99; });
-  auto create = [&](const std::string& name) {
-    grpc::ClientContext context;
-    v1::CreateSessionRequest request;
-    request.set_name(name);
-    request.set_calculator("global_minmax");
-    v1::Session session;
-    return stub->CreateSession(&context, request, &session).error_code();
-  };
+  auto create = [&](const std::string& name) { return CreateMinMax(address, name); };
   auto observe = [&](const std::string& name) {
     grpc::ClientContext context;
     v1::ObserveRequest request;
@@ -517,23 +522,13 @@ TEST(ServerBinary, SighupReloadsTheSlotMapUnderTheEpochRule) {
                                           "--data_dir=" + dir + "/data", "--replica_id=r0",
                                           "--slot_map=" + map_path};
   const std::string moving = NameWhere("moving", [](int slot) { return slot >= 100 && slot < 200; });
-  auto create = [](const std::string& address, const std::string& name) {
-    auto stub = v1::QParamsService::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-    grpc::ClientContext context;
-    v1::CreateSessionRequest request;
-    request.set_name(name);
-    request.set_calculator("global_minmax");
-    v1::Session session;
-    return stub->CreateSession(&context, request, &session).error_code();
-  };
   {
     ServerProcess server(flags);
     ASSERT_TRUE(server.started());
     const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
     const std::string metrics =
         MetricsAddressFrom(server.WaitForLine("serving metrics on http://"));
-    EXPECT_EQ(create(address, moving), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(CreateMinMax(address, moving), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_TRUE(HasLine(Get(metrics, "/metrics").body, "qparams_slot_map_epoch 1"));
 
     write_map("# epoch 2\n0:199 r0\n200:255 r1\n");
@@ -542,7 +537,7 @@ TEST(ServerBinary, SighupReloadsTheSlotMapUnderTheEpochRule) {
                                   "100:199 r1->r0; replica r0 owns 200 slot(s)"))
         << server.log_text();
     EXPECT_NE(server.WaitForLine("received SIGHUP: slot map"), "");
-    EXPECT_EQ(create(address, moving), grpc::StatusCode::OK);
+    EXPECT_EQ(CreateMinMax(address, moving), grpc::StatusCode::OK);
     const std::string text = Get(metrics, "/metrics").body;
     EXPECT_TRUE(HasLine(text, "qparams_owned_slots 200")) << text;
     EXPECT_TRUE(HasLine(text, "qparams_slot_map_epoch 2")) << text;
@@ -556,7 +551,7 @@ TEST(ServerBinary, SighupReloadsTheSlotMapUnderTheEpochRule) {
     server.Signal(SIGHUP);
     EXPECT_TRUE(absl::StrContains(server.WaitForLine("not taken"), "no line gives slot 100"))
         << server.log_text();
-    EXPECT_EQ(create(address, NameWhere("still", [](int slot) { return slot >= 100 && slot < 200; })),
+    EXPECT_EQ(CreateMinMax(address, NameWhere("still", [](int slot) { return slot >= 100 && slot < 200; })),
               grpc::StatusCode::OK);
     EXPECT_EQ(server.Stop(SIGTERM), 0);
   }
@@ -583,7 +578,7 @@ TEST(ServerBinary, SighupReloadsTheSlotMapUnderTheEpochRule) {
     ASSERT_TRUE(server.started());
     EXPECT_NE(server.WaitForLine("replica r9 owns no slot"), "") << server.log_text();
     const std::string address = AddressFrom(server.WaitForLine("listening on 127.0.0.1:"));
-    EXPECT_EQ(create(address, moving), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(CreateMinMax(address, moving), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_EQ(server.Stop(SIGTERM), 0);
   }
   std::filesystem::remove_all(dir);
