@@ -1,8 +1,9 @@
-"""What several Python test files share: bit patterns to compare qparams exactly, and
-the small model the observer tests quantize."""
+"""What several Python test files share: bit patterns to compare qparams exactly, the
+small model the observer tests quantize, and a session's slot for the sharded tests."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,12 @@ def f32_bits(x: Any) -> list[int] | None:
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
     return np.asarray(x, np.float64).astype(np.float32).view(np.uint32).ravel().tolist()
+
+
+def slot(name: str) -> int:
+    """The slot of a session name without hash tags, crc32(name) mod 256, computed here
+    apart from the client's and the server's routing, which the tests check."""
+    return zlib.crc32(name.encode()) % 256
 
 
 class Net(nn.Module):

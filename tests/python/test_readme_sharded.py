@@ -25,14 +25,13 @@ import pathlib
 import re
 import shlex
 import subprocess
-import zlib
 
 import grpc
 import numpy as np
-import pytest
 
 import qparams
 from conftest import REPO, start_local_server
+from helpers import slot
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
 from test_docs import blocks, cli_path, commands, normalised
@@ -42,11 +41,6 @@ README = REPO / "README.md"
 # The ranges the README's blocks move, each to hold sessions of its own.
 MOVED_RANGES = [(0, 20), (21, 40), (85, 105), (170, 190)]
 STAYING_RANGES = [(41, 84), (106, 169), (191, 255)]
-
-
-def slot(name: str) -> int:
-    """The session's slot (no hash tags among the names here)."""
-    return zlib.crc32(name.encode()) % 256
 
 
 def session_names() -> list[str]:

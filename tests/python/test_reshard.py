@@ -23,7 +23,6 @@ import signal
 import subprocess
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -31,16 +30,13 @@ import pytest
 
 import qparams
 from conftest import REPO, start_local_server
+from helpers import slot
 from qparams.testing import LocalServer
 
 MAP = "0:127 r0\n128:255 r1\n"
 MOVED = "# epoch 1\n0:63 r1\n64:127 r0\n128:255 r1\n"
 LOW, HIGH = 0, 63
 TIMEOUT = 30  # seconds: the deadline of every wait below
-
-
-def slot(name: str) -> int:
-    return zlib.crc32(name.encode()) % 256
 
 
 def names_in_range(count: int) -> list[str]:

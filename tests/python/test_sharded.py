@@ -35,7 +35,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import zlib
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -44,6 +43,7 @@ import pytest
 
 import qparams
 from conftest import REPO, start_local_server
+from helpers import slot
 from qparams.testing import LocalServer
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
@@ -59,13 +59,12 @@ METRICS_LINE = re.compile(r"serving metrics on http://127\.0\.0\.1:(\d+)/metrics
 
 
 def owner_of(name: str) -> str:
-    slot = zlib.crc32(name.encode()) % 256
     for line in SLOT_MAP.splitlines():
         span, replica = line.split()
         low, high = map(int, span.split(":"))
-        if low <= slot <= high:
+        if low <= slot(name) <= high:
             return replica
-    raise AssertionError(f"slot {slot} of {name} is in no range")
+    raise AssertionError(f"slot {slot(name)} of {name} is in no range")
 
 
 def wait_for(what: str, condition: Callable[[], bool], timeout: float = TIMEOUT) -> None:
@@ -269,7 +268,7 @@ def test_sharded_replicas_behind_haproxy(cluster: Cluster) -> None:
         assert tuple(topology.replicas) == REPLICAS
         by_slot = {s: r.replica for r in topology.ranges for s in range(r.low, r.high + 1)}
         assert len(by_slot) == topology.slot_count == 256
-        assert all(by_slot[zlib.crc32(n.encode()) % 256] == o for n, o in owners.items())
+        assert all(by_slot[slot(n)] == o for n, o in owners.items())
 
         # Each replica holds exactly the sessions it owns.
         for replica, server in cluster.replicas.items():
@@ -826,7 +825,7 @@ def test_reshard_gives_haproxy_the_new_map(cluster: Cluster) -> None:
         assert all(owners[s] == source for s in range(low, high + 1)), owners
         destination = "r1" if source != "r1" else "r0"
         names = [n for n in (f"reshard/s{i}" for i in range(2000))
-                 if low <= zlib.crc32(n.encode()) % 256 <= high][:3]
+                 if low <= slot(n) <= high][:3]
         for i, name in enumerate(names):
             client.create_session(name, dtype="int8", calculator="global_minmax",
                                   target="weight")

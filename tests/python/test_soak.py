@@ -26,7 +26,6 @@ import multiprocessing
 import multiprocessing.synchronize
 import os
 import pathlib
-import zlib
 from collections.abc import Iterator
 
 import grpc
@@ -35,6 +34,7 @@ import pytest
 
 import qparams
 from conftest import start_local_server
+from helpers import slot
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
 from test_sharded import Cluster, cli, wait_for
@@ -67,7 +67,7 @@ def tensor(session: int, index: int) -> np.ndarray:
 
 def in_range(name: str, low: int, high: int) -> bool:
     """Whether the session `name`'s slot is in low:high."""
-    return low <= zlib.crc32(name.encode()) % 256 <= high
+    return low <= slot(name) <= high
 
 
 def observe_forever(target: str, mine: list[int], acks: str,
