@@ -19,6 +19,20 @@ using google::protobuf::RepeatedField;
 
 std::string Float(double value) { return absl::StrFormat("%.9g", value); }  // a float round-trips
 
+// A spread value in a table or on the page: "inf" for an infinite one, "-" when unset.
+std::string Float(const std::optional<float>& value) {
+  return value.has_value() ? Float(*value) : "-";
+}
+
+// A spread value in JSON: infinities as protobuf's JSON mapping writes them (JSON has no
+// number for them), null when unset.
+template <typename T>
+std::string JsonNumber(const std::optional<T>& value) {
+  if (!value.has_value()) return "null";
+  if (std::isinf(*value)) return *value > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  return Float(*value);
+}
+
 // Names are [a-zA-Z0-9._/-] on the server, but the page does not rely on it.
 std::string Html(absl::string_view text) {
   std::string escaped;
@@ -103,6 +117,12 @@ std::vector<std::string> TableHeader() {
 
 std::string Ratio(const ScaleSpread& spread) {
   return spread.max_over_min.has_value() ? Float(*spread.max_over_min) : "-";
+}
+
+// The spread's cells: SCALES, SCALE_MIN, SCALE_MEDIAN, SCALE_MAX, MAX/MIN.
+std::vector<std::string> SpreadCells(const ScaleSpread& spread) {
+  return {absl::StrCat(spread.count), Float(spread.min), Float(spread.median), Float(spread.max),
+          Ratio(spread)};
 }
 
 // ---------------------------------------------------------------- plots
@@ -480,20 +500,21 @@ std::optional<ScaleSpread> SpreadOf(const v1::Session& session) {
   if (scales.empty()) return std::nullopt;
   ScaleSpread spread;
   spread.count = scales.size();
-  std::vector<float> finite;
-  finite.reserve(scales.size());
+  std::vector<float> ordered;  // every scale but NaN
+  ordered.reserve(scales.size());
   for (const float s : scales) {
-    if (std::isfinite(s)) finite.push_back(s);
+    if (!std::isnan(s)) ordered.push_back(s);
   }
-  if (finite.empty()) return spread;
-  const auto [min, max] = std::minmax_element(finite.begin(), finite.end());
+  spread.nan = spread.count - static_cast<int64_t>(ordered.size());
+  if (ordered.empty()) return spread;
+  const auto [min, max] = std::minmax_element(ordered.begin(), ordered.end());
   spread.min = *min;
   spread.max = *max;
-  const auto middle = finite.begin() + static_cast<std::ptrdiff_t>((finite.size() - 1) / 2);
-  std::nth_element(finite.begin(), middle, finite.end());  // linear, not a sort
+  const auto middle = ordered.begin() + static_cast<std::ptrdiff_t>((ordered.size() - 1) / 2);
+  std::nth_element(ordered.begin(), middle, ordered.end());  // linear, not a sort
   spread.median = *middle;
-  if (spread.min != 0) {
-    spread.max_over_min = static_cast<double>(spread.max) / static_cast<double>(spread.min);
+  if (*spread.min != 0 && std::isfinite(*spread.min)) {
+    spread.max_over_min = static_cast<double>(*spread.max) / static_cast<double>(*spread.min);
   }
   return spread;
 }
@@ -552,8 +573,8 @@ void CoverageReport::Add(const v1::Session& session, const v1::HistogramObservat
                                     "true",
                                     absl::StrCat(non_finite)};
     if (spread.has_value()) {
-      row.insert(row.end(), {absl::StrCat(spread->count), Float(spread->min), Float(spread->median),
-                             Float(spread->max), Ratio(*spread)});
+      const std::vector<std::string> cells = SpreadCells(*spread);
+      row.insert(row.end(), cells.begin(), cells.end());
     } else {
       row.insert(row.end(), 5, "-");
     }
@@ -566,11 +587,11 @@ void CoverageReport::AddJson(const v1::Session& session, const std::optional<Sca
                              int64_t non_finite) {
   std::string scales = "null";
   if (spread.has_value()) {
-    scales =
-        absl::StrCat("{\"count\": ", spread->count, ", \"min\": ", Float(spread->min),
-                     ", \"median\": ", Float(spread->median), ", \"max\": ", Float(spread->max),
-                     ", \"max_over_min\": ",
-                     spread->max_over_min.has_value() ? Float(*spread->max_over_min) : "null", "}");
+    scales = absl::StrCat("{\"count\": ", spread->count, ", \"nan\": ", spread->nan,
+                          ", \"min\": ", JsonNumber(spread->min),
+                          ", \"median\": ", JsonNumber(spread->median),
+                          ", \"max\": ", JsonNumber(spread->max),
+                          ", \"max_over_min\": ", JsonNumber(spread->max_over_min), "}");
   }
   out_ << (sessions_ == 0 ? "\n  " : ",\n  ") << "{\"name\": " << JsonString(session.name())
        << ", \"calculator\": " << JsonString(session.calculator())
@@ -599,6 +620,7 @@ void CoverageReport::AddPlot(const v1::Session& session, const v1::HistogramObse
     absl::StrAppend(&meta, "<br>scales: count ", spread->count, ", min ", Float(spread->min),
                     ", median ", Float(spread->median), ", max ", Float(spread->max), ", max/min ",
                     Ratio(*spread));
+    if (spread->nan > 0) absl::StrAppend(&meta, ", NaN ", spread->nan, " (left out)");
   }
   if (session.has_calibration()) {
     const v1::CalibrationResult& c = session.calibration();

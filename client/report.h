@@ -37,21 +37,25 @@ inline constexpr int kMaxPlotPoints = 512;
 inline constexpr int kMaxHistogramColumns = 256;
 
 // What the report says about non_finite, in every format. The count is honest rather
-// than assumed: today it can only be 0.
+// than assumed: finite data can still overflow (a range wider than float32's largest
+// value gives an infinite scale).
 inline constexpr absl::string_view kNonFiniteNote =
     "non_finite counts the NaN and infinite values among a session's scales, minvals and "
     "running ranges: the server refuses non-finite inputs (INVALID_ARGUMENT), so a session "
     "never holds one from its data, and a count above 0 would come from the computation "
     "itself";
 
-// The spread of a session's scales.
+// The spread of a session's scales. An infinite scale is a value of the spread (inf),
+// never left out: a summary of the finite ones alone would hide it, and one of 0s would
+// be false. NaN has no order, so it is counted apart.
 struct ScaleSpread {
   int64_t count = 0;  // scales, finite or not
-  // Over the finite scales; all 0 when there is none.
-  float min = 0;
-  float median = 0;  // the lower middle value for an even count, so one of the scales
-  float max = 0;
-  std::optional<double> max_over_min;  // unset when min is 0
+  int64_t nan = 0;    // NaN scales: left out of min, median and max
+  // Over the scales that are not NaN, infinities included; unset when every scale is NaN.
+  std::optional<float> min;
+  std::optional<float> median;  // the lower middle value for an even count, so one of the scales
+  std::optional<float> max;
+  std::optional<double> max_over_min;  // unset when min is unset, 0 or infinite
 };
 
 // The spread of `session`'s scales; unset for a session without any (uninitialized).

@@ -446,10 +446,11 @@ TEST(CoverageReport, SpreadAndNonFiniteCounts) {
   const std::optional<report::ScaleSpread> spread = report::SpreadOf(s);
   ASSERT_TRUE(spread.has_value());
   EXPECT_EQ(spread->count, 6);
-  EXPECT_EQ(spread->min, 0.5f);  // over the finite ones
-  EXPECT_EQ(spread->median, 1);  // the lower middle of 0.5, 1, 2, 4
-  EXPECT_EQ(spread->max, 4);
-  EXPECT_EQ(spread->max_over_min, 8);
+  EXPECT_EQ(spread->nan, 1);       // left out of the order
+  EXPECT_EQ(spread->min, 0.5f);    // over 0.5, 1, 2, 4, inf
+  EXPECT_EQ(spread->median, 2);    // their middle
+  EXPECT_EQ(spread->max, inf);     // shown, not left out
+  EXPECT_EQ(spread->max_over_min, std::numeric_limits<double>::infinity());
   // Scale and minval (-v * 128) each hold a NaN and an infinity.
   EXPECT_EQ(report::NonFiniteCount(s), 4);
   // Still valid JSON, the count in it.
@@ -475,6 +476,54 @@ TEST(CoverageReport, SpreadAndNonFiniteCounts) {
   EXPECT_TRUE(absl::StrContains(
       Render({MakeSession("z", "static", "per_channel:0", {0, 1})}, Format::kJson),
       "\"max_over_min\": null"));
+}
+
+// A session whose scale overflowed (a range wider than float32's largest value) is
+// summarized as inf in every format, never as 0; one whose scales are all NaN has no
+// spread values. The JSON stays valid: infinities as protobuf's JSON mapping writes them.
+TEST(CoverageReport, InfiniteScalesShowAsInfNotZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<v1::Session> sessions = {
+      MakeSession("inf/all", "global_minmax", "per_tensor", {inf}),
+      MakeSession("inf/nan", "static", "per_tensor", {nan}),
+      MakeSession("inf/some", "static", "per_channel:0", {inf, 0.5f, inf})};
+
+  const std::string table = Render(sessions, Format::kTable);
+  const std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 6u) << table;
+  auto spread_cells = [](absl::string_view line) {
+    const std::vector<absl::string_view> cells = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    return std::vector<std::string>(cells.end() - 5, cells.end());
+  };
+  EXPECT_EQ(spread_cells(lines[1]), (std::vector<std::string>{"1", "inf", "inf", "inf", "-"}));
+  EXPECT_EQ(spread_cells(lines[2]), (std::vector<std::string>{"1", "-", "-", "-", "-"}));
+  EXPECT_EQ(spread_cells(lines[3]), (std::vector<std::string>{"3", "0.5", "inf", "inf", "inf"}));
+
+  const Struct doc = ParseJson(Render(sessions, Format::kJson));
+  const auto& rows = doc.fields().at("sessions").list_value().values();
+  ASSERT_EQ(rows.size(), 3);
+  auto scales = [&rows](int i) -> const google::protobuf::Map<std::string, Value>& {
+    return rows[i].struct_value().fields().at("scales").struct_value().fields();
+  };
+  EXPECT_EQ(scales(0).at("min").string_value(), "Infinity");
+  EXPECT_EQ(scales(0).at("median").string_value(), "Infinity");
+  EXPECT_EQ(scales(0).at("max").string_value(), "Infinity");
+  EXPECT_EQ(scales(0).at("max_over_min").kind_case(), Value::kNullValue);
+  EXPECT_EQ(scales(0).at("nan").number_value(), 0);
+  EXPECT_EQ(scales(1).at("nan").number_value(), 1);
+  EXPECT_EQ(scales(1).at("min").kind_case(), Value::kNullValue);
+  EXPECT_EQ(scales(1).at("max").kind_case(), Value::kNullValue);
+  EXPECT_EQ(scales(2).at("min").number_value(), 0.5);
+  EXPECT_EQ(scales(2).at("max").string_value(), "Infinity");
+  EXPECT_EQ(scales(2).at("max_over_min").string_value(), "Infinity");
+
+  std::string page;
+  Render(sessions, Format::kJson, &page);
+  EXPECT_TRUE(absl::StrContains(page, "scales: count 1, min inf, median inf, max inf, max/min -"))
+      << page;
+  EXPECT_TRUE(absl::StrContains(page, "scales: count 1, min -, median -, max -, max/min -, NaN 1"))
+      << page;
 }
 
 TEST(CoverageReport, SpecSummary) {
@@ -642,6 +691,33 @@ TEST_F(ReportCommand, PlotsHistogramSessionsWithTheirMarkers) {
       absl::StrCat("calibration: amax ", absl::StrFormat("%.9g", session.calibration().amax()),
                    ", bin_index ", session.calibration().bin_index())));
   EXPECT_TRUE(absl::StrContains(page, "<td class=\"name\">hist/unobserved</td>"));
+}
+
+// A range wider than float32's largest value overflows the scale to inf on the server;
+// the report says so rather than 0.
+TEST_F(ReportCommand, ASessionWhoseScaleOverflowedShowsInf) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server_->address()));
+  v1::CreateSessionRequest request;
+  request.set_name("overflow/act");
+  request.set_calculator("global_minmax");
+  request.mutable_spec()->set_target(v1::ACTIVATION);
+  request.mutable_spec()->set_qscheme(v1::ASYMMETRIC);
+  ASSERT_OK(client->CreateSession(request));
+  ASSERT_OK(client->Observe("overflow/act", Vec({-3e38, 3e38}).view()));
+
+  cli::Options options;
+  options.prefix = "overflow/";
+  options.format = "table";
+  const Result r = Run(options);
+  ASSERT_EQ(r.exit_code, cli::kExitOk) << r.err;
+  const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << r.out;
+  const std::vector<absl::string_view> cells = absl::StrSplit(lines[1], ' ', absl::SkipEmpty());
+  ASSERT_GE(cells.size(), 6u) << lines[1];
+  // NON_FINITE (the scale; its minval and running range are finite), then the spread.
+  EXPECT_EQ(std::vector<absl::string_view>(cells.end() - 6, cells.end()),
+            (std::vector<absl::string_view>{"1", "1", "inf", "inf", "inf", "-"}))
+      << r.out;
 }
 
 TEST_F(ReportCommand, AnUnwritablePageFailsNamingTheFile) {
