@@ -179,6 +179,61 @@ TEST_F(CliTest, ListPagesByName) {
 }
 
 // export writes the server's document to stdout or, whole or not at all, to -o FILE.
+// Issue 37: `"scaleE4m3": ""` was printed on every result. Every command that prints a
+// message holding QParams (or a session, a group, a histogram) in JSON, on sessions
+// without e4m3 codes, prints no scaleE4m3 field at all; an NVFP4 result prints its codes.
+TEST_F(CliTest, NoOutputHoldsAnEmptyScaleE4m3) {
+  const std::string a = Npy("e4m3_a.npy", F32({4, 8}, RandN(32, 5)));
+  const std::string b = Npy("e4m3_b.npy", F32({4, 8}, RandN(32, 6)));
+  const std::vector<std::vector<std::string>> commands = {
+      {"calculators"},
+      {"compute", a, "--calculator=dynamic"},
+      {"create", "e4m3/w", "--calculator=global_minmax", "--granularity=per_tensor"},
+      {"create", "e4m3/u", "--calculator=global_minmax", "--granularity=per_tensor"},
+      {"granularity", "e4m3/w", "per_channel:0"},
+      {"granularity", "e4m3/w", "per_tensor"},
+      {"observe", "e4m3/w", a},
+      {"observe", "e4m3/w", a, b},
+      {"observe", "e4m3/w", "--reduce-locally", b},
+      {"observe", "e4m3/u", b},
+      {"get", "e4m3/w"},
+      {"qparams", "e4m3/w"},
+      {"list", "--filter=e4m3/"},
+      {"export-mode", "e4m3/w", "on"},
+      {"export-mode", "e4m3/w", "off"},
+      {"create", "e4m3/h", "--calculator=entropy", "--quant_target=activation"},
+      {"observe", "e4m3/h", a},
+      {"observe", "e4m3/h", "--reduce-locally", b},
+      {"histogram", "e4m3/h"},
+      {"get", "e4m3/h"},
+      {"group", "create", "e4m3/g", "--members=e4m3/w,e4m3/u", "--share=union_range"},
+      {"group", "get", "e4m3/g"},
+      {"group", "qparams", "e4m3/g"},
+      {"group", "list", "--filter=e4m3/"},
+      {"report", "--prefix=e4m3/"},
+      {"group", "delete", "e4m3/g"},
+      {"delete", "e4m3/u"},
+  };
+  for (const std::vector<std::string>& command : commands) {
+    const std::string text = absl::StrJoin(command, " ");
+    const ProcessResult r = Cli(command);
+    ASSERT_EQ(r.exit_code, 0) << text << ": " << r.err;
+    EXPECT_NE(r.out, "") << text;
+    EXPECT_FALSE(absl::StrContains(r.out, "scaleE4m3")) << text << ":\n" << r.out;
+    EXPECT_FALSE(absl::StrContains(r.out, "scale_e4m3")) << text << ":\n" << r.out;
+  }
+
+  std::vector<double> values(32, 0.0);
+  values[3] = -7;
+  const std::string nvfp4 = Npy("e4m3_nvfp4.npy", F32({1, 32}, values));
+  Ok<v1::Session>({"create", "e4m3/nvfp4", "--quant_dtype=float4_e2m1fn_x2",
+                   "--scale_dtype=float8_e4m3fn", "--granularity=per_block:-1:16"});
+  const ProcessResult observed = Cli({"observe", "e4m3/nvfp4", nvfp4});
+  ASSERT_EQ(observed.exit_code, 0) << observed.err;
+  EXPECT_TRUE(absl::StrContains(observed.out, "\"scaleE4m3\": \"")) << observed.out;
+  EXPECT_FALSE(absl::StrContains(observed.out, "\"scaleE4m3\": \"\"")) << observed.out;
+}
+
 TEST_F(CliTest, ExportWritesTheDocumentToStdoutOrAFile) {
   const std::string w = Npy("xw.npy", F32({4, 8}, RandN(32, 4)));
   Ok<v1::Session>({"create", "xp/fc1.weight", "--granularity=per_channel:0"});
