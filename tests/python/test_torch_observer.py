@@ -493,6 +493,33 @@ def test_other_specs_calibrate_but_refuse_calculate_qparams(server, client, name
     assert "get_qparams()" in str(raised.value) and name in str(raised.value)
 
 
+def test_a_refused_spec_flushes_before_it_refuses(server, client, name) -> None:
+    """calculate_qparams on an NVFP4 spec flushes first, as on any spec: the queued
+    observations are applied when it raises, and a failure among them is raised before
+    the refusal (issue 37: the refusal came before the flush)."""
+    obs = RemoteObserver(server=server.target, name=name, rule="coreai_opt",
+                         dtype="float4_e2m1fn_x2", qscheme="symmetric",
+                         granularity="per_block:-1:16", target="weight",
+                         spec={"scale_dtype": "float8_e4m3fn"})
+    data = batches(4, (8, 64), seed=9)
+    for x in data:
+        obs(x)
+    with pytest.raises(ValueError, match="dtype float4_e2m1fn_x2 is not int8"):
+        obs.calculate_qparams()
+    assert obs.last_observation.done()  # flushed, not merely queued
+    assert client.get_session(name).observation_count == len(data)
+
+    bad = data[0].clone()
+    bad[0, 0] = float("nan")
+    obs(bad)
+    with pytest.raises(qparams.InvalidArgument) as raised:
+        obs.calculate_qparams()
+    assert raised.value.session == name
+    with pytest.raises(ValueError, match="torch.ao.quantization cannot convert"):
+        obs.calculate_qparams()
+    assert client.get_session(name).observation_count == len(data)
+
+
 def test_uninitialized_session_warns_and_gives_torch_defaults(server, client, name) -> None:
     obs = RemoteObserver(server=server.target, name=name, dtype=torch.qint8,
                          qscheme=torch.per_channel_symmetric, target="weight")

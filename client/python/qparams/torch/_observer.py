@@ -444,14 +444,18 @@ class RemoteObserver(UniformQuantizationObserverBase):
 
         Only int8/uint8 specs with a per-tensor or per-channel granularity and float32
         scales have this form; for the others (per_block, int4, fp8, fp4, e8m0 scales...)
-        this raises ValueError, and get_qparams() reads their qparams.
+        this flushes too, then raises ValueError, and get_qparams() reads their qparams.
 
         Raises:
-            ValueError: a spec torch.ao cannot convert.
-            QParamsError: a failure of an earlier observation, or of the read.
+            ValueError: a spec torch.ao cannot convert (after the flush).
+            QParamsError: a failure of an earlier observation (before the ValueError), or
+                of the read.
         """
         refusal = self._torch_refusal()
         if refusal:
+            # As for the specs torch.ao converts: the queued observations are applied,
+            # and a failure among them is raised, before the refusal.
+            self.flush()
             raise ValueError(
                 f"RemoteObserver {self._name!r}: torch.ao.quantization cannot convert the "
                 f"spec {_describe_spec(self._spec)}: {refusal}. The session calibrates all "
