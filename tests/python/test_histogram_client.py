@@ -1,15 +1,19 @@
 """The Python client's histogram calculators: sessions with histogram parameters, local
 histograms (qparams.local_histogram) equal to the server's bit for bit in every input
 dtype, histograms merged across parts equal to the whole, observe_histogram, get_histogram,
-the calibration beside the qparams, and the client's errors."""
+the calibration beside the qparams, and the client's errors (integers beyond their
+wire fields included)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
 import qparams
+import qparams.torch
 
 
 def data(seed: int = 0, n: int = 50_000) -> np.ndarray:
@@ -127,3 +131,47 @@ def test_errors(client, name) -> None:
     with pytest.raises(qparams.InvalidArgument):
         client.get_histogram(minmax)
     client.delete_session(minmax)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("num_bins", 2**40), ("num_bins", -2**31 - 1), ("start_bin", 2**32), ("stride", 2**31)])
+def test_integers_beyond_the_wire_name_their_field(client, name, field, value) -> None:
+    """An integer parameter an int32 field cannot hold is refused before any call,
+    naming the field and the wire's range (protobuf's own error names none); one it can
+    hold is the server's to judge, with its rule."""
+    calculator = "percentile" if field == "num_bins" else "entropy"
+    expected = (rf"^histogram\.{field} is {value}, outside the int32 range "
+                r"\[-2147483648, 2147483647\] of its wire field$")
+    with pytest.raises(ValueError, match=expected):
+        client.create_session(name, target="activation", calculator=calculator,
+                              histogram={field: value})
+    with pytest.raises(ValueError, match=expected):
+        qparams.torch.RemoteObserver(calculator=calculator, histogram={field: value},
+                                     name=name)
+    with pytest.raises(qparams.NotFound):
+        client.get_session(name)  # nothing was sent
+    with pytest.raises(qparams.InvalidArgument, match=rf"histogram\.{field} is 2147483647; "):
+        client.create_session(name, target="activation", calculator=calculator,
+                              histogram={field: 2**31 - 1})
+
+
+def test_histograms_beyond_the_wire_name_their_field(client, name) -> None:
+    """observe_histogram of a Histogram whose integers a wire field cannot hold: a
+    ValueError naming the field, before any call; the server judges the rest."""
+    client.create_session(name, target="activation", dtype="int8", calculator="entropy")
+    h = qparams.local_histogram(data(), 4096)
+    counts = h.counts.copy()
+    counts[3] = -1
+    for bad, field, wire in [
+            (dict(num_bins=2**40), "num_bins", "int32"),
+            (dict(exponent=-2**31 - 1), "exponent", "int32"),
+            (dict(zero_count=2**64), "zero_count", "uint64"),
+            (dict(nan_count=-1), "nan_count", "uint64"),
+            (dict(counts=counts), r"counts\[3\]", "uint64")]:
+        with pytest.raises(ValueError, match=rf"^histogram\.{field} is -?\d+, outside the "
+                                             rf"{wire} range .* of its wire field$"):
+            client.observe_histogram(name, dataclasses.replace(h, **bad))
+    assert client.get_session(name).observation_count == 0
+    with pytest.raises(qparams.InvalidArgument, match="num_bins"):
+        client.observe_histogram(name, dataclasses.replace(h, num_bins=2**31 - 1))
+    assert client.observe_histogram(name, h).observation_count == 1

@@ -31,6 +31,20 @@ NONFINITE_POLICIES = {"reject": pb.NONFINITE_REJECT, "ignore": pb.NONFINITE_IGNO
 
 _MIN_EXPONENT = -126
 
+#: The range of each wire integer type of the histogram messages' fields.
+_WIRE_RANGES = {"int32": (-2**31, 2**31 - 1), "uint64": (0, 2**64 - 1)}
+
+
+def _wire_int(field: str, value: int, wire: str) -> int:
+    """value, when it fits the wire type of histogram.<field>. Beyond it, protobuf would
+    raise a ValueError naming no field: this one names it. Within it, the server judges
+    the value by its own rule (histogram.md 3.2, 4)."""
+    lo, hi = _WIRE_RANGES[wire]
+    if not lo <= value <= hi:
+        raise ValueError(f"histogram.{field} is {value}, outside the {wire} range "
+                         f"[{lo}, {hi}] of its wire field")
+    return value
+
 
 def canonical_exponent(amax: float, num_bins: int) -> int:
     """The bin exponent of a histogram whose largest magnitude is amax: the smallest
@@ -150,12 +164,25 @@ class Histogram:
                          _positive_zero(lo), _positive_zero(hi))
 
     def to_proto(self) -> pb.HistogramObservation:
-        """The HistogramObservation an observation of this histogram sends."""
+        """The HistogramObservation an observation of this histogram sends.
+
+        Raises ValueError naming the field for a value its wire type cannot hold (a
+        num_bins or exponent beyond int32, a negative count or one of 2^64 or more); the
+        server judges the others."""
         h = pb.HistogramObservation(
-            num_bins=self.num_bins, exponent=self.exponent, zero_count=self.zero_count,
-            negative_count=self.negative_count, nan_count=self.nan_count,
-            posinf_count=self.posinf_count, neginf_count=self.neginf_count)
-        h.counts[:] = self.counts.tolist()
+            num_bins=_wire_int("num_bins", self.num_bins, "int32"),
+            exponent=_wire_int("exponent", self.exponent, "int32"),
+            **{field: _wire_int(field, getattr(self, field), "uint64")
+               for field in ("zero_count", "negative_count", "nan_count", "posinf_count",
+                             "neginf_count")})
+        counts = np.asarray(self.counts)
+        # local_histogram's int64 counts are never negative: only others are checked
+        # one by one.
+        if counts.dtype.kind != "u" and not (counts.dtype.kind == "i"
+                                            and (counts.size == 0 or counts.min() >= 0)):
+            for k, count in enumerate(counts.tolist()):
+                _wire_int(f"counts[{k}]", count, "uint64")
+        h.counts[:] = counts.tolist()
         if self.min is not None:
             h.min = self.min
         if self.max is not None:
@@ -305,8 +332,8 @@ def histogram_params(value: Mapping[str, Any] | pb.HistogramParams) -> pb.Histog
     """The HistogramParams message of a dict (or the message itself). A key left out
     takes the server's default; the server validates the values.
 
-    Raises ValueError for an unknown key or nonfinite name, TypeError for a value of
-    the wrong type."""
+    Raises ValueError for an unknown key or nonfinite name or an integer beyond its wire
+    field's int32 (naming the field), TypeError for a value of the wrong type."""
     if isinstance(value, pb.HistogramParams):
         return value
     unknown = sorted(set(value) - set(_PARAM_KEYS))
@@ -328,6 +355,8 @@ def histogram_params(value: Mapping[str, Any] | pb.HistogramParams) -> pb.Histog
                 raise TypeError(f"histogram: percentile must be a number, not {type(v).__name__}")
         elif isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"histogram: {key} must be an int, not {type(v).__name__}")
+        else:
+            v = _wire_int(key, v, "int32")
         setattr(params, key, v)
     return params
 
