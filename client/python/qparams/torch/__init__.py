@@ -30,11 +30,13 @@ calibrate, convert_fx ("exp1/fc1.input", "exp1/fc1.weight"...). PT2E
 (torch.ao.quantization.quantize_pt2e) is not in torch 1.13, which this package is
 tested with.
 
-Outlier-robust calibration: RemoteObserver(calculator="percentile" | "entropy" | "mse",
+Histogram calibration: RemoteObserver(calculator="percentile" | "entropy" | "mse",
 histogram={...}) keeps a histogram of |x| per tensor in its session (forward bins each
-tensor where it lives and sends the counts) and clips at the amax its method chooses;
-data-parallel ranks observing into one session get the single-process result bit for
-bit, whatever the split or order (examples/histogram_calibration.py).
+tensor where it lives and sends the counts) and clips at the amax its method chooses,
+which clips some kinds of outliers and not others (docs/histograms.md, "Choosing a
+calibrator", examples/calibrator_choice.py); data-parallel ranks observing into one
+session get the single-process result bit for bit, whatever the split or order
+(examples/histogram_calibration.py).
 
 Session names (see name_observers): weights after their parameters, activations
 after the module output (eager) or module input (FX) they watch. The exports carry

@@ -82,7 +82,8 @@ def _describe_spec(spec: pb.QuantSpec) -> str:
 
 
 _RULES = ("torch", "coreai_opt")
-#: The calculators that keep a histogram of |x| and clip outliers (per-tensor only).
+#: The calculators that keep a histogram of |x| and choose a clipping range from it
+#: (per-tensor only).
 HISTOGRAM_CALCULATORS = ("percentile", "entropy", "mse")
 _IF_EXISTS = ("error", "resume", "replace")
 _TARGETS = ("weight", "activation")
@@ -157,9 +158,12 @@ class RemoteObserver(UniformQuantizationObserverBase):
             design: coreai_opt averages the zero-clamped range, torch.ao the raw one
             (up to 0.5% per channel). "static" keeps the latest observation's qparams
             (rule "coreai_opt" only). "percentile", "entropy" and "mse" (per-tensor
-            only) keep a histogram of |x| and clip outliers: the range is [-amax, amax]
-            ([0, amax] for an affine qscheme while no negative value was seen) with amax
-            chosen by the method; the histogram merges exactly, so the result does not
+            only) keep a histogram of |x| and choose a clipping range from it: [-amax,
+            amax] ([0, amax] for an affine qscheme while no negative value was seen) with
+            amax chosen by the method. Each clips some kinds of outliers and keeps others
+            (entropy's defaults keep the full range when the outliers lie more than about
+            32x beyond the bulk): docs/histograms.md, "Choosing a calibrator", measures
+            when each helps. The histogram merges exactly, so the result does not
             depend on batch order or on how data-parallel ranks split the data (torch.ao's
             HistogramObserver, a different method, depends on both). forward bins each
             tensor where it lives (torch.bincount) and sends the counts.
