@@ -237,15 +237,18 @@ absl::Status HaproxyRuntime::ReplaceMap(const std::string& map, const SlotMap& s
 absl::Status HaproxyRuntime::SetServer(const std::string& backend, const std::string& server,
                                        const std::string& host, int port, int check_port) const {
   const std::string name = absl::StrCat(backend, "/", server);
-  const std::string addr = absl::StrCat("set server ", name, " addr ", host, " port ", port);
-  absl::StatusOr<std::string> answer = Command(addr);
-  if (!answer.ok()) return answer.status();
-  // "IP changed from ... to ..., port changed from ... to ... by 'stats socket command'"
-  // or "no need to change the addr"; anything else is a refusal.
-  if (!absl::StrContains(*answer, "changed") && !absl::StrContains(*answer, "no need")) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("HAProxy refused \"", addr, "\": ", absl::StripAsciiWhitespace(*answer)));
+  for (const std::string& target : {absl::StrCat(kPoolBackend, "/", server), name}) {
+    const std::string addr = absl::StrCat("set server ", target, " addr ", host, " port ", port);
+    absl::StatusOr<std::string> answer = Command(addr);
+    if (!answer.ok()) return answer.status();
+    // "IP changed from ... to ..., port changed from ... to ... by 'stats socket
+    // command'" or "no need to change the addr"; anything else is a refusal.
+    if (!absl::StrContains(*answer, "changed") && !absl::StrContains(*answer, "no need")) {
+      return absl::FailedPreconditionError(absl::StrCat("HAProxy refused \"", addr, "\": ",
+                                                        absl::StripAsciiWhitespace(*answer)));
+    }
   }
+  absl::StatusOr<std::string> answer;
   if (check_port > 0) {
     const std::string check = absl::StrCat("set server ", name, " check-port ", check_port);
     answer = Command(check);

@@ -28,6 +28,10 @@
 
 namespace qparams {
 
+// The backend of haproxy.cfg whose servers, one per replica, serve the calls that
+// name no session (GetTopology, Compute, health).
+inline constexpr char kPoolBackend[] = "any";
+
 class HaproxyRuntime {
  public:
   // One entry of a map as `show map MAP` lists it.
@@ -60,7 +64,9 @@ class HaproxyRuntime {
 
   // Points `backend`/`server` at HOST:PORT, its health check at `check_port` (0:
   // unchanged) and makes it ready (`set server ... addr`, `check-port`,
-  // `state ready`): a spare backend taking a new replica, without a reload.
+  // `state ready`): a spare backend taking a new replica, without a reload. The
+  // server of the same name in the pool that serves calls naming no session
+  // (kPoolBackend; it tracks `backend`/`server`'s health) is pointed there first.
   absl::Status SetServer(const std::string& backend, const std::string& server,
                          const std::string& host, int port, int check_port = 0) const;
   // Puts `backend`/`server` in maintenance (`set server ... state maint`): a
