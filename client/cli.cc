@@ -27,6 +27,7 @@
 #include "client/client.h"
 #include "client/npy.h"
 #include "client/partial_file.h"
+#include "client/replica_router.h"
 #include "client/report.h"
 #include "client/reshard.h"
 #include "client/slot_map_push.h"
@@ -313,11 +314,12 @@ class Invocation {
     return *ParseDType(options_.dtype);  // Run checked it
   }
 
-  // Reports a failed call or file; returns the exit status.
+  // Reports a failed call or file; returns the exit status: kExitIncomplete for a
+  // merged read that could not read some replicas (after what it printed).
   int Fail(const absl::Status& status) {
     err_ << "error: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
          << "\n";
-    return kExitFailed;
+    return UnreachableReplicas(status).empty() ? kExitFailed : kExitIncomplete;
   }
 
   template <typename Message>
@@ -327,6 +329,17 @@ class Invocation {
     } else {
       PrintJson(message, out_);
     }
+  }
+
+  // kExitOk, or, when `unreachable` names replicas a merged page could not read,
+  // their names on stderr and kExitIncomplete.
+  int FailIfIncomplete(const google::protobuf::RepeatedPtrField<std::string>& unreachable) {
+    if (unreachable.empty()) return kExitOk;
+    std::map<std::string, absl::Status> failed;
+    for (const std::string& replica : unreachable) {
+      failed[replica] = absl::UnavailableError("could not be read");
+    }
+    return Fail(IncompleteError(failed));
   }
 
   // Prints `result`'s value, or reports its error; returns the exit status.
@@ -398,9 +411,15 @@ int Delete(Invocation& in) {
   return kExitOk;
 }
 
+// One page; a page of a sharded deployment that could not read some replicas is
+// printed, then they are named on stderr (kExitIncomplete).
 int List(Invocation& in) {
   const Options& o = in.options();
-  return in.PrintResult(in.client().ListSessions(o.page_size, o.page_token, o.filter));
+  absl::StatusOr<v1::ListSessionsResponse> page =
+      in.client().ListSessions(o.page_size, o.page_token, o.filter);
+  if (!page.ok()) return in.Fail(page.status());
+  in.Print(*page);
+  return in.FailIfIncomplete(page->unreachable_replicas());
 }
 
 // `status` with "--html FILE: " before its message.
@@ -440,6 +459,9 @@ int Report(Invocation& in) {
   report::CoverageReport coverage(options.prefix,
                                   in.table() ? report::Format::kTable : report::Format::kJson,
                                   plots.is_open() ? &plots : nullptr, in.out());
+  // A replica that cannot be read leaves the others' sessions in the report, which is
+  // printed, and is named on stderr (kExitIncomplete); the page, which has no place
+  // to name it, is not written.
   absl::Status status = in.client().ReadSessions(options.prefix, [&](const v1::Session& session) {
     // The page plots a histogram session's histogram: one GetHistogram per such session,
     // read here as its session streams in, so that one histogram is held at a time.
@@ -463,7 +485,8 @@ int Report(Invocation& in) {
         histogram.status().code(),
         absl::StrCat("histogram of ", session.name(), ": ", histogram.status().message()));
   });
-  if (status.ok()) coverage.Finish();
+  const bool incomplete = !UnreachableReplicas(status).empty();
+  if (status.ok() || incomplete) coverage.Finish();
   if (page.has_value() && status.ok()) {
     status = coverage.WriteHtml(page->stream());
     if (!status.ok()) {
@@ -874,9 +897,11 @@ int GroupList(Invocation& in) {
         *all.add_groups() = group;
         return absl::OkStatus();
       });
-  if (!status.ok()) return in.Fail(status);
+  const std::vector<std::string> unreachable = UnreachableReplicas(status);
+  if (!status.ok() && unreachable.empty()) return in.Fail(status);
+  all.mutable_unreachable_replicas()->Assign(unreachable.begin(), unreachable.end());
   in.Print(all);
-  return kExitOk;
+  return status.ok() ? kExitOk : in.Fail(status);
 }
 
 int GroupDelete(Invocation& in) {
@@ -1015,7 +1040,7 @@ constexpr Command kSlotMapCommands[] = {
    "nothing. Prints what each took; exits 1 if any failed."},
   {"show", "", 0, 0, SlotMapShow,
    "Show the slot map the answering replica serves (GetTopology; through the\n"
-   "balancer r0, else --replica's): JSON, the topology; --format=table, the map\n"
+   "balancer any healthy replica, else --replica's): JSON, the topology; --format=table, the map\n"
    "file's text (\"# epoch N\", then LOW:HIGH REPLICA lines), to keep the file\n"
    "in step with the maps pushed (qparams-cli slotmap show --format=table > FILE)."},
 };

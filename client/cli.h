@@ -25,6 +25,9 @@ namespace qparams::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  // a call, a file or an observation failed
 inline constexpr int kExitUsage = 2;   // the command line is wrong
+// A listing or report of a sharded deployment printed what the replicas that
+// answered hold; the replicas that could not be read are named on stderr.
+inline constexpr int kExitIncomplete = 3;
 
 // The spec flags of `compute` and `create`: a whole spec as JSON, then overrides of
 // its fields. An empty string or an unset optional means "not given".

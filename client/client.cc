@@ -274,7 +274,9 @@ Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOption
                                                   : absl::StrCat("Bearer ", options.bearer_token)),
       stub_(v1::QParamsService::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)),
-      router_(std::make_unique<ReplicaRouter>(options.replica, [this] { return ReadTopology(router_->replica()); })),
+      router_(std::make_unique<ReplicaRouter>(
+          options.replica,
+          [this](const std::vector<std::string>& known) { return ReadAnyTopology(known); })),
       idempotency_keys_(options.idempotency_keys),
       retry_total_(options.retry_total),
       retry_initial_backoff_(options.retry_initial_backoff),
@@ -498,8 +500,19 @@ absl::StatusOr<int64_t> Client::CommonEpoch(const std::vector<std::string>& repl
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopology() {
-  absl::StatusOr<v1::Topology> topology = ReadTopology(router_->replica());
+  absl::StatusOr<v1::Topology> topology = ReadAnyTopology(router_->KnownReplicas());
   if (topology.ok()) router_->Offer(*topology);
+  return topology;
+}
+
+absl::StatusOr<v1::Topology> Client::ReadAnyTopology(const std::vector<std::string>& known) {
+  absl::StatusOr<v1::Topology> topology = ReadTopology(router_->replica());
+  if (topology.ok() || !router_->Reroutes() || !Retryable(topology.status())) return topology;
+  for (const std::string& replica : known) {
+    // Down too, or a replica reached straight refusing the address: the next one.
+    absl::StatusOr<v1::Topology> answer = ReadTopology(replica);
+    if (answer.ok()) return answer;
+  }
   return topology;
 }
 
@@ -622,15 +635,32 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStream(
                                                        " (nothing was sent)"));
     }
   }
+  return SendRouted(requests, [this](const std::string& replica,
+                                     const std::vector<const v1::ObserveRequest*>& part) {
+    return ObserveStreamTo(replica, part);
+  });
+}
+
+absl::StatusOr<std::vector<v1::ObserveResponse>> Client::SendRouted(
+    const std::vector<v1::ObserveRequest>& requests, const ReplicaCall& call) {
   std::vector<v1::ObserveRequest> keyed;
   if (idempotency_keys_) keyed = Keyed(requests);
-  return router_->Observe(
-      idempotency_keys_ ? keyed : requests,
-      [this](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
-        return SendWithRetries(part, [&](const std::vector<const v1::ObserveRequest*>& sub) {
-          return ObserveStreamTo(replica, sub);
-        });
+  std::vector<const v1::ObserveRequest*> pointers;
+  pointers.reserve(requests.size());
+  for (const v1::ObserveRequest& request : idempotency_keys_ ? keyed : requests) {
+    pointers.push_back(&request);
+  }
+  std::map<std::string, absl::Status> failed;  // by the last attempt
+  absl::StatusOr<std::vector<v1::ObserveResponse>> responses = SendWithRetries(
+      pointers, [&](const std::vector<const v1::ObserveRequest*>& part)
+                    -> absl::StatusOr<std::vector<v1::ObserveResponse>> {
+        absl::StatusOr<ObserveAttempt> attempt = router_->Observe(part, call);
+        if (!attempt.ok()) return attempt.status();
+        failed = std::move(attempt->failed);
+        return std::move(attempt->responses);
       });
+  if (responses.ok() && !failed.empty()) return failed.begin()->second;
+  return responses;
 }
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStreamTo(
@@ -666,15 +696,10 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveStreamTo(
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatch(
     const std::vector<v1::ObserveRequest>& requests) {
-  std::vector<v1::ObserveRequest> keyed;
-  if (idempotency_keys_) keyed = Keyed(requests);
-  return router_->Observe(
-      idempotency_keys_ ? keyed : requests,
-      [this](const std::string& replica, const std::vector<const v1::ObserveRequest*>& part) {
-        return SendWithRetries(part, [&](const std::vector<const v1::ObserveRequest*>& sub) {
-          return ObserveBatchTo(replica, sub);
-        });
-      });
+  return SendRouted(requests, [this](const std::string& replica,
+                                     const std::vector<const v1::ObserveRequest*>& part) {
+    return ObserveBatchTo(replica, part);
+  });
 }
 
 absl::StatusOr<std::vector<v1::ObserveResponse>> Client::ObserveBatchTo(
@@ -757,15 +782,19 @@ absl::Status Client::ReadScaleGroups(
     const std::string& filter, int page_size,
     const std::function<absl::Status(const v1::ScaleGroup&)>& each) {
   std::string token;
+  std::map<std::string, absl::Status> unreachable;  // on any page
   do {
     absl::StatusOr<v1::ListScaleGroupsResponse> page = ListScaleGroups(page_size, token, filter);
     if (!page.ok()) return page.status();
     for (const v1::ScaleGroup& group : page->groups()) {
       if (absl::Status status = each(group); !status.ok()) return status;
     }
+    for (const std::string& replica : page->unreachable_replicas()) {
+      unreachable[replica] = absl::UnavailableError("could not be read");
+    }
     token = std::move(*page->mutable_next_page_token());
   } while (!token.empty());
-  return absl::OkStatus();
+  return unreachable.empty() ? absl::OkStatus() : IncompleteError(unreachable);
 }
 
 absl::Status Client::DeleteScaleGroup(const std::string& name) {

@@ -157,7 +157,8 @@ class Client {
   // `page_size` 0 means the server's default; `page_token` is "" for the first page,
   // else a previous response's next_page_token for the same filter. Sharded: the
   // replicas' pages merged in name order (one call to each replica per page), with a
-  // next_page_token any replica accepts.
+  // next_page_token any replica accepts; the replicas that could not be read
+  // (UNAVAILABLE, DEADLINE_EXCEEDED) are named in unreachable_replicas.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(int page_size,
                                                         const std::string& page_token,
                                                         const std::string& filter);
@@ -165,7 +166,9 @@ class Client {
   // Every session whose name starts with `prefix` ("" for all), in name order, one
   // at a time through `each` as the server streams them (ReadSessions). The first
   // error ends it (the server's status, or `each`'s). Sharded: one stream from each
-  // replica, merged in name order.
+  // replica, merged in name order; a replica that cannot be read (UNAVAILABLE,
+  // DEADLINE_EXCEEDED) leaves the others' sessions going through `each`, then the
+  // status is UNAVAILABLE naming it (UnreachableReplicas, client/replica_router.h).
   absl::Status ReadSessions(const std::string& prefix,
                             const std::function<absl::Status(const v1::Session&)>& each);
 
@@ -241,8 +244,11 @@ class Client {
   // request and in order, each with its own `status` as on the stream. The returned
   // status is the call's own: RESOURCE_EXHAUSTED, with nothing applied, beyond
   // wire::kMaxBatchObservations requests or the message size limits. Sharded: one
-  // call per owning replica, concurrently; the first failed call's status (by
-  // replica name) is returned, and the other calls' requests were applied.
+  // call per owning replica, concurrently; items refused naming another owner go
+  // there, and an owner that cannot be reached yet is retried as a failed call is
+  // (ClientOptions::retry_total); after the last attempt, its first failed call's
+  // status (by replica name) is returned, and the other calls' requests were
+  // applied.
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatch(
       const std::vector<v1::ObserveRequest>& requests);
 
@@ -285,6 +291,7 @@ class Client {
   // Every group whose name starts with `filter` ("" for all), in name order, through
   // `each`, following ListScaleGroups's pages of `page_size` (0 = the server's
   // default) to the last. The first error ends it (a page's status, or `each`'s).
+  // Sharded, replicas that could not be read: as ReadSessions.
   absl::Status ReadScaleGroups(const std::string& filter, int page_size,
                                const std::function<absl::Status(const v1::ScaleGroup&)>& each);
 
@@ -332,6 +339,11 @@ class Client {
   // GetTopology addressed to `replica` ("" = unaddressed), not offered to the router:
   // the router's own read (under its lock) and CommonEpoch's.
   absl::StatusOr<v1::Topology> ReadTopology(const std::string& replica);
+  // GetTopology through the balancer (any healthy replica answers), or to the pinned
+  // replica; if that fails UNAVAILABLE or DEADLINE_EXCEEDED, addressed to each of
+  // `known` in turn (the balancer may not have seen one die yet): the first answer,
+  // else the first error. Not offered to the router.
+  absl::StatusOr<v1::Topology> ReadAnyTopology(const std::vector<std::string>& known);
   // ObserveStream over one stream, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveStreamTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
@@ -360,6 +372,15 @@ class Client {
       const std::vector<const v1::ObserveRequest*>&)>;
   absl::StatusOr<std::vector<v1::ObserveResponse>> SendWithRetries(
       const std::vector<const v1::ObserveRequest*>& requests, const SendObservations& send);
+  // `requests`, keyed, in attempts of the router (ReplicaRouter::Observe: split by
+  // owner, items refused naming another owner sent there) through `call` (one
+  // stream or batch call to a replica), retried as SendWithRetries says: an owner
+  // that cannot be reached yet is retried as a failed call is. The responses in
+  // order, or the failure of the last attempt's first failed call by replica name.
+  using ReplicaCall = std::function<absl::StatusOr<std::vector<v1::ObserveResponse>>(
+      const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests)>;
+  absl::StatusOr<std::vector<v1::ObserveResponse>> SendRouted(
+      const std::vector<v1::ObserveRequest>& requests, const ReplicaCall& call);
 
   const absl::Duration timeout_;
   const int max_message_bytes_;

@@ -5,10 +5,15 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/cord.h"
+#include "absl/types/optional.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/page_token.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
+#include "proto/status.h"
 
 namespace qparams {
 
@@ -16,14 +21,36 @@ absl::Status FromReplica(const std::string& replica, const absl::Status& status)
   return absl::Status(status.code(), absl::StrCat("replica ", replica, ": ", status.message()));
 }
 
+std::vector<std::string> UnreachableReplicas(const absl::Status& status) {
+  std::vector<std::string> replicas;
+  if (const absl::optional<absl::Cord> payload = status.GetPayload(kUnreachablePayload)) {
+    replicas = absl::StrSplit(std::string(*payload), ',', absl::SkipEmpty());
+  }
+  return replicas;
+}
+
+absl::Status IncompleteError(const std::map<std::string, absl::Status>& failed) {
+  std::vector<std::string> names, messages;
+  for (const auto& [replica, status] : failed) {
+    names.push_back(replica);
+    messages.emplace_back(FromReplica(replica, status).message());
+  }
+  absl::Status status = absl::UnavailableError(absl::StrCat(
+      "the listing is incomplete: ", failed.size(),
+      " replica(s) could not be read, so their sessions and groups are not in it: ",
+      absl::StrJoin(messages, "; ")));
+  status.SetPayload(kUnreachablePayload, absl::Cord(absl::StrJoin(names, ",")));
+  return status;
+}
+
 namespace {
 
-std::vector<const v1::ObserveRequest*> Pointers(const std::vector<v1::ObserveRequest>& requests) {
-  std::vector<const v1::ObserveRequest*> pointers;
-  pointers.reserve(requests.size());
-  for (const v1::ObserveRequest& request : requests) pointers.push_back(&request);
-  return pointers;
+// Whether a replica's listing failed as an unreachable replica's does: it is left
+// out of the merge, and named, rather than failing it.
+bool Unreachable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }
+
 
 // The requests, by the replica that owns each one's session (replicas in name order),
 // with their indexes in `requests`.
@@ -32,14 +59,23 @@ struct Part {
   std::vector<const v1::ObserveRequest*> requests;
 };
 std::map<std::string, Part> SplitByOwner(const SlotMap& routing,
-                                         const std::vector<v1::ObserveRequest>& requests) {
+                                         const std::vector<const v1::ObserveRequest*>& requests) {
   std::map<std::string, Part> parts;
   for (size_t i = 0; i < requests.size(); ++i) {
-    Part& part = parts[routing.OwnerOfSession(requests[i].name())];
+    Part& part = parts[routing.OwnerOfSession(requests[i]->name())];
     part.indexes.push_back(i);
-    part.requests.push_back(&requests[i]);
+    part.requests.push_back(requests[i]);
   }
   return parts;
+}
+
+// Fails the items of `part` in `attempt` with `status`, the failure of `replica`'s
+// call.
+void FailPart(const std::string& replica, const absl::Status& status, const Part& part,
+              ObserveAttempt& attempt) {
+  const absl::Status failed = FromReplica(replica, status);
+  for (size_t i : part.indexes) *attempt.responses[i].mutable_status() = wire::ToRpcStatus(failed);
+  attempt.failed[replica] = failed;
 }
 
 }  // namespace
@@ -67,8 +103,17 @@ absl::StatusOr<std::shared_ptr<const SlotMap>> ReplicaRouter::Routing() {
   return routing_;
 }
 
+std::vector<std::string> ReplicaRouter::Known() const {
+  return routing_ == nullptr ? std::vector<std::string>() : routing_->replicas();
+}
+
+std::vector<std::string> ReplicaRouter::KnownReplicas() {
+  absl::MutexLock lock(&mu_);
+  return Known();
+}
+
 absl::Status ReplicaRouter::Read() {
-  absl::StatusOr<v1::Topology> topology = get_topology_();
+  absl::StatusOr<v1::Topology> topology = get_topology_(Known());
   if (!topology.ok()) {
     // A server from before GetTopology is a single server.
     if (topology.status().code() != absl::StatusCode::kUnimplemented) return topology.status();
@@ -107,8 +152,7 @@ absl::Status ReplicaRouter::Take(const v1::Topology& topology) {
 absl::Status ReplicaRouter::Refresh() {
   if (!replica_.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  read_ = false;
-  return Read();
+  return Read();  // which keeps the routing read before on an error
 }
 
 void ReplicaRouter::Offer(const v1::Topology& topology) {
@@ -124,15 +168,17 @@ absl::StatusOr<std::vector<std::string>> ReplicaRouter::SplitReplicas() {
   return (*routing)->replicas();
 }
 
-absl::StatusOr<std::vector<v1::ObserveResponse>> ReplicaRouter::Observe(
-    const std::vector<v1::ObserveRequest>& requests, const ObserveCall& call) {
+absl::StatusOr<ObserveAttempt> ReplicaRouter::Observe(
+    const std::vector<const v1::ObserveRequest*>& requests, const ObserveCall& call) {
   absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
   if (!routing.ok()) return routing.status();
+  ObserveAttempt attempt;
   if (*routing == nullptr) {
-    absl::StatusOr<std::vector<v1::ObserveResponse>> responses =
-        call(replica_, Pointers(requests));
-    if (responses.ok()) Reroute(requests, *responses, call);
-    return responses;
+    absl::StatusOr<std::vector<v1::ObserveResponse>> responses = call(replica_, requests);
+    if (!responses.ok()) return responses.status();
+    attempt.responses = *std::move(responses);
+    Reroute(requests, attempt, call);
+    return attempt;
   }
   std::map<std::string, Part> parts = SplitByOwner(**routing, requests);
   std::vector<absl::StatusOr<std::vector<v1::ObserveResponse>>> answers(
@@ -145,41 +191,51 @@ absl::StatusOr<std::vector<v1::ObserveResponse>> ReplicaRouter::Observe(
     ++k;
   }
   for (std::thread& thread : threads) thread.join();
-  std::vector<v1::ObserveResponse> responses(requests.size());
+  attempt.responses.resize(requests.size());
   k = 0;
   for (const auto& [replica, part] : parts) {
     absl::StatusOr<std::vector<v1::ObserveResponse>>& answer = answers[k++];
-    if (!answer.ok()) return FromReplica(replica, answer.status());
+    if (!answer.ok()) {
+      FailPart(replica, answer.status(), part, attempt);
+      continue;
+    }
     for (size_t j = 0; j < part.indexes.size(); ++j) {
-      responses[part.indexes[j]] = std::move((*answer)[j]);
+      attempt.responses[part.indexes[j]] = std::move((*answer)[j]);
     }
   }
-  Reroute(requests, responses, call);
-  return responses;
+  Reroute(requests, attempt, call);
+  return attempt;
 }
 
-void ReplicaRouter::Reroute(const std::vector<v1::ObserveRequest>& requests,
-                            std::vector<v1::ObserveResponse>& responses, const ObserveCall& call) {
+void ReplicaRouter::Reroute(const std::vector<const v1::ObserveRequest*>& requests,
+                            ObserveAttempt& attempt, const ObserveCall& call) {
   if (!Reroutes()) return;
   std::map<std::string, Part> moved;  // by the owner the refusal names
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const v1::RpcStatus& status = responses[i].status();
+  for (size_t i = 0; i < attempt.responses.size(); ++i) {
+    const v1::RpcStatus& status = attempt.responses[i].status();
     if (status.code() != static_cast<int>(absl::StatusCode::kFailedPrecondition) ||
         status.owner().empty()) {
       continue;
     }
     Part& part = moved[status.owner()];
     part.indexes.push_back(i);
-    part.requests.push_back(&requests[i]);
+    part.requests.push_back(requests[i]);
   }
   if (moved.empty()) return;
   // The next calls route by the new map; these go by the refusals' owners either way.
   Refresh().IgnoreError();
   for (const auto& [owner, part] : moved) {
     absl::StatusOr<std::vector<v1::ObserveResponse>> answer = call(owner, part.requests);
-    if (!answer.ok() || answer->size() != part.indexes.size()) continue;  // refusals stand
+    if (answer.ok() && answer->size() != part.indexes.size()) {
+      answer = absl::InternalError(absl::StrCat("answered ", answer->size(), " of ",
+                                                part.indexes.size(), " observations"));
+    }
+    if (!answer.ok()) {
+      FailPart(owner, answer.status(), part, attempt);
+      continue;
+    }
     for (size_t j = 0; j < part.indexes.size(); ++j) {
-      responses[part.indexes[j]] = std::move((*answer)[j]);
+      attempt.responses[part.indexes[j]] = std::move((*answer)[j]);
     }
   }
 }
@@ -188,7 +244,8 @@ namespace {
 
 // One page of each of `replicas` (`call`'s answers to `request`) merged in name
 // order, with a next_page_token any replica accepts. `items` is the response's
-// repeated field of named items (sessions, scale groups).
+// repeated field of named items (sessions, scale groups). A replica that cannot be
+// read (Unreachable) is named in unreachable_replicas; any other error fails it.
 template <typename Response, typename Request, typename Item>
 absl::StatusOr<Response> MergePages(
     const std::vector<std::string>& replicas, const Request& request,
@@ -200,8 +257,13 @@ absl::StatusOr<Response> MergePages(
   // last and another replica's last.
   std::optional<std::string> bound;
   int longest = 0;
+  std::vector<std::string> unreachable;
   for (const std::string& replica : replicas) {
     absl::StatusOr<Response> page = call(replica, request);
+    if (!page.ok() && Unreachable(page.status())) {
+      unreachable.push_back(replica);
+      continue;
+    }
     if (!page.ok()) return FromReplica(replica, page.status());
     google::protobuf::RepeatedPtrField<Item>& got = *((*page).*items)();
     longest = std::max(longest, got.size());
@@ -226,6 +288,7 @@ absl::StatusOr<Response> MergePages(
   if (taken > 0 && (taken < merged.size() || bound)) {
     response.set_next_page_token(EncodePageToken(request.filter(), page[taken - 1].name()));
   }
+  for (std::string& replica : unreachable) response.add_unreachable_replicas(std::move(replica));
   return response;
 }
 
@@ -276,12 +339,18 @@ absl::Status ReplicaRouter::ReadSessions(
   for (const std::string& replica : (*routing)->replicas()) {
     legs.push_back({replica, open(replica), std::nullopt});
   }
-  // Advances `leg`; the status of its stream once it ended with an error.
-  auto advance = [](Leg& leg) -> absl::Status {
+  // Advances `leg`; the status of its stream once it ended with an error, but for
+  // a replica that cannot be read, which is kept in `unreachable` instead.
+  std::map<std::string, absl::Status> unreachable;
+  auto advance = [&unreachable](Leg& leg) -> absl::Status {
     leg.next = leg.stream->Next();
     if (leg.next) return absl::OkStatus();
     const absl::Status finished = leg.stream->Finish();
     leg.stream = nullptr;
+    if (Unreachable(finished)) {
+      unreachable[leg.replica] = finished;
+      return absl::OkStatus();
+    }
     return finished.ok() ? absl::OkStatus() : FromReplica(leg.replica, finished);
   };
   absl::Status status;
@@ -302,6 +371,7 @@ absl::Status ReplicaRouter::ReadSessions(
     leg.stream->Cancel();
     leg.stream->Finish().IgnoreError();  // the merge already failed
   }
+  if (status.ok() && !unreachable.empty()) return IncompleteError(unreachable);
   return status;
 }
 

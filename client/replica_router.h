@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,17 @@ class SlotMap;
 // ("replica r1: ...").
 absl::Status FromReplica(const std::string& replica, const absl::Status& status);
 
+// The payload of a merged read (ReadSessions) that could not read some replicas:
+// their names, comma-separated, on an UNAVAILABLE status.
+inline constexpr char kUnreachablePayload[] = "qparams.dev/unreachable-replicas";
+// The replicas an incomplete merged read names (kUnreachablePayload); none for any
+// other status.
+std::vector<std::string> UnreachableReplicas(const absl::Status& status);
+// The status of a merged read that could not read `failed` (by replica, each with
+// its error), once the other replicas' items were delivered: UNAVAILABLE naming
+// them, with the kUnreachablePayload.
+absl::Status IncompleteError(const std::map<std::string, absl::Status>& failed);
+
 // One replica's ReadSessions stream, opened by the Client for the router to read.
 class SessionStream {
  public:
@@ -46,9 +58,21 @@ class SessionStream {
   virtual absl::Status Finish() = 0;
 };
 
+// One attempt at a call over many observations (ReplicaRouter::Observe).
+struct ObserveAttempt {
+  // One per request, in order.
+  std::vector<v1::ObserveResponse> responses;
+  // The calls of a split attempt that failed, by replica; each of their items'
+  // status is the error, its message naming the replica.
+  std::map<std::string, absl::Status> failed;
+};
+
 class ReplicaRouter {
  public:
-  using TopologyCall = std::function<absl::StatusOr<v1::Topology>()>;
+  // GetTopology through the balancer; if that fails, addressed to each of
+  // `replicas` (the topology read before: none at first) until one answers.
+  using TopologyCall =
+      std::function<absl::StatusOr<v1::Topology>(const std::vector<std::string>& replicas)>;
   // ObserveStream or ObserveBatch of `requests` in one call to `replica`.
   using ObserveCall = std::function<absl::StatusOr<std::vector<v1::ObserveResponse>>(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests)>;
@@ -91,9 +115,14 @@ class ReplicaRouter {
   absl::StatusOr<std::vector<std::string>> SplitReplicas();
 
   // Reads the topology again now (a replica refused a call naming another owner):
-  // GetTopology's error as SplitReplicas says, after which the next split call reads
-  // it again. Nothing for a client pinned to a replica.
+  // GetTopology's error as SplitReplicas says, the topology read before (if any)
+  // then kept, so that split calls still route by it. Nothing for a client pinned
+  // to a replica.
   absl::Status Refresh();
+
+  // The replicas of the topology read last, in name order; none before the first
+  // read, for one server, or for a pinned client.
+  std::vector<std::string> KnownReplicas();
 
   // Takes `topology` (a GetTopology or SetSlotMap answer) if its epoch is newer than
   // the one read; nothing before the first read, or for a pinned client.
@@ -103,18 +132,22 @@ class ReplicaRouter {
   // pinned to a replica.
   bool Reroutes() const { return replica_.empty(); }
 
-  // `call` with every request addressed to replica(), or, split, once per owning
-  // replica with its part, concurrently, the responses put back in the order of
-  // `requests`; the first failure by replica name, its message naming the replica.
-  // Then, unless pinned, the items a replica refused naming another owner
-  // (RpcStatus.owner) are sent again after a Refresh, once, in one call per owner
-  // addressed to it, their order kept; their answers replace the refusals (a retry
-  // call that fails leaves them).
-  absl::StatusOr<std::vector<v1::ObserveResponse>> Observe(
-      const std::vector<v1::ObserveRequest>& requests, const ObserveCall& call);
+  // One attempt at `requests`: `call` with every request addressed to replica(),
+  // whose failure is the result, or, split by the topology read last, once per
+  // owning replica with its part, concurrently, the responses put back in the
+  // order of `requests` (a failed call's items fail with its status, see
+  // ObserveAttempt::failed). Then, unless pinned, the items a replica refused
+  // naming another owner (RpcStatus.owner) are sent again after a Refresh, in one
+  // call per owner addressed to it; their answers replace the refusals, and a
+  // retry call that fails makes its status theirs (and is in `failed`): the owner
+  // may not be up yet, and a retryable status lets the caller retry them as it
+  // retries a failed call (Client::SendWithRetries).
+  absl::StatusOr<ObserveAttempt> Observe(const std::vector<const v1::ObserveRequest*>& requests,
+                                         const ObserveCall& call);
 
   // `call` addressed to replica(), or, split, one page of each replica merged in
-  // name order, with a next_page_token any replica accepts.
+  // name order, with a next_page_token any replica accepts; a replica that cannot
+  // be read (UNAVAILABLE, DEADLINE_EXCEEDED) is named in unreachable_replicas.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(const v1::ListSessionsRequest& request,
                                                         const ListCall& call);
 
@@ -124,7 +157,10 @@ class ReplicaRouter {
 
   // The sessions of `open`'s stream from replica(), or, split, of one stream from
   // each replica merged in name order, through `each`. The first error ends it (a
-  // stream's status, naming its replica when split, or `each`'s).
+  // stream's status, naming its replica when split, or `each`'s), but for a
+  // replica that cannot be read (UNAVAILABLE, DEADLINE_EXCEEDED), split: the
+  // others' sessions go on, and the result is then UNAVAILABLE naming each such
+  // replica, with the kUnreachablePayload (UnreachableReplicas).
   absl::Status ReadSessions(const OpenSessions& open,
                             const std::function<absl::Status(const v1::Session&)>& each);
 
@@ -135,10 +171,12 @@ class ReplicaRouter {
   absl::Status Read() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps `topology` as the routing. Called with mu_ held.
   absl::Status Take(const v1::Topology& topology) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `responses` (answers to `requests`) with the items refused naming another owner
+  // `attempt` (answers to `requests`) with the items refused naming another owner
   // sent again there (see Observe).
-  void Reroute(const std::vector<v1::ObserveRequest>& requests,
-               std::vector<v1::ObserveResponse>& responses, const ObserveCall& call);
+  void Reroute(const std::vector<const v1::ObserveRequest*>& requests, ObserveAttempt& attempt,
+               const ObserveCall& call);
+  // The replicas of routing_, in name order. Called with mu_ held.
+  std::vector<std::string> Known() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string replica_;
   const TopologyCall get_topology_;

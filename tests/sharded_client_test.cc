@@ -28,11 +28,15 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/haproxy_runtime.h"
+#include "client/replica_router.h"
 #include "client/slot_map_push.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
@@ -601,6 +605,144 @@ TEST_F(ShardedClientTest, ALiveClientFollowsASlotMapChangedUnderIt) {
   pinned_options.replica = "r0";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> pinned, Client::Connect(target_, pinned_options));
   EXPECT_CODE(pinned->GetQParams(moved[0]).status(), kPrecondition);
+}
+
+// With r2 dead, the topology comes from another replica (HAProxy's pool), and the
+// listings hold the others' sessions and name r2: unreachable_replicas on every
+// merged page, UNAVAILABLE naming it once ReadSessions passed on the others'.
+TEST_F(ShardedClientTest, AReplicaDownLeavesTheOthersListedAndNamesIt) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
+  Calibrate(*client);
+  std::vector<std::string> live;
+  for (const std::string& name : names_) {
+    if (map_->OwnerOfSession(name) != "r2") live.push_back(name);
+  }
+  std::sort(live.begin(), live.end());
+  health_[2].reset();
+  replicas_[2].reset();
+
+  for (const bool fresh : {false, true}) {  // a client created before the kill, and after
+    std::unique_ptr<Client> after;
+    if (fresh) {
+      ASSERT_OK_AND_ASSIGN(after, Client::Connect(target_));
+    }
+    Client& c = fresh ? *after : *client;
+    ASSERT_OK_AND_ASSIGN(const v1::Topology topology, c.GetTopology());
+    EXPECT_NE(topology.replica_id(), "r2");
+    std::vector<std::string> listed;
+    std::string token;
+    do {
+      ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse page, c.ListSessions(0, token, "cc/"));
+      EXPECT_EQ(std::vector<std::string>(page.unreachable_replicas().begin(),
+                                         page.unreachable_replicas().end()),
+                std::vector<std::string>{"r2"});
+      for (const v1::Session& session : page.sessions()) listed.push_back(session.name());
+      token = page.next_page_token();
+    } while (!token.empty());
+    EXPECT_EQ(listed, live);
+    listed.clear();
+    const absl::Status read = c.ReadSessions("cc/", [&listed](const v1::Session& session) {
+      listed.push_back(session.name());
+      return absl::OkStatus();
+    });
+    EXPECT_CODE(read, absl::StatusCode::kUnavailable);
+    EXPECT_EQ(UnreachableReplicas(read), std::vector<std::string>{"r2"}) << read;
+    EXPECT_TRUE(absl::StrContains(read.message(), "replica r2: ")) << read;
+    EXPECT_EQ(listed, live);
+  }
+}
+
+// A move's new owner that cannot be reached right after the switch (r1, put in
+// maintenance in HAProxy, which then answers its calls 503 = UNAVAILABLE): the items
+// the old owner refuses naming it are kept and retried with their keys, as a failed
+// call is, until it is back (the stream's and the batch's caller see no error), or
+// until retry_total, after which the caller sees UNAVAILABLE naming r1, never the
+// refusal.
+TEST_F(ShardedClientTest, ItemsForAnOwnerNotUpYetAreRetriedUntilItIsBack) {
+  constexpr char kMoved[] = "# epoch 1\n0:169 r1\n170:255 r2\n";  // r0 owns nothing
+  std::vector<std::string> moved;
+  for (const std::string& name : names_) {
+    if (map_->OwnerOfSession(name) == "r0") moved.push_back(name);
+  }
+  ASSERT_GE(moved.size(), 3u);
+  ClientOptions quick_options;
+  quick_options.retry_total = absl::Milliseconds(300);
+  // Clients that read the topology before the switch: one batches, one streams.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> batching, Client::Connect(target_));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> streaming, Client::Connect(target_));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> quick, Client::Connect(target_, quick_options));
+  for (Client* client : {batching.get(), streaming.get(), quick.get()}) {
+    ASSERT_OK(client->ListSessions(0, "", "").status());  // reads the topology: epoch 0
+  }
+  for (const char* replica : kReplicas) {
+    ClientOptions options;
+    options.replica = replica;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
+    ASSERT_OK(admin->SetSlotMap(kMoved).status());
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> creator, Client::Connect(target_));
+  for (const std::string& name : moved) {  // on r1, through r0's refusal
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("global_minmax");
+    request.mutable_spec()->set_dtype("int8");
+    ASSERT_OK(creator->CreateSession(request).status());
+  }
+  std::vector<v1::ObserveRequest> requests;
+  for (size_t i = 0; i < moved.size(); ++i) {
+    requests.push_back(TensorObservation(moved[i], Values(i).view()));
+  }
+  ASSERT_OK_AND_ASSIGN(const HaproxyRuntime haproxy, HaproxyRuntime::Create(dir_ + "/admin.sock"));
+  // HAProxy's count of 5xx answers to clients (show stat, the frontend's row).
+  auto answered_5xx = [&haproxy]() -> int64_t {
+    absl::StatusOr<std::string> stat = haproxy.Command("show stat");
+    if (!stat.ok()) return -1;
+    std::vector<std::string> lines = absl::StrSplit(*stat, '\n', absl::SkipEmpty());
+    std::vector<std::string> header = absl::StrSplit(absl::StripPrefix(lines[0], "# "), ',');
+    const size_t column =
+        std::find(header.begin(), header.end(), "hrsp_5xx") - header.begin();
+    for (const std::string& line : lines) {
+      std::vector<std::string> row = absl::StrSplit(line, ',');
+      int64_t count = 0;
+      if (row.size() > column && row[0] == "grpc" && row[1] == "FRONTEND" &&
+          absl::SimpleAtoi(row[column], &count)) {
+        return count;
+      }
+    }
+    return -1;
+  };
+  ASSERT_OK(haproxy.DisableServer("r1", "r1"));
+
+  // Given up after retry_total: the owner's UNAVAILABLE, not r0's refusal.
+  const absl::StatusOr<std::vector<v1::ObserveResponse>> given_up = quick->ObserveBatch(requests);
+  EXPECT_CODE(given_up.status(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(given_up.status().message(), "replica r1: "))
+      << given_up.status();
+
+  // Retried until r1 is back, once the batch and the stream met it down.
+  for (const bool stream : {false, true}) {
+    const int64_t before = answered_5xx();
+    ASSERT_GE(before, 0);
+    absl::StatusOr<std::vector<v1::ObserveResponse>> answered;
+    std::thread observing([&] {
+      answered = stream ? streaming->ObserveStream(requests) : batching->ObserveBatch(requests);
+    });
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (answered_5xx() <= before && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));  // polling HAProxy's counter
+    }
+    EXPECT_GT(answered_5xx(), before) << "the calls never met r1 down";
+    ASSERT_OK(haproxy.SetServer("r1", "r1", "127.0.0.1",
+                                std::stoi(replicas_[1]->address().substr(
+                                    replicas_[1]->address().rfind(':') + 1))));
+    observing.join();
+    ASSERT_OK(answered.status());
+    for (const v1::ObserveResponse& response : *answered) {
+      EXPECT_EQ(response.status().code(), 0) << response.status().message();
+      EXPECT_EQ(response.observation_count(), stream ? 2 : 1);
+    }
+    if (!stream) ASSERT_OK(haproxy.DisableServer("r1", "r1"));
+  }
 }
 
 // HAProxy's map changed through its runtime API, no reload: qparams-cli's library
