@@ -204,23 +204,44 @@ def test_forked_children_observe_through_their_helpers(server, name) -> None:
     assert obs.client.get_session(name).observation_count == 2 + 6 + 1
 
 
-def _child_calls_everything(client: qparams.Client, name: str, queue) -> None:
-    """A forked child's unary, stream, batch, async and error paths, reported."""
+def _calls_everything(client: qparams.Client, name: str) -> list:
+    """Unary, stream, batch, async, listing, stateless and error paths of `client`."""
+    x = np.array([[1.0, -3.0]], np.float32)
+    results = [client.observe(name, x).observation_count]
+    results += [r.observation_count for r in client.observe_many([(name, x), (name, x)])]
+    results.append(client.observe_batch([(name, x)])[0].observation_count)
+    client.observe_async(name, x)
+    client.flush()
+    results.append(len(list(client.read_sessions(name))))
+    results.append(len(list(client.list_sessions(name))))
+    results.append(client.get_qparams(name).initialized)
+    results.append(float(client.compute(x, dtype="int8").scale.ravel()[0]) > 0)
+    results.append(client.topology().slot_count)
+    results.append(client.health())
     try:
-        x = np.array([[1.0, -3.0]], np.float32)
-        results = [client.observe(name, x).observation_count]
-        results += [r.observation_count for r in client.observe_many([(name, x), (name, x)])]
-        results.append(client.observe_batch([(name, x)])[0].observation_count)
-        client.observe_async(name, x)
-        client.flush()
-        results.append(len(list(client.read_sessions(name))))
-        results.append(client.health())
-        try:
-            client.get_session(name + ".missing")
-        except qparams.NotFound as e:
-            results.append(e.code.name)
-        client.close()
-        queue.put(("ok", results))
+        client.get_session(name + ".missing")
+    except qparams.NotFound as e:
+        results.append(e.code.name)
+    client.close()
+    return results
+
+
+EVERYTHING = [2, 3, 4, 5, 1, 1, True, True, 256, "SERVING", "NOT_FOUND"]
+
+
+def _child_calls_everything(client: qparams.Client, name: str, queue) -> None:
+    """A forked child's calls through the client it inherited, reported."""
+    try:
+        queue.put(("ok", _calls_everything(client, name)))
+    except BaseException as e:  # reported to the parent, which fails the test
+        queue.put(("error", repr(e)))
+
+
+def _child_makes_a_client(target: str, name: str, queue) -> None:
+    """A forked child's calls through a client it creates (a DataLoader
+    worker_init_fn, a multiprocessing function), reported."""
+    try:
+        queue.put(("ok", _calls_everything(qparams.Client(target), name)))
     except BaseException as e:  # reported to the parent, which fails the test
         queue.put(("error", repr(e)))
 
@@ -230,7 +251,19 @@ def test_a_forked_client_makes_every_kind_of_call(server, client, name) -> None:
     client.observe(name, np.ones((1, 2), np.float32))
     [(kind, results)] = _run_children("fork", _child_calls_everything, [(client, name)])
     assert kind == "ok", results
-    assert results == [2, 3, 4, 5, 1, "SERVING", "NOT_FOUND"]
+    assert results == EVERYTHING
+    assert client.get_session(name).observation_count == 6  # and the parent works on
+
+
+def test_a_client_created_in_a_forked_child_makes_every_kind_of_call(server, client,
+                                                                     name) -> None:
+    """The parent made calls (gRPC's core runs in it) before the fork; the child's
+    own new Client works on its first call, with no setting."""
+    client.create_session(name, target="activation", calculator="global_minmax")
+    client.observe(name, np.ones((1, 2), np.float32))
+    [(kind, results)] = _run_children("fork", _child_makes_a_client, [(server.target, name)])
+    assert kind == "ok", results
+    assert results == EVERYTHING
     assert client.get_session(name).observation_count == 6  # and the parent works on
 
 

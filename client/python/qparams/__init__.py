@@ -20,7 +20,8 @@ import importlib
 from typing import Any
 
 from qparams._errors import (Aborted, AlreadyExists, Cancelled, DataLoss, DeadlineExceeded,
-                             FailedPrecondition, FusedGlobalScalesDiffer, Internal,
+                             FailedPrecondition, FusedGlobalScalesDiffer, IncompleteListing,
+                             Internal,
                              InvalidArgument, NotFound, UncalibratedGroup,
                              OutOfRange, PermissionDenied, QParamsError, ResourceExhausted,
                              Unauthenticated, Unavailable, Unimplemented, Unknown)
@@ -43,6 +44,7 @@ __all__ = [
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal", "Unavailable",
     "DataLoss", "Unauthenticated", "FusedGlobalScalesDiffer", "UncalibratedGroup",
+    "IncompleteListing",
 ]  # not the lazy modules, so that `from qparams import *` needs no torch
 
 

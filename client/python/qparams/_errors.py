@@ -15,7 +15,7 @@ __all__ = [
     "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",
     "FailedPrecondition", "Aborted", "OutOfRange", "Unimplemented", "Internal",
     "Unavailable", "DataLoss", "Unauthenticated", "FusedGlobalScalesDiffer",
-    "UncalibratedGroup", "error_from_status", "error_from_rpc",
+    "UncalibratedGroup", "IncompleteListing", "error_from_status", "error_from_rpc",
 ]
 
 
@@ -195,6 +195,26 @@ class UncalibratedGroup(FailedPrecondition):
         self.group = group
         self.members = tuple(members)
         self.uncalibrated = tuple(uncalibrated)
+
+
+class IncompleteListing(Unavailable):
+    """A listing over every replica of a sharded deployment (list_sessions,
+    read_sessions, list_scale_groups) that could not read some replicas: raised
+    once every session or group of the replicas that answered was yielded, so that
+    a loop over the listing gets what the live replicas hold and cannot miss that
+    it is partial.
+
+    Attributes:
+        missing: each replica that could not be read, by name, with its error
+            (Unavailable or DeadlineExceeded, its message naming the replica).
+    """
+
+    def __init__(self, missing: dict[str, QParamsError]) -> None:
+        self.missing = dict(sorted(missing.items()))
+        super().__init__(
+            f"the listing is incomplete: {len(self.missing)} replica(s) could not be "
+            f"read, so their sessions and groups are not in it: "
+            + "; ".join(error.message for error in self.missing.values()))
 
 
 _BY_CODE: dict[grpc.StatusCode, type[QParamsError]] = {

@@ -6,11 +6,20 @@ support every new channel fails with "Socket operation on non-socket", and gRPC'
 support ($GRPC_ENABLE_FORK_SUPPORT=1) re-initialises the child but, with Debian's
 grpcio 1.51 on Python 3.11, its handler sometimes waits forever for the GIL (about 1
 fork in 80 in our runs, in any forked child, whether or not it uses gRPC). qparams
-turns neither on. Instead, a Client used in a forked child starts this module as a
-fresh interpreter (`python -m qparams._fork_proxy`, fork and exec: no gRPC state
-inherited) and hands it every call over a pipe: the helper holds the channel, the
-child holds stubs with the same calling convention (ProxyStub). The helper exits when
-the pipe closes, i.e. when the child closes its client or exits.
+turns neither on. Instead, a Client in a forked child whose parent ran gRPC's core
+(inherited from the parent or made in the child: a DataLoader worker_init_fn, a
+multiprocessing function) starts this module as a fresh interpreter (`python -m
+qparams._fork_proxy`, fork and exec: no gRPC state inherited) and hands it every
+call over a pipe: the helper holds the channel, the child holds stubs with the same
+calling convention (ProxyStub). The helper exits when the pipe closes, i.e. when the
+child closes its client or exits.
+
+Whether the parent ran gRPC's core is read at each fork, in the parent, from the
+names of its threads: the core starts named threads (timer, executor, resolver,
+event engine) at its first call, and a process where they never ran forks a child
+that opens channels as usual (creating a channel object alone starts none). A fork
+made before qparams was imported is not seen: a child of a process that used gRPC
+before importing qparams must import it before forking, or use "spawn".
 
 The protocol: pickles on the helper's stdin and stdout. First the Client's keyword
 arguments; then, per call, (service, method, request or list of requests, timeout,
@@ -21,6 +30,7 @@ answered whole: a forked child's observe_many is not pipelined.
 
 from __future__ import annotations
 
+import glob
 import os
 import pickle
 import subprocess
@@ -32,15 +42,56 @@ from typing import Any
 import grpc
 from grpc._cython import cygrpc
 
-__all__ = ["ForkProxy", "fork_support_enabled"]
+__all__ = ["ForkProxy", "needs_proxy"]
 
 _SERVICES = ("qparams.v1.QParamsService", "grpc.health.v1.Health")
+
+
+#: The names (as /proc/PID/task/TID/comm cuts them, 15 characters) of the threads
+#: gRPC's core starts at its first call.
+_GRPC_THREADS = frozenset(("grpc_global_tim", "default-executo", "resolver-execut",
+                           "timer_manager", "event_engine"))
+# Whether this process is a forked child of one that ran gRPC's core (or of such a
+# child); set in the child by _after_fork_in_child from what _before_fork saw.
+_inherited_grpc = False
+_parent_ran_grpc = False
 
 
 def fork_support_enabled() -> bool:
     """True when gRPC's fork support was on at its import ($GRPC_ENABLE_FORK_SUPPORT=1):
     a forked child then opens channels itself."""
     return bool(cygrpc.is_fork_support_enabled())
+
+
+def _grpc_threads_run() -> bool:
+    """Whether any thread of this process is one of gRPC's core."""
+    for comm in glob.glob(f"/proc/{os.getpid()}/task/*/comm"):
+        try:
+            with open(comm) as f:
+                if f.read().strip() in _GRPC_THREADS:
+                    return True
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return False
+
+
+def _before_fork() -> None:
+    global _parent_ran_grpc
+    _parent_ran_grpc = _inherited_grpc or _grpc_threads_run()
+
+
+def _after_fork_in_child() -> None:
+    global _inherited_grpc
+    _inherited_grpc = _parent_ran_grpc
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def needs_proxy() -> bool:
+    """Whether a channel opened in this process would fail: it is a forked child of
+    a process that ran gRPC's core, and gRPC's fork support is off."""
+    return _inherited_grpc and not fork_support_enabled()
 
 
 class ProxyRpcError(grpc.RpcError):

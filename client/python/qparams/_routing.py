@@ -106,10 +106,12 @@ class Router:
         replica: the Client's `replica`: None routes; a name addresses every call
             to that replica and never splits one (the topology is then never read).
         read_topology: the GetTopology call, made at the first split call and by
-            refresh().
+            refresh(), given the replicas of the topology read before (none at
+            first) to ask if the balancer cannot answer.
     """
 
-    def __init__(self, replica: str | None, read_topology: Callable[[], pb.Topology]) -> None:
+    def __init__(self, replica: str | None,
+                 read_topology: Callable[[list[str]], pb.Topology]) -> None:
         self.replica = replica
         self._read_topology = read_topology
         self._lock = threading.Lock()
@@ -126,17 +128,28 @@ class Router:
 
     def refresh(self) -> None:
         """Reads the topology again now (a replica refused a call naming another
-        owner). Raises what GetTopology raises (but Unimplemented); the next split
-        call then reads it again. A client pinned to a replica reads nothing."""
+        owner). Raises what GetTopology raises (but Unimplemented), keeping the
+        topology read before, if any (the next split call routes by it; a refusal
+        says where to go meanwhile). A client pinned to a replica reads nothing."""
         if self.replica is not None:
             return
         with self._lock:
-            self._read = False
             try:
-                topology = self._read_topology()
+                topology = self._read_topology(self._known())
             except Unimplemented:
                 topology = None
             self._take(topology)
+
+    def replicas(self) -> list[str]:
+        """The replicas of the topology read last, in name order; none before the
+        first read, for one server, or for a pinned client."""
+        with self._lock:
+            return self._known()
+
+    def _known(self) -> list[str]:
+        """The replicas of the topology read last, in name order (none before the
+        first read or for one server). Called with the lock held."""
+        return list(self._slot_map.replicas) if self._slot_map is not None else []
 
     def offer(self, topology: pb.Topology) -> None:
         """Takes `topology` (a GetTopology or SetSlotMap answer) if its epoch is newer
@@ -157,7 +170,7 @@ class Router:
         with self._lock:
             if not self._read:
                 try:
-                    topology = self._read_topology()
+                    topology = self._read_topology(self._known())
                 except Unimplemented:
                     topology = None  # a server from before GetTopology is a single server
                 self._take(topology)

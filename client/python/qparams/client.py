@@ -14,7 +14,7 @@ import os
 import queue as queue_module
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
@@ -22,9 +22,9 @@ import grpc
 from qparams._background import ObserveQueue
 from qparams._export import (decode_compressed_tensors, decode_modelopt, refine_export_error,
                              require_torch)
-from qparams._errors import (Aborted, FailedPrecondition, InvalidArgument, NotFound,
-                             QParamsError, error_from_rpc)
-from qparams._fork_proxy import ForkProxy, fork_support_enabled
+from qparams._errors import (Aborted, FailedPrecondition, IncompleteListing, InvalidArgument,
+                             NotFound, QParamsError, error_from_rpc)
+from qparams._fork_proxy import ForkProxy, needs_proxy
 from qparams._health.v1 import health_pb2, health_pb2_grpc
 from qparams._histogram import (Histogram, HistogramParamsLike, histogram_params,
                                 histogram_request)
@@ -93,6 +93,31 @@ def _read(path: str, what: str) -> bytes:
         raise ValueError(f"{what} {path!r} cannot be read: {e.strerror}") from None
 
 
+def _failed_item(error: QParamsError) -> pb.ObserveResponse:
+    """The response of an observation whose call failed with `error`."""
+    return pb.ObserveResponse(status=pb.RpcStatus(code=error.code.value[0], message=error.message))
+
+
+def _merged(replicas: Sequence[str], read: Callable[[str], Iterator[Any]]) -> Iterator[Any]:
+    """The named items of read(replica) for every replica, merged in name order. A
+    replica that cannot be read (Unavailable, DeadlineExceeded) ends its part, and
+    IncompleteListing names it after the last item of the others; any other error
+    is raised as it comes."""
+    missing: dict[str, QParamsError] = {}
+
+    def part(replica: str) -> Iterator[Any]:
+        try:
+            yield from read(replica)
+        except QParamsError as e:
+            if not retryable_error(e):
+                raise
+            missing[replica] = e
+
+    yield from merge_by_name(part(replica) for replica in replicas)
+    if missing:
+        raise IncompleteListing(missing)
+
+
 class _Layout(NamedTuple):
     """What reducing a tensor for a session needs to know of it."""
 
@@ -116,9 +141,12 @@ class Client:
     x-qparams-replica header, using the
     topology read once with GetTopology at the first such call (qparams/_routing.py
     decides; the client makes the calls). Against one server
-    (no slot map) or one replica they make the single call they always did. After an
-    operator moves slots, make a new Client: an old one's calls to the former owner
-    are refused with FailedPrecondition naming the new owner.
+    (no slot map) or one replica they make the single call they always did. Clients
+    follow online moves (docs/sharding.md): a call or an item a replica refuses
+    naming another owner is sent there, the topology read again; an owner that
+    cannot be reached yet is retried as an Unavailable call is (see retry_total).
+    GetTopology goes to any healthy replica through the balancer, else to each
+    replica of the topology read before.
 
     Args:
         target: "host:port" or any gRPC target; default $QPARAMS_TARGET, else
@@ -144,19 +172,22 @@ class Client:
             `client_id` and the next sequence of its session, so that the server
             applies it at most once (docs/retries.md). False: no keys, no retries.
         retry_total: observations (observe, observe_histogram, observe_batch,
-            observe_many's stream on one server, observe_async's batches) that fail
-            with Unavailable or DeadlineExceeded, as a call or as an item, are sent
-            again with the same key while the next attempt would start within this
-            many seconds of the first; each attempt has its own `timeout`. 0: no retry.
+            observe_many, observe_async's batches) that fail with Unavailable or
+            DeadlineExceeded, as a call or as an item, or that a replica refuses
+            naming an owner that then fails so, are sent again with the same key
+            while the next attempt would start within this many seconds of the
+            first; each attempt has its own `timeout`. 0: no retry.
         retry_initial_backoff, retry_max_backoff: the wait before the first retry
             (jittered in its upper half), doubling up to the maximum, in seconds.
 
     Every method that makes calls takes `timeout=` (seconds; default the client's)
     and `metadata=`. After fork(), the parent's client works on, and so does the
-    child's copy: its first call starts a helper process that makes the child's calls
-    (a forked child cannot open a gRPC channel itself, see qparams/_fork_proxy.py;
-    its streams are then sent whole, not pipelined), and what the parent had queued
-    stays the parent's. A "spawn" or "forkserver" child makes clients of its own (a
+    child's copy, and so does a Client the child creates (a DataLoader
+    worker_init_fn, a multiprocessing function): when the parent had made calls,
+    gRPC cannot open channels in the child, so the child's first call starts a
+    helper process that makes its calls (see qparams/_fork_proxy.py; its streams
+    are then sent whole, not pipelined). What the parent had queued stays the
+    parent's. A "spawn" or "forkserver" child makes clients of its own (a
     RemoteObserver pickled to it does so by itself).
 
     Raises:
@@ -231,14 +262,21 @@ class Client:
     # ------------------------------------------------------------------ lifecycle
 
     def _connect(self) -> None:
-        """Opens the channel of this process (see _stub)."""
-        if self._credentials is not None:
-            channel = grpc.secure_channel(self.target, self._credentials, self._options)
+        """Opens the channel of this process (see _stub): through a helper process
+        in a forked child whose parent ran gRPC (see qparams/_fork_proxy.py)."""
+        if needs_proxy():
+            proxy = ForkProxy(self._kwargs)
+            self._channel = proxy
+            self._service = proxy.stub("qparams.v1.QParamsService")
+            self._health = proxy.stub("grpc.health.v1.Health")
         else:
-            channel = grpc.insecure_channel(self.target, self._options)
-        self._channel = channel
-        self._service = pb_grpc.QParamsServiceStub(channel)
-        self._health = health_pb2_grpc.HealthStub(channel)
+            if self._credentials is not None:
+                channel = grpc.secure_channel(self.target, self._credentials, self._options)
+            else:
+                channel = grpc.insecure_channel(self.target, self._options)
+            self._channel = channel
+            self._service = pb_grpc.QParamsServiceStub(channel)
+            self._health = health_pb2_grpc.HealthStub(channel)
         self._pid = os.getpid()
 
     @property
@@ -268,14 +306,7 @@ class Client:
         self._queue = None
         self._specs_lock = threading.Lock()
         self._router.after_fork()
-        if fork_support_enabled():  # the user opted in to gRPC's own (see _fork_proxy.py)
-            self._connect()
-            return
-        proxy = ForkProxy(self._kwargs)
-        self._channel = proxy
-        self._service = proxy.stub("qparams.v1.QParamsService")
-        self._health = proxy.stub("grpc.health.v1.Health")
-        self._pid = os.getpid()
+        self._connect()
 
     def close(self) -> None:
         """Sends what observe_async queued, then closes the channel."""
@@ -342,40 +373,38 @@ class Client:
             pass  # the retry goes by the refusal's owner either way
         return error.owner
 
-    def _observe_at(self, owner: str, request: pb.ObserveRequest, name: str,
-                    metadata: Metadata) -> ObserveResult | QParamsError:
-        """One stream item a replica refused naming `owner`, observed again there in a
-        unary call addressed to it: its result, or its refusal naming `name`."""
+    def _observe_outcome(self, request: pb.ObserveRequest, name: str,
+                         metadata: Metadata) -> ObserveResult | QParamsError:
+        """One stream item observed in a unary call, as observe makes it (routed,
+        following a refusal's owner, retried if keyed): its result, or its error
+        naming `name`."""
         try:
-            response = self._stub.Observe(
-                request, timeout=self.timeout,
-                metadata=self._addressed(owner, metadata) + session_header(name))
-        except grpc.RpcError as e:
-            error = error_from_rpc(e, owner)
-            error.session = name
-            return error
+            response = self._observe_call(request, None, metadata)
+        except QParamsError as e:
+            e.session = name
+            return e
         return ObserveResult.from_response(response)
 
     def _rerouted(self, response: pb.ObserveResponse, request: pb.ObserveRequest, name: str,
                   metadata: Metadata) -> ObserveResult | QParamsError:
         """The outcome of one stream item: `response`'s, or, refused naming another
-        owner, the outcome of observing it again at that owner (the topology read
-        again first). Items of one session are rerouted one at a time, in order."""
+        owner, the outcome of observing it again as observe does (the owner may be
+        down yet: retried while the retry policy allows). Items of one session are
+        rerouted one at a time, in order."""
         outcome = stream_outcome(response, name)
-        if isinstance(outcome, FailedPrecondition) and response.status.owner:
-            outcome.owner = response.status.owner
-            owner = self._owner_to_retry(outcome, name)
-            if owner is not None:
-                retried = self._observe_at(owner, request, name, metadata)
-                if not (isinstance(retried, FailedPrecondition) and not retried.owner):
-                    return retried
+        if (isinstance(outcome, FailedPrecondition) and response.status.owner
+                and self.replica is None):
+            return self._observe_outcome(request, name, metadata)
         return outcome
 
     def _reroute_batch(self, request: pb.ObserveBatchRequest, response: pb.ObserveBatchResponse,
-                       timeout: float | None, metadata: Metadata) -> pb.ObserveBatchResponse:
+                       failed: dict[str, QParamsError], timeout: float | None,
+                       metadata: Metadata) -> pb.ObserveBatchResponse:
         """`response` with the observations refused naming another owner sent again in
         one ObserveBatch per owner, addressed to it (the topology read again first);
-        their answers replace the refusals, in order. A failed retry leaves them."""
+        their answers replace the refusals, in order. A retry call that fails makes
+        its error each of its observations' status (retryable if the call's error
+        is: the owner may be down yet) and is kept in `failed` by owner."""
         moved: dict[str, list[int]] = {}
         for i, r in enumerate(response.responses):
             if (r.status.code == FailedPrecondition.code.value[0] and r.status.owner
@@ -392,8 +421,11 @@ class Client:
             try:
                 answer = self._stub.ObserveBatch(part, timeout=timeout or self.timeout,
                                                  metadata=self._addressed(owner, metadata))
-            except grpc.RpcError:
-                continue  # the refusals stand
+            except grpc.RpcError as e:
+                failed[owner] = error_from_rpc(e, owner)
+                for i in indexes:
+                    response.responses[i].CopyFrom(_failed_item(failed[owner]))
+                continue
             if len(answer.responses) == len(indexes):
                 for i, r in zip(indexes, answer.responses):
                     response.responses[i].CopyFrom(r)
@@ -464,9 +496,12 @@ class Client:
         user: global_minmax matches MinMaxObserver/PerChannelMinMaxObserver bit for bit;
         moving_average averages the zero-clamped range (coreai_opt), not torch.ao's raw
         one, and can differ from MovingAverage*MinMaxObserver by up to 0.5% per channel;
-        percentile, entropy and mse clip outliers (per-tensor only), from a histogram of
-        |x| that gives the same result whatever the batch order or the split of the data
-        across ranks (torch.ao's HistogramObserver depends on both).
+        percentile, entropy and mse choose a clipping range (per-tensor only) from a
+        histogram of |x| that gives the same result whatever the batch order or the split
+        of the data across ranks (torch.ao's HistogramObserver depends on both); each
+        clips some kinds of outliers and keeps others (entropy's defaults keep the full
+        range when the outliers lie more than about 32x beyond the bulk): see
+        docs/histograms.md, "Choosing a calibrator".
         histogram: the histogram calculators' parameters, a dict (or a
             qparams.pb.HistogramParams) with any of num_bins (a power of two in
             [256, 65536], default 4096), percentile ((0, 100], default 99.99; percentile
@@ -510,13 +545,18 @@ class Client:
                      ) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, fetching page
         after page (page_size 0: the server's default of 50; at most 1000). Sharded:
-        each replica's pages, merged in name order."""
+        each replica's pages, merged in name order.
+
+        Raises:
+            IncompleteListing: sharded, some replicas could not be read (Unavailable,
+                DeadlineExceeded): raised after the sessions of the others.
+        """
         slot_map = self._router.slot_map()
         if slot_map is None:
             yield from self._list_pages(prefix, page_size, None, timeout, metadata)
             return
-        yield from merge_by_name(self._list_pages(prefix, page_size, replica, timeout, metadata)
-                                 for replica in slot_map.replicas)
+        yield from _merged(slot_map.replicas, lambda replica: self._list_pages(
+            prefix, page_size, replica, timeout, metadata))
 
     def _list_pages(self, prefix: str, page_size: int, replica: str | None,
                     timeout: float | None, metadata: Metadata) -> Iterator[pb.Session]:
@@ -545,6 +585,8 @@ class Client:
 
         Raises:
             InvalidArgument: a prefix with characters no session name holds.
+            IncompleteListing: sharded, some replicas could not be read (Unavailable,
+                DeadlineExceeded): raised after the sessions of the others.
         """
         slot_map = self._router.slot_map()
         replicas = [None] if slot_map is None else slot_map.replicas
@@ -563,7 +605,8 @@ class Client:
             if len(calls) == 1:
                 yield from read(calls[0], replicas[0])
             else:
-                yield from merge_by_name(read(c, r) for c, r in zip(calls, replicas))
+                streams = dict(zip(replicas, calls))
+                yield from _merged(replicas, lambda replica: read(streams[replica], replica))
         finally:
             for call in calls:
                 call.cancel()
@@ -787,14 +830,31 @@ class Client:
         name. An unsharded server is one replica "" owning every slot. `epoch` is the
         slot map's (0 without one); a newer one than this client routes by replaces
         its routing."""
-        topology = self._read_topology(timeout=timeout, metadata=metadata)
+        topology = self._read_topology(self._router.replicas(), timeout=timeout,
+                                       metadata=metadata)
         self._router.offer(topology)
         return topology
 
-    def _read_topology(self, *, timeout: float | None = None,
+    def _read_topology(self, replicas: Sequence[str] = (), *, timeout: float | None = None,
                        metadata: Metadata = None) -> pb.Topology:
-        """GetTopology, for the router (which holds its lock while it reads)."""
-        return self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata)
+        """GetTopology through the balancer, which any healthy replica answers; if
+        that fails as a transport does (Unavailable, DeadlineExceeded), addressed to
+        each of `replicas` in turn (the balancer may not have seen one die yet):
+        the first answer, else the balancer's error. For the router, which holds
+        its lock while it reads."""
+        request = pb.GetTopologyRequest()
+        try:
+            return self._call("GetTopology", request, timeout, metadata, route="")
+        except QParamsError as e:
+            if not retryable_error(e) or self.replica is not None:
+                raise
+            first = e
+        for replica in replicas:
+            try:
+                return self._call("GetTopology", request, timeout, metadata, replica)
+            except QParamsError:
+                continue  # down too, or a replica reached straight refusing the address
+        raise first
 
     def set_slot_map(self, slot_map: str, *, timeout: float | None = None,
                      metadata: Metadata = None) -> pb.Topology:
@@ -880,9 +940,11 @@ class Client:
         answered, then the rest.
 
         Sharded: one stream per owning replica, opened at its first item, the items
-        read by a background thread at most 64 ahead of the answers yielded; a
-        failed stream is raised (its message naming the replica) when its next answer
-        is due, after the answers before it, and is not retried.
+        read by a background thread at most 64 ahead of the answers yielded. When a
+        replica's stream fails with Unavailable or DeadlineExceeded, its keyed items
+        not answered yet, and every later item of that replica, are observed one at
+        a time as observe does (retried), still in order; an unkeyed item it had
+        taken gets the stream's error (its message naming the replica).
         """
         check_reduce(reduce)
         slot_map = self._router.slot_map()
@@ -974,12 +1036,17 @@ class Client:
 
         A dispatcher thread reads `items`, reduces each and queues it on its owner's
         stream (opening it at the first), and records (replica, name) in `order`; this
-        generator reads each stream's answers in item order. `credit` bounds how far
-        the dispatcher runs ahead. Lock order: only `lock` (guards `streams`, `stopped`).
+        generator reads each stream's answers in item order. Once a replica's stream
+        failed retryably (`broken`), the dispatcher queues its items for this
+        generator alone (replica None in `order`), which observes them unary, so that
+        every item of a session is still applied in order. `credit` bounds how far
+        the dispatcher runs ahead. Lock order: only `lock` (guards `streams`,
+        `broken`, `stopped`).
         """
-        # (replica, name, request); None at the end
+        # (replica or None for a unary call, name, request); None at the end
         order: queue_module.Queue = queue_module.Queue()
         streams: dict[str, tuple[queue_module.Queue, Any]] = {}
+        broken: set[str] = set()
         failure: list[BaseException] = []
         credit = threading.Semaphore(64)
         lock = threading.Lock()
@@ -998,6 +1065,9 @@ class Client:
                     with lock:
                         if stopped[0]:
                             return
+                        if replica in broken:
+                            order.put((None, name, request))
+                            continue
                         if replica not in streams:
                             pending: queue_module.Queue = queue_module.Queue()
                             streams[replica] = (pending, self._stub.ObserveStream(
@@ -1017,6 +1087,10 @@ class Client:
         try:
             while (entry := order.get()) is not None:
                 replica, name, request = entry
+                credit.release()
+                if replica is None:
+                    yield self._observe_outcome(request, name, metadata)
+                    continue
                 with lock:
                     call = streams[replica][1]
                 try:
@@ -1025,8 +1099,19 @@ class Client:
                     raise QParamsError(f"replica {replica} answered fewer observations "
                                        "than were sent") from None
                 except grpc.RpcError as e:
-                    raise error_from_rpc(e, replica) from None
-                credit.release()
+                    # A failed stream raises its error again at each next(): every item
+                    # it had taken comes here, in order.
+                    error = error_from_rpc(e, replica)
+                    if not retryable_error(error):
+                        raise error from None
+                    with lock:
+                        broken.add(replica)
+                    if request.client_id:
+                        yield self._observe_outcome(request, name, metadata)
+                    else:  # it may have been applied: only a key makes resending safe
+                        error.session = name
+                        yield error
+                    continue
                 yield self._rerouted(response, request, name, metadata)
         finally:
             with lock:
@@ -1038,13 +1123,12 @@ class Client:
         if failure:
             raise failure[0]
 
-    def _observe_batch_by_owner(self, slot_map: SlotMap, request: pb.ObserveBatchRequest, *,
-                                raise_failure: bool, timeout: float | None = None,
-                                metadata: Metadata = None) -> pb.ObserveBatchResponse:
+    def _observe_batch_by_owner(self, slot_map: SlotMap, request: pb.ObserveBatchRequest,
+                                failed: dict[str, QParamsError], timeout: float | None,
+                                metadata: Metadata) -> pb.ObserveBatchResponse:
         """ObserveBatch split into one call per owning replica, made concurrently, the
-        answers put back in order. A failed call is raised (the first by replica
-        name, after every call ended) if `raise_failure`, else it becomes the status
-        of each of its observations' responses."""
+        answers put back in order. A failed call makes its error the status of each
+        of its observations' responses and is kept in `failed` by replica."""
         parts = slot_map.split(observation.name for observation in request.observations)
         calls = {}
         for replica, indexes in parts.items():
@@ -1053,38 +1137,42 @@ class Client:
                 part, timeout=timeout or self.timeout,
                 metadata=self._addressed(replica, metadata))
         responses: list[pb.ObserveResponse | None] = [None] * len(request.observations)
-        first: QParamsError | None = None
         for replica, call in calls.items():
             indexes = parts[replica]
             try:
                 answer = call.result()
             except grpc.RpcError as e:
-                error = error_from_rpc(e, replica)
-                first = first or error
+                failed[replica] = error_from_rpc(e, replica)
                 for i in indexes:
-                    responses[i] = pb.ObserveResponse(status=pb.RpcStatus(
-                        code=error.code.value[0], message=error.message))
+                    responses[i] = _failed_item(failed[replica])
                 continue
             if len(answer.responses) != len(indexes):
                 raise QParamsError(f"replica {replica}: ObserveBatch answered "
                                    f"{len(answer.responses)} of {len(indexes)} observations")
             for i, response in zip(indexes, answer.responses):
                 responses[i] = response
-        if raise_failure and first is not None:
-            raise first
-        return self._reroute_batch(request, pb.ObserveBatchResponse(responses=responses),
-                                   timeout, metadata)
+        return pb.ObserveBatchResponse(responses=responses)
 
-    def _send_batch(self, request: pb.ObserveBatchRequest) -> pb.ObserveBatchResponse:
-        """observe_async's sender: one ObserveBatch, or one per owning replica (a
-        failed one fails only its own observations)."""
+    def _batch_attempt(self, request: pb.ObserveBatchRequest, failed: dict[str, QParamsError],
+                       timeout: float | None, metadata: Metadata) -> pb.ObserveBatchResponse:
+        """One attempt at `request`: one ObserveBatch (raised if it fails), or one per
+        owning replica by the topology read last, then the observations refused
+        naming another owner sent there. `failed` is emptied, then holds the calls
+        of this attempt that failed, by replica (their observations' status is the
+        error)."""
+        failed.clear()
         slot_map = self._router.slot_map()
         if slot_map is None:
-            return self._retry.batch(request, lambda part: self._reroute_batch(
-                part, self._stub.ObserveBatch(part, timeout=self.timeout,
-                                              metadata=self._metadata), None, None))
-        return self._retry.batch(request, lambda part: self._observe_batch_by_owner(
-            slot_map, part, raise_failure=False))
+            response = self._call("ObserveBatch", request, timeout, metadata)
+        else:
+            response = self._observe_batch_by_owner(slot_map, request, failed, timeout,
+                                                    metadata)
+        return self._reroute_batch(request, response, failed, timeout, metadata)
+
+    def _send_batch(self, request: pb.ObserveBatchRequest) -> pb.ObserveBatchResponse:
+        """observe_async's sender: the attempts of observe_batch (a failed call fails
+        only its own observations)."""
+        return self._retry.batch(request, lambda part: self._batch_attempt(part, {}, None, None))
 
     def observe_batch(self, items: Iterable[tuple[str, TensorLike]], *, reduce: str = "auto",
                       omit_qparams: bool = False,
@@ -1109,13 +1197,11 @@ class Client:
         for name, x in items:
             names.append(name)
             request.observations.append(self._request(name, x, reduce, omit_qparams))
-        slot_map = self._router.slot_map()
-        if slot_map is None:
-            response = self._retry.batch(request, lambda part: self._reroute_batch(
-                part, self._call("ObserveBatch", part, timeout, metadata), timeout, metadata))
-        else:
-            response = self._retry.batch(request, lambda part: self._observe_batch_by_owner(
-                slot_map, part, raise_failure=True, timeout=timeout, metadata=metadata))
+        failed: dict[str, QParamsError] = {}
+        response = self._retry.batch(
+            request, lambda part: self._batch_attempt(part, failed, timeout, metadata))
+        if failed:  # the last attempt's calls that failed
+            raise failed[min(failed)]
         return [stream_outcome(r, name) for r, name in zip(response.responses, names)]
 
     def observe_async(self, name: str, x: TensorLike, *, reduce: str = "auto",
@@ -1272,14 +1358,15 @@ class Client:
 
         Raises:
             InvalidArgument: a negative page_size or one above 1000.
+            IncompleteListing: sharded, some replicas could not be read (Unavailable,
+                DeadlineExceeded): raised after the groups of the others.
         """
         slot_map = self._router.slot_map()
         if slot_map is None:
             yield from self._group_pages(prefix, page_size, None, timeout, metadata)
             return
-        yield from merge_by_name(self._group_pages(prefix, page_size, replica, timeout,
-                                                   metadata)
-                                 for replica in slot_map.replicas)
+        yield from _merged(slot_map.replicas, lambda replica: self._group_pages(
+            prefix, page_size, replica, timeout, metadata))
 
     def _group_pages(self, prefix: str, page_size: int, replica: str | None,
                      timeout: float | None, metadata: Metadata) -> Iterator[ScaleGroup]:
