@@ -139,15 +139,18 @@ std::string RandomClientId() {
   return id;
 }
 
-bool Retryable(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnavailable ||
-         status.code() == absl::StatusCode::kDeadlineExceeded;
+// A call that may or may not have been applied (docs/retries.md). The server never
+// answers UNKNOWN: gRPC reports it for a call a proxy or the transport reset
+// ("Stream removed": HAProxy resetting a stream whose replica died under it).
+bool Retryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kUnknown;
 }
 
+bool Retryable(const absl::Status& status) { return Retryable(status.code()); }
+
 bool Retryable(const v1::ObserveResponse& response) {
-  const int code = response.status().code();
-  return code == static_cast<int>(absl::StatusCode::kUnavailable) ||
-         code == static_cast<int>(absl::StatusCode::kDeadlineExceeded);
+  return Retryable(static_cast<absl::StatusCode>(response.status().code()));
 }
 
 // The waits between attempts of one call: exponential with full jitter in the upper

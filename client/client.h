@@ -82,8 +82,9 @@ struct ClientOptions {
   // observation this client sends (Observe*, ObserveStream, ObserveBatch) carries
   // the client's random client_id and the next sequence of its session, unless the
   // request already carries a key (kept as it is); the server applies a key at most
-  // once. A keyed observation that fails with UNAVAILABLE or DEADLINE_EXCEEDED (the
-  // call's status, or a stream/batch item's) is sent again with the same key after
+  // once. A keyed observation that fails with UNAVAILABLE, DEADLINE_EXCEEDED or
+  // UNKNOWN (a call a proxy reset; docs/retries.md) (the call's status, or a
+  // stream/batch item's) is sent again with the same key after
   // an exponential backoff with jitter (retry_initial_backoff, doubling up to
   // retry_max_backoff), as long as the next attempt starts within retry_total of the
   // call's start; each attempt has its own `timeout`. retry_total zero: no retry.
@@ -158,7 +159,7 @@ class Client {
   // else a previous response's next_page_token for the same filter. Sharded: the
   // replicas' pages merged in name order (one call to each replica per page), with a
   // next_page_token any replica accepts; the replicas that could not be read
-  // (UNAVAILABLE, DEADLINE_EXCEEDED) are named in unreachable_replicas.
+  // (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN) are named in unreachable_replicas.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(int page_size,
                                                         const std::string& page_token,
                                                         const std::string& filter);
@@ -167,7 +168,7 @@ class Client {
   // at a time through `each` as the server streams them (ReadSessions). The first
   // error ends it (the server's status, or `each`'s). Sharded: one stream from each
   // replica, merged in name order; a replica that cannot be read (UNAVAILABLE,
-  // DEADLINE_EXCEEDED) leaves the others' sessions going through `each`, then the
+  // DEADLINE_EXCEEDED, UNKNOWN) leaves the others' sessions going through `each`, then the
   // status is UNAVAILABLE naming it (UnreachableReplicas, client/replica_router.h).
   absl::Status ReadSessions(const std::string& prefix,
                             const std::function<absl::Status(const v1::Session&)>& each);
@@ -340,7 +341,7 @@ class Client {
   // the router's own read (under its lock) and CommonEpoch's.
   absl::StatusOr<v1::Topology> ReadTopology(const std::string& replica);
   // GetTopology through the balancer (any healthy replica answers), or to the pinned
-  // replica; if that fails UNAVAILABLE or DEADLINE_EXCEEDED, addressed to each of
+  // replica; if that fails as a retryable call does, addressed to each of
   // `known` in turn (the balancer may not have seen one die yet): the first answer,
   // else the first error. Not offered to the router.
   absl::StatusOr<v1::Topology> ReadAnyTopology(const std::vector<std::string>& known);
@@ -366,8 +367,9 @@ class Client {
   // `requests` keyed as Key says (a copy only when a request needs a key).
   std::vector<v1::ObserveRequest> Keyed(const std::vector<v1::ObserveRequest>& requests);
   // Sends `requests` through `send` (one stream or batch call) and sends again, with
-  // their keys, the keyed ones whose call or own status is UNAVAILABLE or
-  // DEADLINE_EXCEEDED, as ClientOptions says; the responses in order.
+  // their keys, the keyed ones whose call or own status is retryable
+  // (ClientOptions::retry_total says which), as ClientOptions says; the responses
+  // in order.
   using SendObservations = std::function<absl::StatusOr<std::vector<v1::ObserveResponse>>(
       const std::vector<const v1::ObserveRequest*>&)>;
   absl::StatusOr<std::vector<v1::ObserveResponse>> SendWithRetries(

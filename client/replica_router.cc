@@ -46,9 +46,11 @@ absl::Status IncompleteError(const std::map<std::string, absl::Status>& failed) 
 namespace {
 
 // Whether a replica's listing failed as an unreachable replica's does: it is left
-// out of the merge, and named, rather than failing it.
+// out of the merge, and named, rather than failing it. UNKNOWN is a stream a proxy
+// reset as its replica died (the server never answers it).
 bool Unreachable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) ||
+         absl::IsUnknown(status);
 }
 
 

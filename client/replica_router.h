@@ -147,7 +147,7 @@ class ReplicaRouter {
 
   // `call` addressed to replica(), or, split, one page of each replica merged in
   // name order, with a next_page_token any replica accepts; a replica that cannot
-  // be read (UNAVAILABLE, DEADLINE_EXCEEDED) is named in unreachable_replicas.
+  // be read (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN) is named in unreachable_replicas.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(const v1::ListSessionsRequest& request,
                                                         const ListCall& call);
 
@@ -158,7 +158,7 @@ class ReplicaRouter {
   // The sessions of `open`'s stream from replica(), or, split, of one stream from
   // each replica merged in name order, through `each`. The first error ends it (a
   // stream's status, naming its replica when split, or `each`'s), but for a
-  // replica that cannot be read (UNAVAILABLE, DEADLINE_EXCEEDED), split: the
+  // replica that cannot be read (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN), split: the
   // others' sessions go on, and the result is then UNAVAILABLE naming each such
   // replica, with the kUnreachablePayload (UnreachableReplicas).
   absl::Status ReadSessions(const OpenSessions& open,

@@ -3,8 +3,8 @@
 Every observation a Client sends carries its key: the client's random `client_id`
 and the next `sequence` of its session (ObserveRequest fields). The server applies a
 key at most once and answers a retry of an applied one with the original count and
-`duplicate` set, so an observation whose call failed with UNAVAILABLE or
-DEADLINE_EXCEEDED (the server may or may not have applied it) is sent again, with
+`duplicate` set, so an observation whose call failed with UNAVAILABLE,
+DEADLINE_EXCEEDED or UNKNOWN (the server may or may not have applied it) is sent again, with
 the same key, after an exponential backoff with jitter, while the next attempt would
 start within `total` seconds of the first.
 """
@@ -21,12 +21,16 @@ from typing import Any, TypeVar
 
 import grpc
 
-from qparams._errors import DeadlineExceeded, Unavailable
+from qparams._errors import DeadlineExceeded, Unavailable, Unknown
 from qparams.v1 import qparams_pb2 as pb
 
 __all__ = ["Keys", "RetryPolicy"]
 
-_RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.DEADLINE_EXCEEDED.value[0])
+# The server never answers UNKNOWN: gRPC reports it for a call a proxy or the transport
+# reset ("Stream removed"), which may or may not have been applied (docs/retries.md).
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+              grpc.StatusCode.UNKNOWN)
+_RETRYABLE_CODES = tuple(code.value[0] for code in _RETRYABLE)
 T = TypeVar("T")
 
 
@@ -83,17 +87,18 @@ class Keys:
 
 
 def retryable_error(error: BaseException) -> bool:
-    """Whether a failed call may be retried: UNAVAILABLE or DEADLINE_EXCEEDED, as a
-    QParamsError or as gRPC's own RpcError."""
-    if isinstance(error, (Unavailable, DeadlineExceeded)):
+    """Whether a failed call may be retried: UNAVAILABLE, DEADLINE_EXCEEDED or UNKNOWN,
+    as a QParamsError or as gRPC's own RpcError."""
+    if isinstance(error, (Unavailable, DeadlineExceeded, Unknown)):
         return True
     if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
-        return error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        return error.code() in _RETRYABLE
     return False
 
 
 def retryable_response(response: pb.ObserveResponse) -> bool:
-    """Whether a stream or batch item failed with UNAVAILABLE or DEADLINE_EXCEEDED."""
+    """Whether a stream or batch item failed with UNAVAILABLE, DEADLINE_EXCEEDED or
+    UNKNOWN."""
     return response.status.code in _RETRYABLE_CODES
 
 

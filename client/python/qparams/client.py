@@ -100,7 +100,7 @@ def _failed_item(error: QParamsError) -> pb.ObserveResponse:
 
 def _merged(replicas: Sequence[str], read: Callable[[str], Iterator[Any]]) -> Iterator[Any]:
     """The named items of read(replica) for every replica, merged in name order. A
-    replica that cannot be read (Unavailable, DeadlineExceeded) ends its part, and
+    replica that cannot be read (Unavailable, DeadlineExceeded, Unknown) ends its part, and
     IncompleteListing names it after the last item of the others; any other error
     is raised as it comes."""
     missing: dict[str, QParamsError] = {}
@@ -388,12 +388,14 @@ class Client:
     def _rerouted(self, response: pb.ObserveResponse, request: pb.ObserveRequest, name: str,
                   metadata: Metadata) -> ObserveResult | QParamsError:
         """The outcome of one stream item: `response`'s, or, refused naming another
-        owner, the outcome of observing it again as observe does (the owner may be
-        down yet: retried while the retry policy allows). Items of one session are
-        rerouted one at a time, in order."""
+        owner, or failed retryably with a key (a slot frozen by a move), the outcome
+        of observing it again as observe does (the owner may be down yet: retried
+        while the retry policy allows). Items of one session are observed again one
+        at a time, in order."""
         outcome = stream_outcome(response, name)
-        if (isinstance(outcome, FailedPrecondition) and response.status.owner
-                and self.replica is None):
+        moved = (isinstance(outcome, FailedPrecondition) and response.status.owner
+                 and self.replica is None)
+        if moved or (request.client_id and retryable_error(outcome)):
             return self._observe_outcome(request, name, metadata)
         return outcome
 
@@ -838,7 +840,7 @@ class Client:
     def _read_topology(self, replicas: Sequence[str] = (), *, timeout: float | None = None,
                        metadata: Metadata = None) -> pb.Topology:
         """GetTopology through the balancer, which any healthy replica answers; if
-        that fails as a transport does (Unavailable, DeadlineExceeded), addressed to
+        that fails as a transport does (Unavailable, DeadlineExceeded, Unknown), addressed to
         each of `replicas` in turn (the balancer may not have seen one die yet):
         the first answer, else the balancer's error. For the router, which holds
         its lock while it reads."""
