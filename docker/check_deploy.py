@@ -14,7 +14,8 @@
 Checked, for the sharded form (issue 16) against docker/haproxy/slots.map:
 - the slot map gives every slot 0..255 exactly one owner, as qparams' parser reads it;
 - haproxy.cfg has one backend per replica of the map, then spare backends (their
-  servers disabled) up to r7, each server's address from
+  servers disabled) up to r7, then the pool `any` (the default backend: calls naming
+  no session) with a server per backend tracking its health, each server's address from
   QPARAMS_R<i> and its health checked with GET /healthz over HTTP/1.1 on port
   QPARAMS_R<i>_CHECK_PORT (default 9100, the replicas' --metrics_listen), and reads the
   slot map through QPARAMS_SLOT_MAP;
@@ -59,6 +60,7 @@ METRICS_LISTEN = f"--metrics_listen=0.0.0.0:{METRICS_PORT}"
 # haproxy.cfg's backends: the replicas r0.. of the map, then spares (disabled) up to r7,
 # so that adding a replica needs no reload.
 BACKENDS = [f"r{i}" for i in range(8)]
+POOL = "any"  # the default backend: calls naming no session go to any healthy replica
 
 failures: list[str] = []
 
@@ -111,9 +113,16 @@ def check_slot_map() -> list[str]:
 def check_haproxy_cfg(replicas: list[str]) -> None:
     cfg = HAPROXY_CFG.read_text()
     backends = re.findall(r"^backend (\S+)", cfg, re.M)
-    check(backends == BACKENDS and backends[:len(replicas)] == replicas,
+    check(backends == BACKENDS + [POOL] and backends[:len(replicas)] == replicas,
           f"haproxy.cfg: backends {backends}, not the slot map's replicas {replicas} then spares "
-          f"up to {BACKENDS[-1]}")
+          f"up to {BACKENDS[-1]}, then the pool {POOL}")
+    check(re.search(rf"^\s*default_backend {POOL}$", cfg, re.M) is not None,
+          f"haproxy.cfg: the default backend is not the pool {POOL}")
+    pool = cfg[cfg.index(f"backend {POOL}"):]
+    for i, backend in enumerate(BACKENDS):
+        check(re.search(rf'^\s*server {backend} "\$\{{QPARAMS_R{i}-{backend}:50051\}}" '
+                        rf"track {backend}/{backend}$", pool, re.M) is not None,
+              f"haproxy.cfg: the pool {POOL} has no server {backend} tracking {backend}/{backend}")
     for i, backend in enumerate(BACKENDS):
         spare = backend not in replicas
         check(re.search(rf'^\s*server {backend} "\$\{{QPARAMS_R{i}-{backend}:50051\}}"', cfg, re.M)
@@ -132,8 +141,8 @@ def check_haproxy_cfg(replicas: list[str]) -> None:
     check(re.search(r'^\s*bind "\$\{QPARAMS_BIND-:50051\}"', cfg, re.M) is not None,
           "haproxy.cfg: bind is not \"${QPARAMS_BIND-:50051}\"")
     check("@" + "R0@" not in cfg and "@BIND@" not in cfg, "haproxy.cfg: a template placeholder is left")
-    print(f"haproxy.cfg: backends {backends} ({len(backends) - len(replicas)} spares, disabled), "
-          f"addresses from QPARAMS_R0..R{len(backends) - 1}")
+    print(f"haproxy.cfg: backends {backends} ({len(BACKENDS) - len(replicas)} spares, disabled, "
+          f"and the pool {POOL}), addresses from QPARAMS_R0..R{len(BACKENDS) - 1}")
 
 
 # ---- compose ------------------------------------------------------------------------------

@@ -71,10 +71,12 @@ def in_range(name: str, low: int, high: int) -> bool:
 
 
 def observe_forever(target: str, mine: list[int], acks: str,
-                    stop: multiprocessing.synchronize.Event) -> None:
+                    stop: multiprocessing.synchronize.Event, path: str = "observe") -> None:
     """A client process: observes its sessions round-robin, each in its fixed order,
-    until `stop`; each acknowledged observation is appended to the file `acks` as
-    "SESSION INDEX DUPLICATE" before the next is sent (DUPLICATE 1: the answer of a
+    until `stop`, through `path`: one observe call each ("observe"), or a round of
+    all of them in one observe_batch ("batch") or one observe_many stream
+    ("stream"); each acknowledged observation is appended to the file `acks` as
+    "SESSION INDEX DUPLICATE" before the next round (DUPLICATE 1: the answer of a
     retry that the server had applied already). Any error ends the process (failing the
     test): the client's own retries must carry it through the moves and the kills,
     since an observation given up on may have been applied (a new call would get a
@@ -83,23 +85,33 @@ def observe_forever(target: str, mine: list[int], acks: str,
     with qparams.Client(target, timeout=10, retry_total=120) as client, \
             open(acks, "a", buffering=1) as out:
         while not stop.is_set():
-            for s in mine:
-                result = client.observe(SESSIONS[s], tensor(s, next_index[s]))
+            items = [(SESSIONS[s], tensor(s, next_index[s])) for s in mine]
+            if path == "observe":
+                results = [client.observe(name, x) for name, x in items]
+            elif path == "batch":
+                results = client.observe_batch(items)
+            else:
+                results = list(client.observe_many(items))
+            for s, result in zip(mine, results):
+                if isinstance(result, Exception):
+                    raise result
                 out.write(f"{s} {next_index[s]} {int(result.duplicate)}\n")
                 next_index[s] += 1
 
 
 class Clients:
-    """The client processes (spawned), each owning every CLIENTS-th session."""
+    """The client processes (spawned), each owning every CLIENTS-th session, the i-th
+    observing through paths[i % len(paths)] (see observe_forever)."""
 
-    def __init__(self, target: str, directory: pathlib.Path) -> None:
+    def __init__(self, target: str, directory: pathlib.Path,
+                 paths: tuple[str, ...] = ("observe",)) -> None:
         context = multiprocessing.get_context("spawn")
         self.stopping = context.Event()
         self.files = [directory / f"acks-{i}" for i in range(CLIENTS)]
         self.processes = [
             context.Process(target=observe_forever, daemon=True,
                             args=(target, list(range(i, len(SESSIONS), CLIENTS)),
-                                  str(self.files[i]), self.stopping))
+                                  str(self.files[i]), self.stopping, paths[i % len(paths)]))
             for i in range(CLIENTS)]
         for process in self.processes:
             process.start()
@@ -145,17 +157,32 @@ class Clients:
                 process.join()
 
 
-@pytest.fixture
-def soak(sharded_cluster: Cluster) -> Iterator[tuple[Cluster, Clients]]:
-    """The cluster with the sessions created and the clients observing."""
-    cluster = sharded_cluster
+def started(cluster: Cluster, paths: tuple[str, ...]) -> Clients:
+    """The sessions created, and the clients observing through `paths`."""
     target = f"unix:{cluster.haproxy.socket}"
     with qparams.Client(target) as client:
         for i, name in enumerate(SESSIONS):
             create(client, i)
-    clients = Clients(target, cluster.directory)
+    return Clients(target, cluster.directory, paths)
+
+
+@pytest.fixture
+def soak(sharded_cluster: Cluster) -> Iterator[tuple[Cluster, Clients]]:
+    """The cluster with the sessions created and the clients observing (observe)."""
+    clients = started(sharded_cluster, ("observe",))
     try:
-        yield cluster, clients
+        yield sharded_cluster, clients
+    finally:
+        clients.kill()
+
+
+@pytest.fixture
+def soak_batches_and_streams(sharded_cluster: Cluster) -> Iterator[tuple[Cluster, Clients]]:
+    """As soak, two clients observing through observe_batch, two through
+    observe_many's streams."""
+    clients = started(sharded_cluster, ("batch", "stream"))
+    try:
+        yield sharded_cluster, clients
     finally:
         clients.kill()
 
@@ -314,5 +341,33 @@ def test_soak_moves_resumed_after_sigkill(soak: tuple[Cluster, Clients]) -> None
     assert reshard(cluster, THIRD_MOVE, "--stop_before_switch")["outcome"] == "awaiting_switch"
     restart(cluster, THIRD_MOVE[3])
     assert reshard(cluster, THIRD_MOVE, "--resume", admin)["outcome"] == "done"
+    clients.progress("after the third move")
+    check(cluster, clients)
+
+
+def test_soak_batches_and_streams_through_moves_whose_target_dies(
+        soak_batches_and_streams: tuple[Cluster, Clients]) -> None:
+    """Right after each move's switch, the new owner is killed (SIGKILL) and only
+    then restarted: meanwhile the old owner refuses the moved items naming it, and
+    HAProxy routes them to it, so the batches and the streams (each client's
+    topology, read before the move, sends them to the old owner) must keep the
+    items and retry them with their keys until it is back, as observe does. The
+    callers see no error, and every session equals the replay of what they were
+    acknowledged."""
+    cluster, clients = soak_batches_and_streams
+    admin = f"--haproxy_admin={cluster.haproxy.admin}"
+    clients.progress("before the moves")
+    for move in (FIRST_MOVE, SECOND_MOVE):
+        assert reshard(cluster, move, admin)["outcome"] == "done"
+        target = move[3]
+        cluster.kill_replica(target)
+        wait_for(f"haproxy to mark {target} DOWN",
+                 lambda: cluster.haproxy.status(target).startswith("DOWN"), PHASE_TIMEOUT)
+        clients.counts()  # every client still runs, waiting for the target
+        cluster.start_replica(target)
+        cluster.route_to(target)
+        clients.progress(f"after {target}, the target of {move[0]}:{move[1]}, came back")
+    add_r3(cluster)
+    assert reshard(cluster, THIRD_MOVE, admin)["outcome"] == "done"
     clients.progress("after the third move")
     check(cluster, clients)
