@@ -55,21 +55,27 @@ using grpc::health::v1::HealthCheckResponse;
 // ---------------------------------------------------------------- output
 
 // `json` (protobuf's JSON mapping with whitespace: one field a line) without the
-// lines of an empty QParams.scale_e4m3, which only NVFP4 results fill: printing
-// every primitive field would otherwise show `"scaleE4m3": ""` for every other
-// result. A field on the last line of its object takes the comma of the line before.
-std::string OmitEmptyScaleCodes(const std::string& json) {
-  constexpr absl::string_view kEmpty = "\"scaleE4m3\": \"\"";
+// lines of fields that only some results fill, when empty: QParams.scale_e4m3
+// (NVFP4 results) and a merged listing's unreachable_replicas (a sharded
+// deployment with a replica down). Printing every primitive field would otherwise
+// show `"scaleE4m3": ""` on every other result and `"unreachableReplicas": []` on
+// every listing. A field on the last line of its object takes the comma of the line
+// before.
+std::string OmitEmptyRareFields(const std::string& json) {
+  constexpr absl::string_view kEmpty[] = {"\"scaleE4m3\": \"\"", "\"unreachableReplicas\": []"};
   std::string kept;
   kept.reserve(json.size());
   for (absl::string_view line : absl::StrSplit(json, '\n')) {
     const absl::string_view field = absl::StripLeadingAsciiWhitespace(line);
-    if (field == absl::StrCat(kEmpty, ",")) continue;
-    if (field == kEmpty) {
-      if (absl::EndsWith(kept, ",\n")) kept.erase(kept.size() - 2, 1);
-      continue;
+    bool omit = false;
+    for (absl::string_view empty : kEmpty) {
+      if (field == absl::StrCat(empty, ",")) omit = true;
+      if (field == empty) {
+        if (absl::EndsWith(kept, ",\n")) kept.erase(kept.size() - 2, 1);
+        omit = true;
+      }
     }
-    absl::StrAppend(&kept, line, "\n");
+    if (!omit) absl::StrAppend(&kept, line, "\n");
   }
   return kept;
 }
@@ -81,7 +87,7 @@ void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
   std::string json;
   // Fails only for messages with Any fields, which the contract does not use.
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  json = OmitEmptyScaleCodes(json);
+  json = OmitEmptyRareFields(json);
   while (absl::EndsWith(json, "\n\n")) json.pop_back();
   out << json;
   if (!absl::EndsWith(json, "\n")) out << "\n";
