@@ -35,13 +35,18 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 import qparams
 from qparams.torch import RemoteObserver, delete_run
+
+# The sibling example's tapped model, training, calibration and fake-quantized accuracy
+# (a script run from examples/ finds it beside itself).
+from histogram_calibration import (RANGES, Tapped, accuracy, batches_of, calibrate, fit,
+                                   qparams_of)
 
 #: The table's columns: the service's calculators with their defaults, and entropy
 #: with candidates from bin 32 (histogram.md 6.3): {label: (calculator, histogram=)}.
@@ -53,7 +58,8 @@ METHODS = {"global_minmax": ("global_minmax", None), "moving_average": ("moving_
 CASES = {"no outliers": "input", "three pixels x50": "input",
          "three hot pixels": "input", "one channel x16": "conv1"}
 POINTS = ("input", "conv1", "conv2")
-QUANT_MIN, QUANT_MAX = 0, 15  # 4 bits, asymmetric: the activations are non-negative
+BITS = 4  # asymmetric: the activations are non-negative
+QUANT_MIN, QUANT_MAX = RANGES[BITS]
 #: Pixels (row-major in the 8x8 image) inked in 2-3% of the digits, times 50.
 PIXELS, PIXEL_FACTOR = (7, 23, 47), 50.0
 #: Pixels of the corners, which read 50 in 0.1% of the images (seeded).
@@ -81,7 +87,7 @@ def digits(pixels: Sequence[int] = (), factor: float = 1.0, hot: float = 0.0
     return x[:-360], y[:-360], x[-360:], y[-360:]
 
 
-class CNN(nn.Module):
+class CNN(Tapped):
     """The model, with a hook at each activation the example quantizes."""
 
     def __init__(self) -> None:
@@ -89,12 +95,6 @@ class CNN(nn.Module):
         self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
         self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
         self.fc = nn.Linear(16 * 4 * 4, 10)
-        #: point name -> a function applied to that activation (identity by default).
-        self.taps: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
-
-    def _tap(self, point: str, x: torch.Tensor) -> torch.Tensor:
-        f = self.taps.get(point)
-        return x if f is None else f(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self._tap("input", x)
@@ -107,12 +107,7 @@ def trained(x: torch.Tensor, y: torch.Tensor) -> CNN:
     """The CNN trained on (x, y); deterministic (seeded, one thread's arithmetic)."""
     torch.manual_seed(0)
     model = CNN()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(20):
-        for i in range(0, len(x), 128):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x[i:i + 128]), y[i:i + 128]).backward()
-            optimizer.step()
+    fit(model, x, y, epochs=20, batch=128)
     return model.eval()
 
 
@@ -138,35 +133,6 @@ def observers(method: str, run: str, server: str | None) -> dict[str, RemoteObse
                               quant_max=QUANT_MAX, calculator=calculator, histogram=histogram,
                               name=f"{run}/{p}", server=server)
             for p in POINTS}
-
-
-def calibrate(model: CNN, found: dict[str, RemoteObserver], x: torch.Tensor) -> None:
-    """Runs x through the model in batches of 64, each observer watching its point, and
-    waits until the service has every observation."""
-    model.taps = dict(found)
-    with torch.no_grad():
-        for i in range(0, len(x), 64):
-            model(x[i:i + 64])
-    model.taps = {}
-    for o in found.values():
-        o.flush()
-
-
-def accuracy(model: CNN, x: torch.Tensor, y: torch.Tensor,
-             found: dict[str, RemoteObserver] | None) -> float:
-    """Test accuracy with each point fake-quantized by its observer's qparams (none:
-    float)."""
-    if found:
-        taps = {}
-        for point, o in found.items():
-            scale, zero_point = o.calculate_qparams()
-            taps[point] = (lambda t, s=float(scale[0]), z=int(zero_point[0]):
-                           torch.fake_quantize_per_tensor_affine(t, s, z, QUANT_MIN, QUANT_MAX))
-        model.taps = taps
-    with torch.no_grad():
-        correct = (model(x).argmax(1) == y).float().mean().item()
-    model.taps = {}
-    return correct
 
 
 def activation(model: CNN, x: torch.Tensor, point: str) -> torch.Tensor:
@@ -198,13 +164,13 @@ def measure(server: str | None = None, run: str | None = None
     try:
         for k, (case, point) in enumerate(CASES.items()):
             model, (x, _, tx, ty) = models[case], data[case]
-            accuracies[case] = {"float": accuracy(model, tx, ty, None)}
+            accuracies[case] = {"float": accuracy(model, tx, ty, None, BITS)}
             kept[case] = {}
             largest = float(activation(model, x, point).max())
             for j, method in enumerate(METHODS):
                 found = observers(method, f"{run}/{k}/{j}", server)
-                calibrate(model, found, x)
-                accuracies[case][method] = accuracy(model, tx, ty, found)
+                calibrate(model, found, batches_of(x))
+                accuracies[case][method] = accuracy(model, tx, ty, qparams_of(found), BITS)
                 kept[case][method] = float(found[point].max_val) / largest
     finally:
         delete_run(run, server=server)

@@ -58,18 +58,27 @@ def digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return x[:-360], y[:-360], x[-360:], y[-360:]
 
 
-class MLP(nn.Module):
-    """The model, with a hook at each activation the example quantizes."""
+class Tapped(nn.Module):
+    """A model with a hook at each activation an example quantizes: its forward passes
+    each named point's activation through _tap (examples/calibrator_choice.py's CNN is
+    one too)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.fc1, self.fc2, self.fc3 = nn.Linear(64, 128), nn.Linear(128, 128), nn.Linear(128, 10)
         #: point name -> a function applied to that activation (identity by default).
         self.taps: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
 
     def _tap(self, point: str, x: torch.Tensor) -> torch.Tensor:
         f = self.taps.get(point)
         return x if f is None else f(x)
+
+
+class MLP(Tapped):
+    """The model, with a hook at each activation the example quantizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(64, 128), nn.Linear(128, 128), nn.Linear(128, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self._tap("input", x)
@@ -78,17 +87,23 @@ class MLP(nn.Module):
         return self.fc3(x)
 
 
+def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int, batch: int) -> None:
+    """Trains `model` on (x, y): Adam at 1e-2, cross-entropy, `epochs` passes over
+    consecutive batches of `batch` rows."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(epochs):
+        for i in range(0, len(x), batch):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x[i:i + batch]), y[i:i + batch]).backward()
+            optimizer.step()
+
+
 def trained_model(x: torch.Tensor, y: torch.Tensor) -> MLP:
     """The MLP trained on (x, y) (deterministic: seeded, one thread's arithmetic), then
     given its outlier channels (the float outputs are unchanged up to rounding)."""
     torch.manual_seed(0)
     model = MLP()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(60):
-        for i in range(0, len(x), 256):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(model(x[i:i + 256]), y[i:i + 256]).backward()
-            optimizer.step()
+    fit(model, x, y, epochs=60, batch=256)
     with torch.no_grad():
         for k, (fc, following) in enumerate(((model.fc1, model.fc2), (model.fc2, model.fc3))):
             hidden = torch.relu(model.fc1(x))
@@ -116,7 +131,8 @@ def observers(method: str, bits: int, run: str, server: str | None,
             for p in POINTS}
 
 
-def calibrate(model: MLP, found: dict[str, nn.Module], batches: Iterable[torch.Tensor]) -> None:
+def calibrate(model: Tapped, found: dict[str, nn.Module],
+              batches: Iterable[torch.Tensor]) -> None:
     """Runs the batches through the model with each observer watching its activation,
     and waits until the service has every observation."""
     model.taps = dict(found)
@@ -138,7 +154,7 @@ def qparams_of(found: dict[str, nn.Module]) -> dict[str, tuple[float, int]]:
     return out
 
 
-def accuracy(model: MLP, x: torch.Tensor, y: torch.Tensor,
+def accuracy(model: Tapped, x: torch.Tensor, y: torch.Tensor,
              found: dict[str, tuple[float, int]] | None, bits: int) -> float:
     """Test accuracy with each activation fake-quantized by its qparams (none: float)."""
     quant_min, quant_max = RANGES[bits]
@@ -166,6 +182,7 @@ def calibrate_shard(state: dict[str, torch.Tensor], run: str, server: str | None
 
 
 def batches_of(x: torch.Tensor, size: int = 64) -> list[torch.Tensor]:
+    """x in consecutive batches of `size` rows (the last may be shorter)."""
     return [x[i:i + size] for i in range(0, len(x), size)]
 
 
