@@ -341,11 +341,7 @@ class Invocation {
   // their names on stderr and kExitIncomplete.
   int FailIfIncomplete(const google::protobuf::RepeatedPtrField<std::string>& unreachable) {
     if (unreachable.empty()) return kExitOk;
-    std::map<std::string, absl::Status> failed;
-    for (const std::string& replica : unreachable) {
-      failed[replica] = absl::UnavailableError("could not be read");
-    }
-    return Fail(IncompleteError(failed));
+    return Fail(IncompleteError(std::vector<std::string>(unreachable.begin(), unreachable.end())));
   }
 
   // Prints `result`'s value, or reports its error; returns the exit status.
@@ -1046,9 +1042,10 @@ constexpr Command kSlotMapCommands[] = {
    "nothing. Prints what each took; exits 1 if any failed."},
   {"show", "", 0, 0, SlotMapShow,
    "Show the slot map the answering replica serves (GetTopology; through the\n"
-   "balancer any healthy replica, else --replica's): JSON, the topology; --format=table, the map\n"
-   "file's text (\"# epoch N\", then LOW:HIGH REPLICA lines), to keep the file\n"
-   "in step with the maps pushed (qparams-cli slotmap show --format=table > FILE)."},
+   "balancer any healthy replica, else --replica's): JSON, the topology;\n"
+   "--format=table, the map file's text (\"# epoch N\", then LOW:HIGH REPLICA\n"
+   "lines), to keep the file in step with the maps pushed (qparams-cli slotmap\n"
+   "show --format=table > FILE)."},
 };
 
 constexpr Command kGroupCommands[] = {

@@ -785,19 +785,18 @@ absl::Status Client::ReadScaleGroups(
     const std::string& filter, int page_size,
     const std::function<absl::Status(const v1::ScaleGroup&)>& each) {
   std::string token;
-  std::map<std::string, absl::Status> unreachable;  // on any page
+  std::set<std::string> unreachable;  // on any page
   do {
     absl::StatusOr<v1::ListScaleGroupsResponse> page = ListScaleGroups(page_size, token, filter);
     if (!page.ok()) return page.status();
     for (const v1::ScaleGroup& group : page->groups()) {
       if (absl::Status status = each(group); !status.ok()) return status;
     }
-    for (const std::string& replica : page->unreachable_replicas()) {
-      unreachable[replica] = absl::UnavailableError("could not be read");
-    }
+    unreachable.insert(page->unreachable_replicas().begin(), page->unreachable_replicas().end());
     token = std::move(*page->mutable_next_page_token());
   } while (!token.empty());
-  return unreachable.empty() ? absl::OkStatus() : IncompleteError(unreachable);
+  if (unreachable.empty()) return absl::OkStatus();
+  return IncompleteError(std::vector<std::string>(unreachable.begin(), unreachable.end()));
 }
 
 absl::Status Client::DeleteScaleGroup(const std::string& name) {

@@ -43,6 +43,14 @@ absl::Status IncompleteError(const std::map<std::string, absl::Status>& failed) 
   return status;
 }
 
+absl::Status IncompleteError(const std::vector<std::string>& unreachable) {
+  std::map<std::string, absl::Status> failed;
+  for (const std::string& replica : unreachable) {
+    failed[replica] = absl::UnavailableError("could not be read");
+  }
+  return IncompleteError(failed);
+}
+
 namespace {
 
 // Whether a replica's listing failed as an unreachable replica's does: it is left

@@ -45,6 +45,8 @@ std::vector<std::string> UnreachableReplicas(const absl::Status& status);
 // its error), once the other replicas' items were delivered: UNAVAILABLE naming
 // them, with the kUnreachablePayload.
 absl::Status IncompleteError(const std::map<std::string, absl::Status>& failed);
+// The same for replicas known only by name (merged pages' unreachable_replicas).
+absl::Status IncompleteError(const std::vector<std::string>& unreachable);
 
 // One replica's ReadSessions stream, opened by the Client for the router to read.
 class SessionStream {

@@ -105,6 +105,9 @@ Tensor Values(int i) {
   return F32({4, 16}, values);
 }
 
+// kSlotMap with r0's slots moved to r1 (r0 owns nothing), at epoch 1.
+constexpr char kR0MovedToR1[] = "# epoch 1\n0:169 r1\n170:255 r2\n";
+
 class ShardedClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -204,6 +207,17 @@ class ShardedClientTest : public ::testing::Test {
       if (qparams.ok()) out.push_back(*std::move(qparams));
     }
     return out;
+  }
+
+  // SetSlotMap(`map`, of epoch 1) on every replica, each addressed by name.
+  void GiveEveryReplica(const char* map) {
+    for (const char* replica : kReplicas) {
+      ClientOptions options;
+      options.replica = replica;
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
+      ASSERT_OK_AND_ASSIGN(const v1::Topology topology, admin->SetSlotMap(map));
+      EXPECT_EQ(topology.epoch(), 1);
+    }
   }
 
   // What a test changes in replica `r`'s options before it starts.
@@ -520,7 +534,6 @@ TEST_F(ShardedClientTest, ScaleGroupsRouteByTheirHashTagAndListAcrossReplicas) {
 // answers in item order; the results are bit for bit those of one server. Sessions
 // on moved slots are created fresh on the new owner (copying state is a move's job).
 TEST_F(ShardedClientTest, ALiveClientFollowsASlotMapChangedUnderIt) {
-  constexpr char kMoved[] = "# epoch 1\n0:169 r1\n170:255 r2\n";  // r0 owns nothing
   std::vector<std::string> moved, kept;
   for (const std::string& name : names_) {
     (map_->OwnerOfSession(name) == "r0" ? moved : kept).push_back(name);
@@ -575,13 +588,7 @@ TEST_F(ShardedClientTest, ALiveClientFollowsASlotMapChangedUnderIt) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> live, Client::Connect(target_));
   for (const std::string& name : kept) ASSERT_OK(create(*live, name));
   ASSERT_OK(live->ListSessions(0, "", "").status());  // reads the topology: epoch 0
-  for (const char* replica : kReplicas) {
-    ClientOptions options;
-    options.replica = replica;
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
-    ASSERT_OK_AND_ASSIGN(const v1::Topology topology, admin->SetSlotMap(kMoved));
-    EXPECT_EQ(topology.epoch(), 1);
-  }
+  ASSERT_NO_FATAL_FAILURE(GiveEveryReplica(kR0MovedToR1));
   // HAProxy sends r0's old slots to r0, which refuses naming r1: created there.
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> unary, Client::Connect(target_));
   for (const std::string& name : moved) ASSERT_OK(create(*unary, name));
@@ -659,7 +666,6 @@ TEST_F(ShardedClientTest, AReplicaDownLeavesTheOthersListedAndNamesIt) {
 // until retry_total, after which the caller sees UNAVAILABLE naming r1, never the
 // refusal.
 TEST_F(ShardedClientTest, ItemsForAnOwnerNotUpYetAreRetriedUntilItIsBack) {
-  constexpr char kMoved[] = "# epoch 1\n0:169 r1\n170:255 r2\n";  // r0 owns nothing
   std::vector<std::string> moved;
   for (const std::string& name : names_) {
     if (map_->OwnerOfSession(name) == "r0") moved.push_back(name);
@@ -674,12 +680,7 @@ TEST_F(ShardedClientTest, ItemsForAnOwnerNotUpYetAreRetriedUntilItIsBack) {
   for (Client* client : {batching.get(), streaming.get(), quick.get()}) {
     ASSERT_OK(client->ListSessions(0, "", "").status());  // reads the topology: epoch 0
   }
-  for (const char* replica : kReplicas) {
-    ClientOptions options;
-    options.replica = replica;
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
-    ASSERT_OK(admin->SetSlotMap(kMoved).status());
-  }
+  ASSERT_NO_FATAL_FAILURE(GiveEveryReplica(kR0MovedToR1));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> creator, Client::Connect(target_));
   for (const std::string& name : moved) {  // on r1, through r0's refusal
     v1::CreateSessionRequest request;
