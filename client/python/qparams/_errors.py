@@ -206,7 +206,8 @@ class IncompleteListing(Unavailable):
 
     Attributes:
         missing: each replica that could not be read, by name, with its error
-            (Unavailable or DeadlineExceeded, its message naming the replica).
+            (Unavailable, DeadlineExceeded or Unknown, its message naming the
+            replica).
     """
 
     def __init__(self, missing: dict[str, QParamsError]) -> None:

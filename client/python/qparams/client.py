@@ -100,9 +100,9 @@ def _failed_item(error: QParamsError) -> pb.ObserveResponse:
 
 def _merged(replicas: Sequence[str], read: Callable[[str], Iterator[Any]]) -> Iterator[Any]:
     """The named items of read(replica) for every replica, merged in name order. A
-    replica that cannot be read (Unavailable, DeadlineExceeded, Unknown) ends its part, and
-    IncompleteListing names it after the last item of the others; any other error
-    is raised as it comes."""
+    replica that cannot be read (Unavailable, DeadlineExceeded, Unknown) ends its
+    part, and IncompleteListing names it after the last item of the others; any
+    other error is raised as it comes."""
     missing: dict[str, QParamsError] = {}
 
     def part(replica: str) -> Iterator[Any]:
@@ -172,8 +172,9 @@ class Client:
             `client_id` and the next sequence of its session, so that the server
             applies it at most once (docs/retries.md). False: no keys, no retries.
         retry_total: observations (observe, observe_histogram, observe_batch,
-            observe_many, observe_async's batches) that fail with Unavailable or
-            DeadlineExceeded, as a call or as an item, or that a replica refuses
+            observe_many, observe_async's batches) that fail with Unavailable,
+            DeadlineExceeded or Unknown (a call a proxy reset, docs/retries.md), as a
+            call or as an item, or that a replica refuses
             naming an owner that then fails so, are sent again with the same key
             while the next attempt would start within this many seconds of the
             first; each attempt has its own `timeout`. 0: no retry.
@@ -373,6 +374,12 @@ class Client:
             pass  # the retry goes by the refusal's owner either way
         return error.owner
 
+    def _follows(self, status: pb.RpcStatus) -> bool:
+        """Whether an item refused with `status` is sent again to the owner it names:
+        a refusal naming one, and a client not pinned to a replica."""
+        return (status.code == FailedPrecondition.code.value[0] and bool(status.owner)
+                and self.replica is None)
+
     def _observe_outcome(self, request: pb.ObserveRequest, name: str,
                          metadata: Metadata) -> ObserveResult | QParamsError:
         """One stream item observed in a unary call, as observe makes it (routed,
@@ -393,9 +400,7 @@ class Client:
         while the retry policy allows). Items of one session are observed again one
         at a time, in order."""
         outcome = stream_outcome(response, name)
-        moved = (isinstance(outcome, FailedPrecondition) and response.status.owner
-                 and self.replica is None)
-        if moved or (request.client_id and retryable_error(outcome)):
+        if self._follows(response.status) or (request.client_id and retryable_error(outcome)):
             return self._observe_outcome(request, name, metadata)
         return outcome
 
@@ -409,8 +414,7 @@ class Client:
         is: the owner may be down yet) and is kept in `failed` by owner."""
         moved: dict[str, list[int]] = {}
         for i, r in enumerate(response.responses):
-            if (r.status.code == FailedPrecondition.code.value[0] and r.status.owner
-                    and self.replica is None):
+            if self._follows(r.status):
                 moved.setdefault(r.status.owner, []).append(i)
         if not moved:
             return response
@@ -551,7 +555,7 @@ class Client:
 
         Raises:
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
-                DeadlineExceeded): raised after the sessions of the others.
+                DeadlineExceeded, Unknown): raised after the sessions of the others.
         """
         slot_map = self._router.slot_map()
         if slot_map is None:
@@ -588,7 +592,7 @@ class Client:
         Raises:
             InvalidArgument: a prefix with characters no session name holds.
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
-                DeadlineExceeded): raised after the sessions of the others.
+                DeadlineExceeded, Unknown): raised after the sessions of the others.
         """
         slot_map = self._router.slot_map()
         replicas = [None] if slot_map is None else slot_map.replicas
@@ -840,10 +844,10 @@ class Client:
     def _read_topology(self, replicas: Sequence[str] = (), *, timeout: float | None = None,
                        metadata: Metadata = None) -> pb.Topology:
         """GetTopology through the balancer, which any healthy replica answers; if
-        that fails as a transport does (Unavailable, DeadlineExceeded, Unknown), addressed to
-        each of `replicas` in turn (the balancer may not have seen one die yet):
-        the first answer, else the balancer's error. For the router, which holds
-        its lock while it reads."""
+        that fails as a transport does (Unavailable, DeadlineExceeded, Unknown),
+        addressed to each of `replicas` in turn (the balancer may not have seen one
+        die yet): the first answer, else the balancer's error. For the router, which
+        holds its lock while it reads."""
         request = pb.GetTopologyRequest()
         try:
             return self._call("GetTopology", request, timeout, metadata, route="")
@@ -943,9 +947,9 @@ class Client:
 
         Sharded: one stream per owning replica, opened at its first item, the items
         read by a background thread at most 64 ahead of the answers yielded. When a
-        replica's stream fails with Unavailable or DeadlineExceeded, its keyed items
-        not answered yet, and every later item of that replica, are observed one at
-        a time as observe does (retried), still in order; an unkeyed item it had
+        replica's stream fails retryably (Unavailable, DeadlineExceeded, Unknown),
+        its keyed items not answered yet, and every later item of that replica, are
+        observed one at a time as observe does (retried), still in order; an unkeyed item it had
         taken gets the stream's error (its message naming the replica).
         """
         check_reduce(reduce)
@@ -1361,7 +1365,7 @@ class Client:
         Raises:
             InvalidArgument: a negative page_size or one above 1000.
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
-                DeadlineExceeded): raised after the groups of the others.
+                DeadlineExceeded, Unknown): raised after the groups of the others.
         """
         slot_map = self._router.slot_map()
         if slot_map is None:
