@@ -1,8 +1,10 @@
 """What several Python test files share: bit patterns to compare qparams exactly, the
-small model the observer tests quantize, and a session's slot for the sharded tests."""
+small model the observer tests quantize, and for the sharded tests a session's slot
+and the admin token their replicas take."""
 
 from __future__ import annotations
 
+import pathlib
 import zlib
 from typing import Any
 
@@ -26,6 +28,22 @@ def slot(name: str) -> int:
     """The slot of a session name without hash tags, crc32(name) mod 256, computed here
     apart from the client's and the server's routing, which the tests check."""
     return zlib.crc32(name.encode()) % 256
+
+
+# Admin calls (SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions, DropSlots:
+# Client.set_slot_map, qparams-cli reshard and slotmap push) are taken only by a
+# server with --admin_tokens_file, with one of its tokens; a server without that file
+# refuses them PERMISSION_DENIED. On a server without --auth_tokens_file data calls
+# ignore the authorization header, so a client may carry the admin token on every call.
+ADMIN_TOKEN = "qparams-test-admin-token-0123"
+
+
+def admin_tokens_file(directory: pathlib.Path) -> pathlib.Path:
+    """Writes DIRECTORY/admin-tokens, holding ADMIN_TOKEN (admin "tests"), and returns
+    its path for a server's --admin_tokens_file; it goes with the directory."""
+    path = pathlib.Path(directory) / "admin-tokens"
+    path.write_text(f"{ADMIN_TOKEN} tests\n")
+    return path
 
 
 class Net(nn.Module):

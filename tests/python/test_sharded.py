@@ -43,7 +43,7 @@ import pytest
 
 import qparams
 from conftest import REPO, start_local_server
-from helpers import slot
+from helpers import ADMIN_TOKEN, admin_tokens_file, slot
 from qparams.testing import LocalServer
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
@@ -154,6 +154,7 @@ class Cluster:
         self.directory = directory
         self.slot_map = directory / "slots.map"
         self.slot_map.write_text(SLOT_MAP)
+        self.admin_tokens_file = admin_tokens_file(directory)  # every replica's
         self.replicas: dict[str, LocalServer] = {}
         self.check_ports: dict[str, int] = {}  # each replica's --metrics_listen port
         self.haproxy: HAProxy | None = None
@@ -164,7 +165,8 @@ class Cluster:
         data.mkdir(exist_ok=True)
         server = start_local_server(f"--replica_id={replica}", f"--slot_map={self.slot_map}",
                                     f"--data_dir={data}", "--durability=always",
-                                    "--metrics_listen=127.0.0.1:0")
+                                    "--metrics_listen=127.0.0.1:0",
+                                    f"--admin_tokens_file={self.admin_tokens_file}")
         self.replicas[replica] = server
         # Logged right after the "listening on" line LocalServer waited for.
         wait_for(f"{replica}'s metrics port in its log",
@@ -706,14 +708,14 @@ def test_an_export_waits_for_every_replica_to_serve_one_slot_map(cluster: Cluste
         calibrate(client)
         before = client.export("run/", "onnx")
         same_owners = "# epoch 1\n" + SLOT_MAP
-        with qparams.Client(target, replica="r1") as admin:
+        with qparams.Client(target, replica="r1", token=ADMIN_TOKEN) as admin:
             admin.set_slot_map(same_owners)
         with pytest.raises(qparams.Aborted) as aborted:
             client.export("run/", "onnx")
         assert "the replicas serve different slot maps (r0 epoch 0, r1 epoch 1, r2 epoch 0)" \
             in str(aborted.value)
         for replica in ("r0", "r2"):
-            with qparams.Client(target, replica=replica) as admin:
+            with qparams.Client(target, replica=replica, token=ADMIN_TOKEN) as admin:
                 admin.set_slot_map(same_owners)
         assert client.export("run/", "onnx") == before
 
@@ -759,7 +761,7 @@ def test_clients_follow_a_slot_map_changed_under_them(cluster: Cluster) -> None:
         assert live.topology().epoch == 0
 
         for replica in REPLICAS:
-            with qparams.Client(target, replica=replica) as admin:
+            with qparams.Client(target, replica=replica, token=ADMIN_TOKEN) as admin:
                 topology = admin.set_slot_map(MOVED_MAP)
                 assert (topology.replica_id, topology.epoch) == (replica, 1)
         # HAProxy still sends r0's old slots to r0, which refuses naming r1: created
@@ -787,8 +789,8 @@ def test_clients_follow_a_slot_map_changed_under_them(cluster: Cluster) -> None:
     # HAProxy's map is replaced through its runtime API, without a reload.
     map_file = cluster.directory / "moved.map"
     map_file.write_text(MOVED_MAP)
-    pushed = cli(f"--target={target}", "slotmap", "push", str(map_file),
-                 f"--haproxy_admin={cluster.haproxy.admin}")
+    pushed = cli(f"--target={target}", f"--token={ADMIN_TOKEN}", "slotmap", "push",
+                 str(map_file), f"--haproxy_admin={cluster.haproxy.admin}")
     assert pushed.returncode == 0, pushed.stderr
     report = json.loads(pushed.stdout)
     assert report["epoch"] == 1
@@ -810,8 +812,8 @@ def test_clients_follow_a_slot_map_changed_under_them(cluster: Cluster) -> None:
         assert session.observation_count == 3
     # An older map is refused by every replica, and HAProxy is left as it is.
     map_file.write_text(SLOT_MAP)
-    refused = cli(f"--target={target}", "slotmap", "push", str(map_file),
-                  f"--haproxy_admin={cluster.haproxy.admin}", "--format=table")
+    refused = cli(f"--target={target}", f"--token={ADMIN_TOKEN}", "slotmap", "push",
+                  str(map_file), f"--haproxy_admin={cluster.haproxy.admin}", "--format=table")
     assert refused.returncode == 1, refused.stdout
     assert "epoch 0 is older than replica r1's epoch 1" in refused.stdout, refused.stdout
     assert "not changed: a replica did not take the map" in refused.stdout, refused.stdout
@@ -836,8 +838,8 @@ def test_reshard_gives_haproxy_the_new_map(cluster: Cluster) -> None:
             client.create_session(name, dtype="int8", calculator="global_minmax",
                                   target="weight")
             client.observe(name, tensor(i))
-    moved = cli(f"--target={target}", "reshard", f"{low}:{high}", source, destination,
-                f"--haproxy_admin={cluster.haproxy.admin}")
+    moved = cli(f"--target={target}", f"--token={ADMIN_TOKEN}", "reshard", f"{low}:{high}",
+                source, destination, f"--haproxy_admin={cluster.haproxy.admin}")
     assert moved.returncode == 0, moved.stderr
     assert json.loads(moved.stdout)["outcome"] == "done"
     assert f"HAProxy {cluster.haproxy.admin}: slot map epoch" in moved.stderr, moved.stderr

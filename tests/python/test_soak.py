@@ -34,7 +34,7 @@ import pytest
 
 import qparams
 from conftest import start_local_server
-from helpers import slot
+from helpers import ADMIN_TOKEN, slot
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
 from test_sharded import Cluster, cli, wait_for
@@ -219,8 +219,8 @@ def reshard(cluster: Cluster, move: tuple[int, int, str, str], *flags: str) -> d
     """qparams-cli reshard of `move` (LOW, HIGH, SOURCE, TARGET) through HAProxy; its
     result, with its steps (stderr) under "log"."""
     low, high, source, destination = move
-    run = cli(f"--target=unix:{cluster.haproxy.socket}", "--timeout=60s", "reshard",
-              f"{low}:{high}", source, destination, *flags)
+    run = cli(f"--target=unix:{cluster.haproxy.socket}", f"--token={ADMIN_TOKEN}",
+              "--timeout=60s", "reshard", f"{low}:{high}", source, destination, *flags)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     print(f"soak: reshard {low}:{high} {source} {destination} {' '.join(flags)}: "
@@ -242,8 +242,10 @@ def copy_half(cluster: Cluster, move: tuple[int, int, str, str]) -> int:
         stub = pb_grpc.QParamsServiceStub(channel)
 
         def at(replica: str) -> dict:
-            """A call's options: addressed to `replica` (HAProxy routes on it)."""
-            return {"metadata": (("x-qparams-replica", replica),), "timeout": 30}
+            """An admin call's options: addressed to `replica` (HAProxy routes on it),
+            with the replicas' admin token."""
+            return {"metadata": (("x-qparams-replica", replica),
+                                 ("authorization", f"Bearer {ADMIN_TOKEN}")), "timeout": 30}
 
         stub.SetSlotState(pb.SetSlotStateRequest(move=pb.SlotMove(
             low=low, high=high, state=pb.SlotMove.IMPORTING, peer=source)), **at(destination))
