@@ -30,7 +30,7 @@ import pytest
 
 import qparams
 from conftest import REPO, start_local_server
-from helpers import slot
+from helpers import ADMIN_TOKEN, admin_tokens_file, slot
 from qparams.testing import LocalServer
 
 MAP = "0:127 r0\n128:255 r1\n"
@@ -59,12 +59,14 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 class Pair:
-    """Replicas r0 and r1 on data directories of their own, restartable on a map."""
+    """Replicas r0 and r1 on data directories of their own, restartable on a map; they
+    take admin calls with ADMIN_TOKEN, which every reshard below carries."""
 
     def __init__(self, directory: pathlib.Path) -> None:
         self.directory = directory
         (directory / "old.map").write_text(MAP)
         (directory / "new.map").write_text(MOVED)
+        self.admin_tokens_file = admin_tokens_file(directory)
         self.servers: dict[str, LocalServer] = {}
         self.stopped: list[LocalServer] = []
 
@@ -73,7 +75,8 @@ class Pair:
         data.mkdir(exist_ok=True)
         server = start_local_server(f"--replica_id={replica}",
                                     f"--slot_map={self.directory / map_name}",
-                                    f"--data_dir={data}", "--durability=always")
+                                    f"--data_dir={data}", "--durability=always",
+                                    f"--admin_tokens_file={self.admin_tokens_file}")
         self.servers[replica] = server
         return server
 
@@ -90,9 +93,13 @@ class Pair:
     def addresses(self) -> str:
         return ",".join(f"{r}={s.target}" for r, s in self.servers.items())
 
+    def run_reshard(self, *flags: str) -> subprocess.CompletedProcess:
+        """qparams-cli reshard LOW:HIGH r0 r1 `flags`, straight to each replica."""
+        return cli(f"--target={self.servers['r0'].target}", f"--token={ADMIN_TOKEN}", "reshard",
+                   f"{LOW}:{HIGH}", "r0", "r1", f"--replica_addresses={self.addresses()}", *flags)
+
     def reshard(self, *flags: str) -> dict:
-        run = cli(f"--target={self.servers['r0'].target}", "reshard", f"{LOW}:{HIGH}", "r0",
-                  "r1", f"--replica_addresses={self.addresses()}", *flags)
+        run = self.run_reshard(*flags)
         assert run.returncode == 0, run.stderr
         return json.loads(run.stdout)
 
@@ -265,8 +272,7 @@ def test_abort_rolls_back_before_the_switch(pair: Pair) -> None:
     names = names_in_range(5)
     create(pair.servers["r0"].target, names)
     assert pair.reshard("--stop_before_switch")["outcome"] == "awaiting_switch"
-    run = cli(f"--target={pair.servers['r0'].target}", "reshard", f"{LOW}:{HIGH}", "r0", "r1",
-              f"--replica_addresses={pair.addresses()}")
+    run = pair.run_reshard()
     assert run.returncode == 1 and "a move is under way" in run.stderr, run.stderr
     pair.restart("r1", "old.map", signal.SIGKILL)
     aborted = pair.reshard("--abort")
@@ -280,6 +286,5 @@ def test_abort_rolls_back_before_the_switch(pair: Pair) -> None:
     # greater epoch) cannot be rolled back.
     assert pair.reshard("--stop_before_switch")["outcome"] == "awaiting_switch"
     pair.restart("r1", "new.map")
-    run = cli(f"--target={pair.servers['r0'].target}", "reshard", f"{LOW}:{HIGH}", "r0", "r1",
-              f"--replica_addresses={pair.addresses()}", "--abort")
+    run = pair.run_reshard("--abort")
     assert run.returncode == 1 and "cannot be rolled back" in run.stderr, run.stderr
