@@ -5,8 +5,10 @@ directories behind Debian's HAProxy on a UNIX socket, its runtime API on another
 
 The blocks get the environment the README has the operator set in its `norun` lines:
 QPARAMS_TARGET the balancer, HAPROXY_ADMIN HAProxy's runtime API socket, and R3 once
-r3 runs. r3 is started where the README starts it, from its `norun` qparams-server
-command with the same flags, but loopback ports and a data directory of the test's.
+r3 runs; and QPARAMS_TOKEN, the admin token the README says its moves need, one of
+the replicas' --admin_tokens_file. r3 is started where the README starts it, from its
+`norun` qparams-server command with the same flags, but loopback ports, a data
+directory of the test's and the others' --admin_tokens_file.
 
 Before the blocks, sessions are created and observed through HAProxy on every
 replica, most of them in the ranges the README moves. A block's commands run one at a
@@ -31,7 +33,7 @@ import numpy as np
 
 import qparams
 from conftest import REPO, start_local_server
-from helpers import slot
+from helpers import ADMIN_TOKEN, slot
 from qparams.v1 import qparams_pb2 as pb
 from qparams.v1 import qparams_pb2_grpc as pb_grpc
 from test_docs import blocks, cli_path, commands, normalised
@@ -71,9 +73,10 @@ def read_through_haproxy(target: str, name: str) -> tuple[bytes, bytes]:
 
 
 def start_r3_as_printed(cluster: Cluster, body: str, work: pathlib.Path) -> str:
-    """Starts the README's r3 (its qparams-server command's flags, with loopback ports
-    and the test's data directory; --slot_map as printed, relative to where the
-    commands run); returns R3, its HOST:PORT:CHECK_PORT."""
+    """Starts the README's r3 (its qparams-server command's flags, with loopback ports,
+    the test's data directory and the other replicas' admin tokens; --slot_map as
+    printed, relative to where the commands run); returns R3, its
+    HOST:PORT:CHECK_PORT."""
     command = next(c for c in commands(body) if c.startswith("qparams-server"))
     flags = dict(word.split("=", 1) for word in shlex.split(command)[1:])
     assert flags["--replica_id"] == "r3", command
@@ -81,6 +84,7 @@ def start_r3_as_printed(cluster: Cluster, body: str, work: pathlib.Path) -> str:
     flags["--metrics_listen"] = "127.0.0.1:0"
     flags["--data_dir"] = str(cluster.directory / "data-r3")
     flags["--slot_map"] = str(work / flags["--slot_map"])
+    flags["--admin_tokens_file"] = str(cluster.admin_tokens_file)
     server = start_local_server(*(f"{flag}={value}" for flag, value in flags.items()))
     cluster.replicas["r3"] = server
     wait_for("r3's metrics port in its log",
@@ -139,7 +143,7 @@ def test_readme_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathli
     work.mkdir()
     env = {**os.environ, "QPARAMS_TARGET": target, "HAPROXY_ADMIN": str(cluster.haproxy.admin),
            "PATH": cli_path() + os.pathsep + os.environ.get("PATH", "")}
-    env.pop("QPARAMS_TOKEN", None)
+    env["QPARAMS_TOKEN"] = ADMIN_TOKEN  # for the moves, which need an admin token
     started_r3 = False
     for block in found:
         where = f"README.md:{block['line']}"
