@@ -82,12 +82,25 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "else 503 saying why; GET /livez is 503 only once a restart is needed. Empty: no "
           "metrics server.");
 ABSL_FLAG(std::string, auth_tokens_file, "",
-          "File of \"TOKEN TENANT\" lines; every QParamsService call must then send "
-          "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: open.");
+          "File of \"TOKEN TENANT [expires=TIME]\" lines; every data call must then send "
+          "\"authorization: Bearer TOKEN\" and sees only its tenant's sessions. Empty: data "
+          "calls are open. SIGHUP reads it again.");
 ABSL_FLAG(std::string, admin_tokens_file, "",
-          "File of \"TOKEN NAME\" lines (the --auth_tokens_file syntax): the bearer tokens "
-          "admin calls (SetSlotMap) need. Empty: admin calls are open on a server without "
-          "--auth_tokens_file, refused (PERMISSION_DENIED) on one with it.");
+          "File of \"TOKEN NAME [expires=TIME]\" lines: the bearer tokens of cluster control "
+          "(SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions, DropSlots). Empty: "
+          "cluster control is off, those calls are PERMISSION_DENIED. SIGHUP reads it again.");
+ABSL_FLAG(bool, allow_insecure, false,
+          "Serve a non-loopback --listen address without TLS or without authentication "
+          "(tokens or client certificates); without this flag the server refuses to start so.");
+ABSL_FLAG(int32_t, max_concurrent_streams, qparams::ServerOptions().max_concurrent_streams,
+          "Most calls one connection has in flight (HTTP/2 streams); more wait in the client.");
+ABSL_FLAG(absl::Duration, max_connection_idle, qparams::ServerOptions().max_connection_idle,
+          "Close a connection without calls for this long (0 = never); clients reconnect.");
+ABSL_FLAG(absl::Duration, handshake_timeout, qparams::ServerOptions().handshake_timeout,
+          "Close a connection whose TLS and HTTP/2 handshake has not finished within this.");
+ABSL_FLAG(absl::Duration, keepalive_time, qparams::ServerOptions().keepalive_time,
+          "Ping each connection this often; a peer that does not answer within 20 s is "
+          "dropped with its calls.");
 
 namespace {
 
@@ -155,6 +168,12 @@ absl::StatusOr<Flags> ReadFlags() {
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   options.admin_tokens_file = absl::GetFlag(FLAGS_admin_tokens_file);
+  options.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
+  // Checked by QParamsServer::Start.
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  options.handshake_timeout = absl::GetFlag(FLAGS_handshake_timeout);
+  options.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
   absl::StatusOr<qparams::Durability> durability =
       qparams::ParseDurability(absl::GetFlag(FLAGS_durability));
   if (!durability.ok()) {
@@ -204,23 +223,50 @@ void LogStart(const Flags& flags) {
     qparams::LogWarning("no persistence (--data_dir unset or --durability=none): sessions "
                         "are lost when the server stops");
   }
-  if (options.auth_tokens_file.empty()) {
-    qparams::LogWarning("no --auth_tokens_file: the server is open, every caller reaches "
-                        "every session");
+  const bool open = options.auth_tokens_file.empty() && options.tls_client_ca.empty();
+  const bool plaintext = options.tls_cert.empty();
+  absl::StatusOr<qparams::HostPort> listen = qparams::ParseHostPort(options.listen);
+  if (listen.ok() && !qparams::IsLoopbackHost(listen->host) && (open || plaintext)) {
+    // Without --allow_insecure, QParamsServer::Start refuses to serve so, saying why.
+    if (!options.allow_insecure) return;
+    const std::string bar(78, '!');
+    qparams::LogWarning(absl::StrCat(
+        "\n", bar, "\n!! INSECURE: serving ", options.listen,
+        ", reachable from other machines,\n",
+        plaintext ? "!!   in plaintext: anyone on the path reads tensors and tokens;\n" : "",
+        open ? "!!   without authentication: anyone who reaches the port reads, changes and "
+               "deletes every session;\n"
+             : "",
+        "!! (--allow_insecure). See docs/security.md for TLS and tokens.\n", bar));
+  } else {
+    if (open) {
+      qparams::LogWarning("no --auth_tokens_file: data calls are open, every caller reaches "
+                          "every session");
+    }
+    if (plaintext) qparams::LogWarning("no --tls_cert: traffic is plaintext");
   }
-  if (options.tls_cert.empty()) {
-    qparams::LogWarning("no --tls_cert: traffic is plaintext");
+  if (options.admin_tokens_file.empty()) {
+    (options.engine.slot_map != nullptr ? qparams::LogWarning : qparams::LogInfo)(
+        "no --admin_tokens_file: cluster control (SetSlotMap, SetSlotState, ReadSlotRecords, "
+        "ImportSessions, DropSlots) is off; this replica takes slot maps from --slot_map and "
+        "SIGHUP only, and slot moves not at all");
   }
 }
 
-// SIGHUP: --slot_map read again and given to the engine under its epoch rule
-// (Engine::SetSlotMap logs what changed); a refusal is logged and changes nothing.
-void ReloadSlotMap(qparams::Engine& engine) {
-  const std::string path = absl::GetFlag(FLAGS_slot_map);
-  if (path.empty()) {
-    qparams::LogWarning("received SIGHUP: no --slot_map to read again; ignored");
-    return;
+// SIGHUP: the tokens files read again (all or nothing: a file that does not parse
+// leaves the tokens in force), and --slot_map given to the engine under its epoch
+// rule (Engine::SetSlotMap logs what changed); a refusal is logged and changes nothing.
+void Reload(qparams::QParamsServer& server) {
+  if (absl::Status tokens = server.ReloadTokens(); !tokens.ok()) {
+    qparams::LogError(absl::StrCat("received SIGHUP: tokens not reloaded, the former stay: ",
+                                   tokens.message()));
+  } else if (!absl::GetFlag(FLAGS_auth_tokens_file).empty() ||
+             !absl::GetFlag(FLAGS_admin_tokens_file).empty()) {
+    qparams::LogInfo("received SIGHUP: tokens files read again");
   }
+  qparams::Engine& engine = server.engine();
+  const std::string path = absl::GetFlag(FLAGS_slot_map);
+  if (path.empty()) return;
   absl::StatusOr<qparams::SlotMap> map = qparams::SlotMap::Load(path);
   absl::Status status = map.ok()
                             ? engine.SetSlotMap(std::make_shared<const qparams::SlotMap>(*map))
@@ -300,7 +346,7 @@ int main(int argc, char** argv) {
 
   std::thread signal_waiter([&signals, s = server->get(), grace] {
     int signal = 0;
-    while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) ReloadSlotMap(s->engine());
+    while (sigwait(&signals, &signal) == 0 && signal == SIGHUP) Reload(*s);
     qparams::LogInfo(absl::StrCat("received SIG", sigabbrev_np(signal), "; shutting down (grace ",
                                   absl::FormatDuration(grace), ")"));
     s->Shutdown(grace);

@@ -117,7 +117,9 @@ constexpr size_t kSlotRecordBytesPerMessage = size_t{4} << 20;
 }  // namespace
 
 QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
-    : engine_(engine), options_(options) {
+    : engine_(engine),
+      options_(options),
+      authorizer_(options.authorizer != nullptr ? options.authorizer : &Authorizer::NoTokens()) {
   SetMessageAllocatorFor_Observe(&observe_allocator_);
   SetMessageAllocatorFor_ObserveBatch(&observe_batch_allocator_);
   SetMessageAllocatorFor_Compute(&compute_allocator_);
@@ -137,21 +139,27 @@ void QParamsServiceImpl::AddOwner(grpc::CallbackServerContext* context,
   }
 }
 
-absl::StatusOr<std::string> QParamsServiceImpl::Tenant(grpc::CallbackServerContext* context) const {
+absl::StatusOr<Caller> QParamsServiceImpl::Authorize(grpc::CallbackServerContext* context,
+                                                     Access access,
+                                                     absl::string_view method) const {
   const auto& metadata = context->client_metadata();
-  std::string tenant;
-  if (options_.authenticator != nullptr) {
-    std::optional<absl::string_view> header;
-    if (auto it = metadata.find("authorization"); it != metadata.end()) {
-      header = absl::string_view(it->second.data(), it->second.size());
-    }
-    QPARAMS_ASSIGN_OR_RETURN(tenant, options_.authenticator->Authenticate(header));
+  std::optional<absl::string_view> header;
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    header = absl::string_view(it->second.data(), it->second.size());
   }
+  QPARAMS_ASSIGN_OR_RETURN(Caller caller,
+                           authorizer_->Authorize(header, access, method, context->peer()));
   if (auto it = metadata.find(kReplicaHeader); it != metadata.end()) {
     QPARAMS_RETURN_IF_ERROR(
         engine_->CheckAddressedTo(absl::string_view(it->second.data(), it->second.size())));
   }
-  return tenant;
+  return caller;
+}
+
+absl::StatusOr<std::string> QParamsServiceImpl::Tenant(grpc::CallbackServerContext* context,
+                                                       absl::string_view method) const {
+  QPARAMS_ASSIGN_OR_RETURN(Caller caller, Authorize(context, Access::kData, method));
+  return std::move(caller.name);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext* context,
@@ -166,9 +174,9 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::Finish(grpc::CallbackServerContext
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::Unary(
     grpc::CallbackServerContext* context, absl::string_view method,
-    absl::FunctionRef<absl::Status(const std::string& tenant)> body) {
-  absl::StatusOr<std::string> tenant = Tenant(context);
-  return Finish(context, method, tenant.ok() ? body(*tenant) : tenant.status());
+    absl::FunctionRef<absl::Status(const std::string& tenant)> body, Access access) {
+  absl::StatusOr<Caller> caller = Authorize(context, access, method);
+  return Finish(context, method, caller.ok() ? body(caller->name) : caller.status());
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListCalculators(
@@ -363,7 +371,7 @@ class QParamsServiceImpl::ObserveStreamReactor final
  public:
   ObserveStreamReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    absl::StatusOr<std::string> tenant = service_->Tenant(context, "ObserveStream");
     if (!tenant.ok()) {
       service_->LogFailure(context_, "ObserveStream", tenant.status());
       Finish(wire::ToGrpcStatus(tenant.status()));
@@ -418,14 +426,17 @@ class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReact
   using Produce = std::function<absl::StatusOr<bool>(Message*)>;
   using Start = absl::FunctionRef<absl::StatusOr<Produce>(std::string tenant)>;
 
-  // `admin`: the caller must be an admin (Admin) rather than a tenant, and `start`
-  // gets the admin's name.
+  // `audit` (an admin call's slots): the caller must be an admin rather than a
+  // tenant, `start` gets the admin's name, and the call's end is audited.
   PullWriteReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
-                   absl::string_view method, Start start, bool admin = false)
-      : service_(service), context_(context), method_(method) {
-    absl::StatusOr<std::string> tenant =
-        admin ? service_->Admin(context) : service_->Tenant(context);
-    absl::StatusOr<Produce> produce = tenant.ok() ? start(*std::move(tenant)) : tenant.status();
+                   absl::string_view method, Start start,
+                   std::optional<std::string> audit = std::nullopt)
+      : service_(service), context_(context), method_(method), audit_(std::move(audit)) {
+    absl::StatusOr<Caller> caller = service_->Authorize(
+        context, audit_.has_value() ? Access::kAdmin : Access::kData, method);
+    if (caller.ok()) caller_ = *caller;
+    absl::StatusOr<Produce> produce = caller.ok() ? start(caller->name) : caller.status();
+    if (!caller.ok()) audit_.reset();  // the refusal was audited
     if (!produce.ok()) {
       End(produce.status());
       return;
@@ -457,12 +468,15 @@ class QParamsServiceImpl::PullWriteReactor final : public grpc::ServerWriteReact
 
   void End(const absl::Status& status) {
     service_->LogFailure(context_, method_, status);
+    if (audit_.has_value()) LogAdminAction(caller_, context_->peer(), method_, *audit_, status);
     this->Finish(wire::ToGrpcStatus(status));
   }
 
   QParamsServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
   const absl::string_view method_;
+  std::optional<std::string> audit_;
+  Caller caller_;
   Produce produce_;
   Message message_;
 };
@@ -538,7 +552,7 @@ class QParamsServiceImpl::RenderExportReactor final
  public:
   RenderExportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    const absl::StatusOr<std::string> tenant = service_->Tenant(context);
+    const absl::StatusOr<std::string> tenant = service_->Tenant(context, "RenderExport");
     if (!tenant.ok()) {
       End(tenant.status());
       return;
@@ -678,56 +692,40 @@ void QParamsServiceImpl::FillTopology(v1::Topology* response) const {
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetTopology(grpc::CallbackServerContext* context,
                                                           const v1::GetTopologyRequest* /*request*/,
                                                           v1::Topology* response) {
-  return Unary(context, "GetTopology", [&](const std::string& /*tenant*/) {
-    FillTopology(response);
-    return absl::OkStatus();
-  });
+  return Unary(
+      context, "GetTopology",
+      [&](const std::string& /*tenant*/) {
+        FillTopology(response);
+        return absl::OkStatus();
+      },
+      Access::kTopology);
 }
 
-absl::StatusOr<std::string> QParamsServiceImpl::Admin(grpc::CallbackServerContext* context) const {
-  const auto& metadata = context->client_metadata();
-  std::string admin;
-  if (options_.admin_authenticator != nullptr) {
-    std::optional<absl::string_view> header;
-    if (auto it = metadata.find("authorization"); it != metadata.end()) {
-      header = absl::string_view(it->second.data(), it->second.size());
-    }
-    absl::StatusOr<std::string> name = options_.admin_authenticator->Authenticate(header);
-    if (!name.ok()) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "an admin call needs a bearer token of --admin_tokens_file: ", name.status().message()));
-    }
-    admin = *std::move(name);
-  } else if (options_.authenticator != nullptr) {
-    return absl::PermissionDeniedError(
-        "admin calls are refused: this server has --auth_tokens_file but no "
-        "--admin_tokens_file");
-  }
-  if (auto it = metadata.find(kReplicaHeader); it != metadata.end()) {
-    QPARAMS_RETURN_IF_ERROR(
-        engine_->CheckAddressedTo(absl::string_view(it->second.data(), it->second.size())));
-  }
-  return admin;
+grpc::ServerUnaryReactor* QParamsServiceImpl::AdminUnary(
+    grpc::CallbackServerContext* context, absl::string_view method,
+    absl::FunctionRef<absl::Status(std::string& detail)> body) {
+  absl::StatusOr<Caller> caller = Authorize(context, Access::kAdmin, method);
+  if (!caller.ok()) return Finish(context, method, caller.status());
+  std::string detail;
+  const absl::Status status = body(detail);
+  LogAdminAction(*caller, context->peer(), method, detail, status);
+  return Finish(context, method, status);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotMap(grpc::CallbackServerContext* context,
                                                          const v1::SetSlotMapRequest* request,
                                                          v1::Topology* response) {
-  absl::Status status = [&]() -> absl::Status {
-    QPARAMS_ASSIGN_OR_RETURN(const std::string admin, Admin(context));
+  return AdminUnary(context, "SetSlotMap", [&](std::string& detail) -> absl::Status {
     absl::StatusOr<SlotMap> map = SlotMap::Parse(request->map());
     if (!map.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("map: ", map.status().message()));
     }
-    LogInfo(absl::StrCat("SetSlotMap epoch ", map->epoch(), " from ",
-                         admin.empty() ? "" : absl::StrCat("admin ", admin, " at "),
-                         context->peer()));
+    detail = absl::StrCat("epoch ", map->epoch(), " (", map->Ranges().size(), " ranges)");
     QPARAMS_RETURN_IF_ERROR(
         engine_->SetSlotMap(std::make_shared<const SlotMap>(*std::move(map))));
     FillTopology(response);
     return absl::OkStatus();
-  }();
-  return Finish(context, "SetSlotMap", status);
+  });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ObserveBatch(grpc::CallbackServerContext* context,
@@ -806,18 +804,23 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetGranularity(
 grpc::ServerUnaryReactor* QParamsServiceImpl::GetSlotMoves(
     grpc::CallbackServerContext* context, const v1::GetSlotMovesRequest* /*request*/,
     v1::SlotMoves* response) {
-  return Unary(context, "GetSlotMoves", [&](const std::string& /*tenant*/) {
-    SlotMovesToProto(*engine_, response);
-    return absl::OkStatus();
-  });
+  return Unary(
+      context, "GetSlotMoves",
+      [&](const std::string& /*tenant*/) {
+        SlotMovesToProto(*engine_, response);
+        return absl::OkStatus();
+      },
+      Access::kTopology);
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotState(
     grpc::CallbackServerContext* context, const v1::SetSlotStateRequest* request,
     v1::SlotMoves* response) {
-  absl::Status status = [&]() -> absl::Status {
-    QPARAMS_RETURN_IF_ERROR(Admin(context).status());
+  return AdminUnary(context, "SetSlotState", [&](std::string& detail) -> absl::Status {
     const v1::SlotMove& move = request->move();
+    detail = absl::StrCat("slots ", move.low(), ":", move.high(), " ",
+                          v1::SlotMove::State_Name(move.state()),
+                          move.peer().empty() ? "" : absl::StrCat(" peer ", move.peer()));
     SlotMoveState state;
     switch (move.state()) {
       case v1::SlotMove::STABLE:
@@ -836,8 +839,7 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::SetSlotState(
     QPARAMS_RETURN_IF_ERROR(engine_->SetSlotState(move.low(), move.high(), state, move.peer()));
     SlotMovesToProto(*engine_, response);
     return absl::OkStatus();
-  }();
-  return Finish(context, "SetSlotState", status);
+  });
 }
 
 grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
@@ -878,7 +880,7 @@ grpc::ServerWriteReactor<v1::SlotRecords>* QParamsServiceImpl::ReadSlotRecords(
           return batch->records_size() > 0;
         };
       },
-      /*admin=*/true);
+      /*audit=*/absl::StrCat("slots ", request->low(), ":", request->high()));
 }
 
 // Reads a message, imports its records (journaled in order, synced once), then reads
@@ -888,10 +890,12 @@ class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v
   ImportReactor(QParamsServiceImpl* service, grpc::CallbackServerContext* context,
                 v1::ImportSessionsResponse* response)
       : service_(service), context_(context), response_(response) {
-    if (absl::StatusOr<std::string> admin = service_->Admin(context); !admin.ok()) {
-      End(admin.status());
+    absl::StatusOr<Caller> caller = service_->Authorize(context, Access::kAdmin, "ImportSessions");
+    if (!caller.ok()) {
+      End(caller.status());
       return;
     }
+    caller_ = *std::move(caller);
     StartRead(&request_);
   }
 
@@ -929,11 +933,18 @@ class QParamsServiceImpl::ImportReactor final : public grpc::ServerReadReactor<v
  private:
   void End(const absl::Status& status) {
     service_->LogFailure(context_, "ImportSessions", status);
+    if (caller_.has_value()) {
+      LogAdminAction(*caller_, context_->peer(), "ImportSessions",
+                     absl::StrCat(response_->sessions(), " sessions, ", response_->groups(),
+                                  " groups in ", messages_, " messages"),
+                     status);
+    }
     Finish(wire::ToGrpcStatus(status));
   }
 
   QParamsServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  std::optional<Caller> caller_;  // once authorized
   v1::ImportSessionsResponse* const response_;
   v1::SlotRecords request_;
   int64_t messages_ = 0;  // imported so far
@@ -947,15 +958,15 @@ grpc::ServerReadReactor<v1::SlotRecords>* QParamsServiceImpl::ImportSessions(
 grpc::ServerUnaryReactor* QParamsServiceImpl::DropSlots(grpc::CallbackServerContext* context,
                                                         const v1::DropSlotsRequest* request,
                                                         v1::DropSlotsResponse* response) {
-  absl::Status status = [&]() -> absl::Status {
-    QPARAMS_RETURN_IF_ERROR(Admin(context).status());
+  return AdminUnary(context, "DropSlots", [&](std::string& detail) -> absl::Status {
+    detail = absl::StrCat("slots ", request->low(), ":", request->high());
     QPARAMS_ASSIGN_OR_RETURN(const SlotDrop dropped,
                              engine_->DropSlots(request->low(), request->high()));
+    absl::StrAppend(&detail, " (", dropped.sessions, " sessions, ", dropped.groups, " groups)");
     response->set_sessions(dropped.sessions);
     response->set_groups(dropped.groups);
     return absl::OkStatus();
-  }();
-  return Finish(context, "DropSlots", status);
+  });
 }
 
 }  // namespace qparams

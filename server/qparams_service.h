@@ -18,7 +18,7 @@
 #include "metrics/metrics.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 #include "server/arena_allocator.h"
-#include "server/auth.h"
+#include "server/authorizer.h"
 
 namespace qparams {
 
@@ -27,13 +27,9 @@ struct ServiceOptions {
   int64_t max_tensor_elements = kDefaultMaxTensorElements;
   // Log every failed call (method, code, message, peer).
   bool log_failed_rpcs = false;
-  // Null: the server is open and every caller is the tenant "". Must outlive the
-  // service.
-  const TokenAuthenticator* authenticator = nullptr;
-  // The admin tokens (--admin_tokens_file) that admin calls (SetSlotMap) need; null:
-  // admin calls are open on a server without `authenticator` and refused
-  // (PERMISSION_DENIED) on one with it. Must outlive the service.
-  const TokenAuthenticator* admin_authenticator = nullptr;
+  // Who may call what (server/authorizer.h). Null: no tokens files (data calls
+  // open, cluster control off). Must outlive the service.
+  const Authorizer* authorizer = nullptr;
   // Counts the bytes of observation data received (ServerMetrics::received_bytes);
   // null: not counted. Must outlive the service.
   Counter* received_bytes = nullptr;
@@ -130,12 +126,15 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   template <typename Message>
   class PullWriteReactor;  // ReadSessions, ExportSessions and ReadSlotRecords
 
-  // The caller's tenant: "" on an open server, else from its bearer token
-  // (UNAUTHENTICATED without a valid one); FAILED_PRECONDITION for a call addressed
-  // to another replica (x-qparams-replica, Engine::CheckAddressedTo). Every method
-  // asks it first, once: Unary, PullWriteReactor, ObserveStreamReactor and
-  // RenderExportReactor do.
-  absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context) const;
+  // Who the caller of `method` is, if it may make a call of `access`
+  // (Authorizer::Authorize's refusals otherwise); FAILED_PRECONDITION for a call
+  // addressed to another replica (x-qparams-replica, Engine::CheckAddressedTo).
+  // Every method asks it first, once: Unary, AdminUnary, the reactors do.
+  absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, Access access,
+                                   absl::string_view method) const;
+  // The tenant of a data call: "" on an open server.
+  absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context,
+                                     absl::string_view method) const;
 
   // The one path of an observation into the Engine, for Observe, ObserveStream and
   // ObserveBatch: fills `response` (qparams on success unless the request omits
@@ -152,11 +151,13 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   // it, and finishes the call with the first failure, or OK. A body fails through
   // the status macros (core/status_macros.h) and writes the response as it goes.
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, absl::string_view method,
-                                  absl::FunctionRef<absl::Status(const std::string& tenant)> body);
-  // OK if the call may use admin methods (ServiceOptions::admin_authenticator says
-  // when), else PERMISSION_DENIED saying what it lacks; the x-qparams-replica check
-  // as Tenant's. Returns the admin's name ("" on an open server) for the log.
-  absl::StatusOr<std::string> Admin(grpc::CallbackServerContext* context) const;
+                                  absl::FunctionRef<absl::Status(const std::string& tenant)> body,
+                                  Access access = Access::kData);
+  // Every unary admin method: Unary's for an admin caller, and an audit line of what
+  // it did (`body` describes it in `detail`: slots, epoch) and how it ended.
+  grpc::ServerUnaryReactor* AdminUnary(grpc::CallbackServerContext* context,
+                                       absl::string_view method,
+                                       absl::FunctionRef<absl::Status(std::string& detail)> body);
   // The engine's topology now, into `topology`.
   void FillTopology(v1::Topology* topology) const;
   // Finishes a unary call with `status`, logging failures if asked to.
@@ -170,6 +171,7 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
 
   Engine* const engine_;
   const ServiceOptions options_;
+  const Authorizer* const authorizer_;  // options_.authorizer, or one without tokens
   // What ExportSessions reads of the engine's scale groups.
   const EngineGroupSource export_groups_{engine_};
   // The hot unary calls parse and answer on an arena.

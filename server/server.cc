@@ -1,10 +1,13 @@
 #include "server/server.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "common/host_port.h"
@@ -49,7 +52,60 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+int Milliseconds(absl::Duration d) {
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), INT32_MAX));
+}
+
+absl::Status CheckLimits(const ServerOptions& options) {
+  if (options.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_concurrent_streams is ", options.max_concurrent_streams, "; it must be >= 1"));
+  }
+  if (options.max_connection_idle < absl::ZeroDuration() ||
+      options.handshake_timeout <= absl::ZeroDuration() ||
+      options.keepalive_time <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "max_connection_idle must be >= 0, handshake_timeout and keepalive_time > 0");
+  }
+  return absl::OkStatus();
+}
+
+// A server others can reach must encrypt and know its callers, unless told not to.
+absl::Status CheckExposure(const ServerOptions& options, absl::string_view host) {
+  if (options.allow_insecure || IsLoopbackHost(host)) return absl::OkStatus();
+  const bool tls = !options.tls_cert.empty();
+  const bool authenticates = !options.auth_tokens_file.empty() || !options.tls_client_ca.empty();
+  if (tls && authenticates) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to serve ", options.listen, ", reachable from other machines, ",
+      !tls ? "in plaintext" : "", !tls && !authenticates ? " and " : "",
+      !authenticates ? "to anyone (no --auth_tokens_file, no --tls_client_ca)" : "",
+      ": give --tls_cert/--tls_key and --auth_tokens_file (docs/security.md), listen on "
+      "127.0.0.1, or pass --allow_insecure to accept the risk"));
+}
+
+void ApplyConnectionLimits(const ServerOptions& options, grpc::ServerBuilder* builder) {
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
+  if (options.max_connection_idle > absl::ZeroDuration()) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                                Milliseconds(options.max_connection_idle));
+  }
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                              Milliseconds(options.handshake_timeout));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Milliseconds(options.keepalive_time));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  // Clients that ping (the Python and C++ clients keep a channel alive across idle
+  // periods) may do so without calls in flight, at most every 10 s.
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+}
+
 }  // namespace
+
+bool IsLoopbackHost(absl::string_view host) {
+  if (absl::EqualsIgnoreCase(host, "localhost") || host == "::1") return true;
+  return absl::StartsWith(host, "127.");
+}
 
 void ApplyTransportSettings(int max_message_bytes, grpc::ServerBuilder* builder) {
   constexpr int kMaxFrameBytes = (1 << 24) - 1;  // the largest HTTP/2 allows
@@ -80,6 +136,8 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
     return absl::InvalidArgumentError(absl::StrCat(
         "--durability=", DurabilityName(options.durability), " needs --data_dir"));
   }
+  QPARAMS_RETURN_IF_ERROR(CheckLimits(options));
+  QPARAMS_RETURN_IF_ERROR(CheckExposure(options, listen->host));
   QPARAMS_ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ServerCredentials> credentials,
                            Credentials(options));
 
@@ -87,18 +145,11 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   std::unique_ptr<QParamsServer> server(new QParamsServer());
   ServiceOptions service_options = options.service;
   service_options.received_bytes = server->server_metrics_.received_bytes();
-  if (!options.auth_tokens_file.empty()) {
-    QPARAMS_ASSIGN_OR_RETURN(TokenAuthenticator auth,
-                             TokenAuthenticator::Load(options.auth_tokens_file));
-    server->authenticator_ = std::make_unique<TokenAuthenticator>(std::move(auth));
-    service_options.authenticator = server->authenticator_.get();
-  }
-  if (!options.admin_tokens_file.empty()) {
-    QPARAMS_ASSIGN_OR_RETURN(TokenAuthenticator admin,
-                             TokenAuthenticator::Load(options.admin_tokens_file));
-    server->admin_authenticator_ = std::make_unique<TokenAuthenticator>(std::move(admin));
-    service_options.admin_authenticator = server->admin_authenticator_.get();
-  }
+  QPARAMS_ASSIGN_OR_RETURN(
+      server->authorizer_,
+      Authorizer::Load(options.auth_tokens_file, options.admin_tokens_file,
+                       server->server_metrics_.auth_refusals()));
+  service_options.authorizer = server->authorizer_.get();
 
   EngineOptions engine_options = options.engine;
   engine_options.observations = server->server_metrics_.observations();
@@ -136,6 +187,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
   ApplyTransportSettings(options.max_message_bytes, &builder);
+  ApplyConnectionLimits(options, &builder);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<CallMetricsInterceptorFactory>(&server->server_metrics_));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));

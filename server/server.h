@@ -17,7 +17,7 @@
 #include "domain/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "metrics/metrics.h"
-#include "server/auth.h"
+#include "server/authorizer.h"
 #include "server/qparams_service.h"
 #include "server/server_metrics.h"
 #include "storage/journal.h"
@@ -57,13 +57,33 @@ struct ServerOptions {
   std::string tls_key;
   std::string tls_client_ca;
 
-  // "TOKEN TENANT" lines (TokenAuthenticator); empty: no authentication.
+  // "TOKEN TENANT [expires=TIME]" lines (TokenAuthenticator): the tokens data
+  // calls need. Empty: data calls are open.
   std::string auth_tokens_file;
-  // "TOKEN NAME" lines, the tokens file's syntax: the callers that may use admin
-  // calls (SetSlotMap). Empty: admin calls are open without auth_tokens_file and
-  // refused with it (QParamsServiceImpl::Admin).
+  // "TOKEN NAME [expires=TIME]" lines: the tokens of cluster control (the slot map,
+  // moves, record reading, import, drop). Empty: cluster control is off, every
+  // admin call refused (server/authorizer.h).
   std::string admin_tokens_file;
+  // Start refuses a non-loopback `listen` unless the server has TLS and
+  // authenticates callers (tokens, or client certificates): set this to serve such
+  // an address openly anyway (a loud warning is logged).
+  bool allow_insecure = false;
+
+  // Bounds on what one client holds (docs/security.md): concurrent calls per
+  // connection (HTTP/2 streams; more wait in the client until one ends); a
+  // connection without calls for max_connection_idle is closed (zero: never); a
+  // connection that has not finished its (TLS and HTTP/2) handshake within
+  // handshake_timeout is closed; keepalive pings every keepalive_time find peers
+  // that vanished while holding a stream (20 s to answer).
+  int max_concurrent_streams = 128;
+  absl::Duration max_connection_idle = absl::Minutes(10);
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  absl::Duration keepalive_time = absl::Minutes(1);
 };
+
+// Whether `host` (of a listen address) can only be reached from this machine:
+// localhost, 127.0.0.0/8 or ::1.
+bool IsLoopbackHost(absl::string_view host);
 
 // The transport settings of a qparams server, on `builder`: requests of up to
 // `max_message_bytes`, and HTTP/2 frames and stream windows sized for tensors of
@@ -81,8 +101,9 @@ class QParamsServer {
 
   // Restores the sessions of the data directory, binds `options.listen` and starts
   // serving. INVALID_ARGUMENT for malformed options, FAILED_PRECONDITION for files
-  // that cannot be read (data directory, certificates, tokens), UNAVAILABLE if the
-  // address cannot be bound.
+  // that cannot be read (data directory, certificates, tokens) and for a
+  // non-loopback address without TLS and authentication (ServerOptions::
+  // allow_insecure), UNAVAILABLE if the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<QParamsServer>> Start(const ServerOptions& options);
 
   ~QParamsServer();
@@ -115,6 +136,10 @@ class QParamsServer {
 
   Engine& engine() { return *engine_; }
 
+  // Reads the tokens files again (SIGHUP); on an error the tokens in force stay.
+  // Thread-safe.
+  absl::Status ReloadTokens() { return authorizer_->Reload(); }
+
   // The server's metrics (server/server_metrics.h), recorded from the start whether
   // or not anything serves them; Render is thread-safe, until the server is
   // destroyed.
@@ -127,8 +152,7 @@ class QParamsServer {
   MetricsRegistry metrics_;
   ServerMetrics server_metrics_;
 
-  std::unique_ptr<TokenAuthenticator> authenticator_;
-  std::unique_ptr<TokenAuthenticator> admin_authenticator_;
+  std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QParamsServiceImpl> service_;
   std::unique_ptr<WriteProbe> write_probe_;  // with a journal only

@@ -33,7 +33,13 @@ ServerMetrics::ServerMetrics(MetricsRegistry* registry)
                                        "Bytes of observation data received: each observation's "
                                        "tensor data, or its range's min and max data, whether "
                                        "applied or refused (names, shapes and framing excluded).")
-                          ->WithLabels({})) {
+                          ->WithLabels({})),
+      auth_refusals_(registry->AddCounter(
+          "qparams_auth_refusals_total",
+          "Calls refused for their credential, by reason: missing, malformed, unknown, "
+          "expired, not_admin (a tenant's token on an admin call), not_tenant (an admin's "
+          "token on a data call), admin_off (an admin call; no --admin_tokens_file).",
+          {"reason"})) {
   journal_.appends = registry
                          ->AddCounter("qparams_journal_appends_total",
                                       "Records appended to the journal (--data_dir).")

@@ -31,6 +31,8 @@ class ServerMetrics {
   // tensor's data, or a range observation's min and max data; applied or refused.
   Counter* received_bytes() const { return received_bytes_; }
   const JournalMetrics& journal() const { return journal_; }
+  // Credentials refused, by reason (server/auth.h's Refusal names).
+  Family<Counter>* auth_refusals() const { return auth_refusals_; }
 
   // Binds the scrape-time gauges: sessions per tenant, the replica's slots and the
   // storage state (its session log's) of `engine`, which must outlive the
@@ -43,6 +45,7 @@ class ServerMetrics {
   Family<BucketHistogram>* const call_seconds_;
   Counter* const observations_;
   Counter* const received_bytes_;
+  Family<Counter>* const auth_refusals_;
   JournalMetrics journal_;
 };
 
