@@ -11,9 +11,11 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
+#include "common/file.h"
 #include "common/flags.h"
 #include "grpc/support/log.h"
 
@@ -74,8 +76,11 @@ ABSL_FLAG(std::string, haproxy_server, "",
           "comma-separated (set server NAME/NAME addr, check-port, state ready)");
 ABSL_FLAG(std::string, token, "",
           "Bearer token, sent as 'authorization: Bearer TOKEN' on every call but health. "
-          "Empty: $QPARAMS_TOKEN if set (preferable: a command line is visible to other "
-          "users), else none");
+          "Empty: the one of --token_file, else $QPARAMS_TOKEN if set (preferable: a command "
+          "line is visible to other users), else none");
+ABSL_FLAG(std::string, token_file, "",
+          "A file holding the bearer token (its surrounding whitespace ignored), e.g. a "
+          "mounted Kubernetes Secret; not with --token");
 
 // Command options.
 ABSL_FLAG(bool, resume, false,
@@ -246,6 +251,19 @@ int main(int argc, char** argv) {
   options.haproxy_map = absl::GetFlag(FLAGS_haproxy_map);
   options.haproxy_server = absl::GetFlag(FLAGS_haproxy_server);
   options.token = absl::GetFlag(FLAGS_token);
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = qparams::ReadFile(path);
+    if (!options.token.empty() || !token.ok() ||
+        absl::StripAsciiWhitespace(*token).empty()) {
+      std::cerr << "error: INVALID_ARGUMENT: --token_file: "
+                << (!options.token.empty() ? "give --token or --token_file, not both"
+                    : !token.ok()          ? std::string(token.status().message())
+                                           : path + " is empty")
+                << "\n";
+      return cli::kExitUsage;
+    }
+    options.token = std::string(absl::StripAsciiWhitespace(*token));
+  }
   // Read here rather than as the flag's default, which --help would print.
   if (const char* env = std::getenv("QPARAMS_TOKEN"); options.token.empty() && env != nullptr) {
     options.token = env;
