@@ -4,6 +4,7 @@
 #ifndef QPARAMS_TESTS_SERVICE_TEST_UTIL_H_
 #define QPARAMS_TESTS_SERVICE_TEST_UTIL_H_
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,24 @@ class TestServer {
   explicit TestServer(std::unique_ptr<QParamsServer> server) : server_(std::move(server)) {}
   std::unique_ptr<QParamsServer> server_;
 };
+
+// ---- Admin calls (SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions,
+// DropSlots): only a server with --admin_tokens_file takes them, and only with an
+// admin token of that file (a server without it refuses them PERMISSION_DENIED) ----
+
+// The admin token of the file WriteAdminTokensFile writes. On a server without
+// --auth_tokens_file data calls ignore the authorization header, so a client may
+// carry it on every call (ClientOptions::bearer_token, qparams-cli --token).
+inline constexpr char kTestAdminToken[] = "qparams-test-admin-token-0123";
+
+// Writes `dir`/admin-tokens, holding kTestAdminToken (admin "tests"), and returns
+// its path, for ServerOptions::admin_tokens_file (the binary's --admin_tokens_file).
+// Removing it is the caller's, with `dir`.
+inline std::string WriteAdminTokensFile(const std::string& dir) {
+  const std::string path = dir + "/admin-tokens";
+  std::ofstream(path) << kTestAdminToken << " tests\n";
+  return path;
+}
 
 // absl::Status of a gRPC status, for the EXPECT_CODE family of test_util.h.
 inline absl::Status FromGrpc(const grpc::Status& status) { return wire::FromGrpcStatus(status); }

@@ -5,7 +5,8 @@
 // server; HAProxy's health check taking out a replica whose data directory refuses
 // writes, and bringing it back once writes work; and the topology changing under a
 // live client (its retries at the new owner) and in HAProxy through its runtime API
-// (slot map push, a spare backend made ready).
+// (slot map push, a spare backend made ready). The replicas take admin calls with
+// kTestAdminToken (service_test_util.h), which the tests' admin clients carry.
 // tests/python/test_sharded.py covers the Python client, a killed replica, a
 // restart and a draining replica.
 
@@ -120,12 +121,14 @@ class ShardedClientTest : public ::testing::Test {
     std::ofstream(dir_ + "/slots.map") << kSlotMap;
     ASSERT_OK_AND_ASSIGN(SlotMap map, SlotMap::Parse(kSlotMap));
     map_ = std::make_shared<const SlotMap>(std::move(map));
+    admin_tokens_file_ = WriteAdminTokensFile(dir_);
     std::vector<std::string> addresses;
     std::vector<int> check_ports;
     for (size_t r = 0; r < kReplicas.size(); ++r) {
       ServerOptions options;
       options.engine.slot_map = map_;
       options.engine.replica_id = kReplicas[r];
+      options.admin_tokens_file = admin_tokens_file_;
       Customize(r, options);
       replicas_.push_back(TestServer::Start(options));
       ASSERT_NE(replicas_.back(), nullptr);
@@ -214,6 +217,7 @@ class ShardedClientTest : public ::testing::Test {
     for (const char* replica : kReplicas) {
       ClientOptions options;
       options.replica = replica;
+      options.bearer_token = kTestAdminToken;
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> admin, Client::Connect(target_, options));
       ASSERT_OK_AND_ASSIGN(const v1::Topology topology, admin->SetSlotMap(map));
       EXPECT_EQ(topology.epoch(), 1);
@@ -224,6 +228,7 @@ class ShardedClientTest : public ::testing::Test {
   virtual void Customize(size_t /*r*/, ServerOptions& /*options*/) {}
 
   std::string dir_;
+  std::string admin_tokens_file_;  // in dir_: every replica's --admin_tokens_file
   std::shared_ptr<const SlotMap> map_;
   std::vector<std::unique_ptr<TestServer>> replicas_;
   std::vector<std::unique_ptr<MetricsHttpServer>> health_;  // replicas_[i]'s endpoint
@@ -464,6 +469,7 @@ TEST_F(ShardedClientTest, AnExportWaitsForEveryReplicaToServeOneSlotMap) {
   auto give = [&](const char* replica) -> absl::Status {
     ClientOptions pinned;
     pinned.replica = replica;
+    pinned.bearer_token = kTestAdminToken;
     absl::StatusOr<std::unique_ptr<Client>> admin = Client::Connect(target_, pinned);
     if (!admin.ok()) return admin.status();
     return (*admin)->SetSlotMap(next).status();
@@ -787,6 +793,7 @@ TEST_F(ShardedClientTest, SlotMapPushChangesHAProxyThroughItsRuntimeApi) {
   ASSERT_OK_AND_ASSIGN(SlotMap one, SlotMap::Parse("# epoch 1\n0:169 r1\n170:255 r2\n"));
   PushOptions options;
   options.target = target_;
+  options.client.bearer_token = kTestAdminToken;
   options.haproxy_admins = {admin};
   ASSERT_OK_AND_ASSIGN(const PushReport pushed, PushSlotMap(one, options));
   ASSERT_OK(pushed.status());
@@ -817,6 +824,7 @@ TEST_F(ShardedClientTest, SlotMapPushChangesHAProxyThroughItsRuntimeApi) {
   ServerOptions r3_options;
   r3_options.engine.slot_map = std::make_shared<const SlotMap>(one);
   r3_options.engine.replica_id = "r3";
+  r3_options.admin_tokens_file = admin_tokens_file_;
   std::unique_ptr<TestServer> r3 = TestServer::Start(r3_options);
   ASSERT_NE(r3, nullptr);
   QParamsServer* r3_server = &r3->server();
