@@ -1032,7 +1032,7 @@ constexpr size_t kAny = SIZE_MAX;
 constexpr Command kSlotMapCommands[] = {
   {"push", "FILE", 1, 1, SlotMapPush,
    "Give every replica the slot map FILE (SetSlotMap, an admin call: --token an\n"
-   "admin token where the servers have tokens), each addressed by name through\n"
+   "admin token of the servers' --admin_tokens_file), each addressed by name through\n"
    "--target: those --replicas names (NAME, or NAME=HOST:PORT to reach it straight),\n"
    "by default every replica FILE names and every replica of the current topology.\n"
    "Then, once every replica took it, replace the map of each --haproxy_admin\n"
@@ -1146,7 +1146,7 @@ constexpr Command kCommands[] = {
    "--stop_before_switch stops after the copy (outcome awaiting_switch, with\n"
    "next_map) for the operator to put the map in force; --resume continues a move,\n"
    "--abort rolls it back before its switch. Steps are printed on stderr. Needs an\n"
-   "admin token where the replicas require one."},
+   "admin token of the replicas' --admin_tokens_file."},
   {"slotmap", "SUBCOMMAND [ARGS]", 0, 0, nullptr,
    "Slot maps of a sharded deployment (docs/sharding.md, \"Changing the topology\").\n"
    "Subcommands:",
