@@ -869,7 +869,8 @@ class Client:
         included), and returns that replica's topology after it (SetSlotMap,
         docs/sharding.md). Raises InvalidArgument for a map that does not parse,
         FailedPrecondition for an older epoch or a server without sharding,
-        PermissionDenied without an admin token."""
+        Unauthenticated without a valid token, PermissionDenied with a tenant's
+        token or on a server without --admin_tokens_file (docs/security.md)."""
         topology = self._call("SetSlotMap", pb.SetSlotMapRequest(map=slot_map), timeout,
                               metadata)
         self._router.offer(topology)
