@@ -94,8 +94,8 @@ void ApplyConnectionLimits(const ServerOptions& options, grpc::ServerBuilder* bu
                               Milliseconds(options.handshake_timeout));
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Milliseconds(options.keepalive_time));
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
-  // Clients that ping (the Python and C++ clients keep a channel alive across idle
-  // periods) may do so without calls in flight, at most every 10 s.
+  // A client that turns gRPC's keepalive on (ours do not) may ping every 10 s, calls
+  // in flight or not, before the server calls it abusive and closes the connection.
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
 }
