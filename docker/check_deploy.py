@@ -33,12 +33,26 @@ Checked, for the sharded form (issue 16) against docker/haproxy/slots.map:
   too); the Services select the right pods; HAProxy's QPARAMS_R<i> are the pods' DNS names under the headless Service;
 - kubernetes.yaml: the single-replica form still stands, and no selector of either file
   matches the other's pods.
+
+Checked for TLS and tokens (issue 38), on every shipped form:
+- every server (compose's qparams, r0, r1, r2; both StatefulSets) runs with --tls_cert,
+  --tls_key, --auth_tokens_file and --admin_tokens_file, each a file of a secret the
+  server mounts (compose: /run/secrets/NAME of a secret it lists, whose file is under
+  ${QPARAMS_TLS_DIR:-./tls}; Kubernetes: a volume of the Secret qparams-tls holding
+  that key), and none with --allow_insecure;
+- haproxy.cfg: with QPARAMS_TLS_CERT its bind is TLS (ssl crt, alpn h2); with
+  QPARAMS_TLS_CA the replicas' and the pool's servers are TLS, verified (ssl verify
+  required ca-file verifyhost, alpn h2), the replicas' health checks not (no-check-ssl,
+  plain HTTP to the metrics port); nothing says verify none;
+- HAProxy in compose and Kubernetes sets QPARAMS_TLS_CERT and QPARAMS_TLS_CA to files
+  of its mounted secret (tls.key beside tls.crt), and gets no token.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import re
 import shlex
@@ -61,6 +75,17 @@ METRICS_LISTEN = f"--metrics_listen=0.0.0.0:{METRICS_PORT}"
 # so that adding a replica needs no reload.
 BACKENDS = [f"r{i}" for i in range(8)]
 POOL = "any"  # the default backend: calls naming no session go to any healthy replica
+
+# TLS and tokens (issue 38): the server flags every shipped server form passes, each
+# naming a file of the deployment's secret (compose's secrets, the Kubernetes Secret).
+TLS_FLAGS = {"--tls_cert": "tls.crt", "--tls_key": "tls.key",
+             "--auth_tokens_file": "tokens", "--admin_tokens_file": "admin-tokens"}
+# HAProxy's variables (haproxy.cfg): its certificate (the key beside it) and the CA of
+# the replicas' certificates.
+HAPROXY_TLS_ENV = {"QPARAMS_TLS_CERT": "tls.crt", "QPARAMS_TLS_CA": "ca.crt"}
+K8S_SECRET = "qparams-tls"
+COMPOSE_SECRETS_DIR = "/run/secrets"
+TLS_DIR_DEFAULT = "./tls"  # compose's ${QPARAMS_TLS_DIR:-./tls}, relative to docker/
 
 failures: list[str] = []
 
@@ -141,8 +166,77 @@ def check_haproxy_cfg(replicas: list[str]) -> None:
     check(re.search(r'^\s*bind "\$\{QPARAMS_BIND-:50051\}"', cfg, re.M) is not None,
           "haproxy.cfg: bind is not \"${QPARAMS_BIND-:50051}\"")
     check("@" + "R0@" not in cfg and "@BIND@" not in cfg, "haproxy.cfg: a template placeholder is left")
+    check_haproxy_tls(cfg)
     print(f"haproxy.cfg: backends {backends} ({len(BACKENDS) - len(replicas)} spares, disabled, "
           f"and the pool {POOL}), addresses from QPARAMS_R0..R{len(BACKENDS) - 1}")
+
+
+def conditional_blocks(cfg: str, variable: str) -> list[str]:
+    """The lines between each `.if defined(VARIABLE)` and its `.else`/`.endif`."""
+    return re.findall(rf"^\.if defined\({variable}\)\n(.*?)^\.(?:else|endif)\b", cfg, re.M | re.S)
+
+
+def section(cfg: str, header: str) -> str:
+    """The text of the section starting with the line `header`, up to the next one."""
+    match = re.search(rf"^{re.escape(header)}\n(.*?)(?=^(?:global|defaults|frontend|backend|"
+                      r"resolvers|listen)\b|\Z)", cfg, re.M | re.S)
+    return match[1] if match else ""
+
+
+def check_haproxy_tls(cfg: str) -> None:
+    """TLS on both sides when the shipped forms' variables are set, checks in plain HTTP."""
+    code = "\n".join(line.split("#", 1)[0] for line in cfg.splitlines())
+    binds = conditional_blocks(section(code, "frontend grpc"), "QPARAMS_TLS_CERT")
+    check(any(re.search(r'^\s*bind "\$\{QPARAMS_BIND-:50051\}" ssl crt "\$\{QPARAMS_TLS_CERT\}"'
+                        r" .*\balpn h2\b", b, re.M) for b in binds),
+          "haproxy.cfg: no `.if defined(QPARAMS_TLS_CERT)` bind with ssl crt \"${QPARAMS_TLS_CERT}\" "
+          "alpn h2 in the frontend grpc")
+    verified = (r'^\s*default-server ssl verify required ca-file "\$\{QPARAMS_TLS_CA\}" '
+                r'verifyhost "\$\{QPARAMS_TLS_VERIFYHOST-[\w.-]+\}" alpn h2\b(?P<rest>.*)$')
+    for name in ("defaults replica", "defaults pool"):
+        found = [m for b in conditional_blocks(section(code, name), "QPARAMS_TLS_CA")
+                 for m in re.finditer(verified, b, re.M)]
+        check(len(found) == 1, f"haproxy.cfg: {name} has no `.if defined(QPARAMS_TLS_CA)` default-server "
+              "ssl verify required ca-file \"${QPARAMS_TLS_CA}\" verifyhost ... alpn h2")
+        if name == "defaults replica" and found:
+            check("no-check-ssl" in found[0]["rest"].split(),
+                  "haproxy.cfg: the replicas' TLS default-server lacks no-check-ssl (the health "
+                  "checks are plain HTTP to the metrics port)")
+    check(re.search(r"^\s*ssl-load-extra-del-ext\s*$", section(code, "global"), re.M) is not None,
+          "haproxy.cfg: no ssl-load-extra-del-ext in global (QPARAMS_TLS_CERT's key beside it, tls.key)")
+    check(re.search(r"\bverify\s+none\b", code) is None and "ssl-server-verify none" not in code,
+          "haproxy.cfg: something says verify none")
+    check(re.search(r"(?<![\w-])check-ssl\b", code) is None,
+          "haproxy.cfg: check-ssl: the health checks are plain HTTP to the metrics port")
+    print("haproxy.cfg: TLS bind with QPARAMS_TLS_CERT; replicas re-encrypted and verified with "
+          "QPARAMS_TLS_CA; health checks plain HTTP")
+
+
+def flag_values(args: list[str]) -> dict[str, str]:
+    """--flag=value arguments as a dict."""
+    return dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+
+
+def check_server_tls(where: str, args: list[str], files: dict[str, str]) -> None:
+    """The server's TLS and tokens flags each name the file of its secret `files` maps
+    the path to (container path -> the secret's key), and no --allow_insecure."""
+    flags = flag_values(args)
+    for flag, key in TLS_FLAGS.items():
+        path = flags.get(flag)
+        check(path is not None and files.get(path) == key,
+              f"{where}: {flag} is {path!r}, not the file {key} of its mounted secret")
+    check(not any(a.startswith("--allow_insecure") for a in args), f"{where}: --allow_insecure")
+
+
+def check_haproxy_env(where: str, env: dict, files: dict[str, str]) -> None:
+    for variable, key in HAPROXY_TLS_ENV.items():
+        path = env.get(variable)
+        check(path is not None and files.get(path) == key,
+              f"{where}: {variable} is {path!r}, not the file {key} of its mounted secret")
+    cert = env.get("QPARAMS_TLS_CERT") or ""
+    check(files.get(cert.rsplit(".", 1)[0] + ".key") == "tls.key",
+          f"{where}: no tls.key beside QPARAMS_TLS_CERT (haproxy.cfg's ssl-load-extra-del-ext)")
+    check(not {"tokens", "admin-tokens"} & set(files.values()), f"{where}: HAProxy gets tokens it does not need")
 
 
 # ---- compose ------------------------------------------------------------------------------
@@ -170,9 +264,54 @@ def named_volumes(service: dict) -> dict[str, str]:
             if not v.startswith((".", "/"))}
 
 
+def interpolate(text: str) -> str:
+    """compose's ${VAR:-DEFAULT}, ${VAR-DEFAULT} and ${VAR} from this environment."""
+    def value(match: re.Match) -> str:
+        name, op, default = match[1], match[2], match[3] or ""
+        current = os.environ.get(name)
+        if op == ":-":
+            return current or default
+        if op == "-":
+            return default if current is None else current
+        return current or ""
+    return re.sub(r"\$\{(\w+)(?:(:?-)([^}]*))?\}", value, text)
+
+
+def compose_secret_files(compose: dict, service: dict) -> dict[str, str]:
+    """Container path -> secret name of the secrets a service lists (short syntax, or
+    long with an optional target), each defined at the top level by a file."""
+    files = {}
+    for entry in service.get("secrets", []):
+        name = entry if isinstance(entry, str) else entry.get("source")
+        target = name if isinstance(entry, str) else entry.get("target", name)
+        if check("file" in compose.get("secrets", {}).get(name, {}),
+                 f"compose: the secret {name} is not defined by a file"):
+            files[target if target.startswith("/") else f"{COMPOSE_SECRETS_DIR}/{target}"] = name
+    return files
+
+
+def check_compose_tls(compose: dict, servers: list[str]) -> None:
+    secrets = compose.get("secrets", {})
+    for key in sorted(set(TLS_FLAGS.values()) | set(HAPROXY_TLS_ENV.values())):
+        file = secrets.get(key, {}).get("file", "")
+        check(file == f"${{QPARAMS_TLS_DIR:-{TLS_DIR_DEFAULT}}}/{key}",
+              f"compose: the secret {key} is not the file ${{QPARAMS_TLS_DIR:-{TLS_DIR_DEFAULT}}}/{key}")
+    services = compose["services"]
+    for name in servers:
+        s = services.get(name, {})
+        files = compose_secret_files(compose, s)
+        check_server_tls(f"compose: {name}", s.get("command", []), files)
+        check(files.get(f"{COMPOSE_SECRETS_DIR}/ca.crt") == "ca.crt",
+              f"compose: {name} lacks the secret ca.crt (its in-container CLI, the image's HEALTHCHECK)")
+    h = services.get("haproxy", {})
+    check_haproxy_env("compose: haproxy", h.get("environment") or {}, compose_secret_files(compose, h))
+    print(f"compose.yaml: {', '.join(servers)} with TLS and both tokens files; haproxy TLS on both sides")
+
+
 def check_compose(replicas: list[str]) -> None:
     compose = load_compose()
     services = compose["services"]
+    check_compose_tls(compose, ["qparams"] + replicas)
     single = services.get("qparams", {})
     check("profiles" not in single, "compose: the service qparams got a profile")
     check(single.get("ports") == ["127.0.0.1:50051:50051"], "compose: qparams is not on 127.0.0.1:50051")
@@ -254,6 +393,15 @@ def podman_args(service_name: str, image: str, volume_prefix: str, host_port: st
         else:
             parts[0] = volume_prefix + parts[0]
         args += ["-v", ":".join(parts)]
+    # compose's file secrets are read-only bind mounts of the files as they are
+    # (docker compose and podman-compose alike), at /run/secrets/NAME.
+    compose = load_compose()
+    for target, name in compose_secret_files(compose, s).items():
+        source = DOCKER / interpolate(compose["secrets"][name]["file"])
+        if not source.is_file():
+            raise SystemExit(f"{service_name}: the secret {name}'s file {source} does not exist "
+                             "(scripts/make-dev-ca.sh; QPARAMS_TLS_DIR)")
+        args += ["-v", f"{source.resolve()}:{target}:ro"]
     for port in s.get("ports", []):
         if host_port is None:
             raise SystemExit(f"{service_name} publishes {port}: give --host-port")
@@ -285,6 +433,28 @@ def check_probes(where: str, container: dict) -> None:
               f"{where}: {probe} is not an httpGet of {path} on the port metrics")
 
 
+def k8s_secret_files(pod_spec: dict, container: dict) -> dict[str, str]:
+    """Container path -> key of the Secret qparams-tls mounted in the container (all its
+    keys, or the items listed)."""
+    volumes = {v["name"]: v.get("secret") for v in pod_spec.get("volumes", []) if "secret" in v}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes.get(mount["name"])
+        if not secret or secret.get("secretName") != K8S_SECRET or mount.get("subPath"):
+            continue
+        check(mount.get("readOnly") is True, f"the Secret {K8S_SECRET} is not mounted read-only")
+        keys = ({i["key"]: i["path"] for i in secret["items"]} if "items" in secret
+                else {k: k for k in set(TLS_FLAGS.values()) | set(HAPROXY_TLS_ENV.values())})
+        for key, path in keys.items():
+            files[f"{mount['mountPath'].rstrip('/')}/{path}"] = key
+    return files
+
+
+def check_kubernetes_tls(where: str, pod_spec: dict) -> None:
+    container = pod_spec["containers"][0]
+    check_server_tls(where, container.get("args", []), k8s_secret_files(pod_spec, container))
+
+
 def check_kubernetes(replicas: list[str]) -> None:
     single = by_kind(list(yaml.safe_load_all(K8S.read_text())))
     docs = by_kind(list(yaml.safe_load_all(K8S_SHARDED.read_text())))
@@ -293,6 +463,7 @@ def check_kubernetes(replicas: list[str]) -> None:
     one = single.get(("StatefulSet", "qparams"))
     if check(one is not None and one["spec"]["replicas"] == 1, "kubernetes.yaml: no one-replica StatefulSet qparams"):
         check_probes("kubernetes.yaml", one["spec"]["template"]["spec"]["containers"][0])
+        check_kubernetes_tls("kubernetes.yaml: StatefulSet qparams", one["spec"]["template"]["spec"])
 
     slot_cm = docs.get(("ConfigMap", "qparams-slot-map"), {}).get("data", {})
     cfg_cm = docs.get(("ConfigMap", "qparams-haproxy"), {}).get("data", {})
@@ -327,6 +498,7 @@ def check_kubernetes(replicas: list[str]) -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     check(ports == {"grpc": 50051, "metrics": METRICS_PORT}, f"StatefulSet: container ports {ports}")
     check_probes("StatefulSet qparams-shard", container)
+    check_kubernetes_tls("kubernetes-sharded.yaml: StatefulSet qparams-shard", pod["spec"])
     env = {e["name"]: e for e in container.get("env", [])}
     check(env.get("POD_INDEX", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
           == "metadata.labels['apps.kubernetes.io/pod-index']",
@@ -358,6 +530,8 @@ def check_kubernetes(replicas: list[str]) -> None:
     check(not matches(headless["spec"]["selector"], hlabels), "the headless Service selects HAProxy pods")
     hc = hpod["spec"]["containers"][0]
     henv = {e["name"]: e.get("value") for e in hc.get("env", [])}
+    check_haproxy_env("kubernetes-sharded.yaml: Deployment qparams-haproxy", henv,
+                      k8s_secret_files(hpod["spec"], hc))
     # Every backend, the spares too: a pod of a scaled-up StatefulSet resolves.
     for i in range(len(BACKENDS)):
         want = (f"qparams-shard-{i}.qparams-shard-headless.$(POD_NAMESPACE).svc.cluster.local:50051")
@@ -392,6 +566,8 @@ def check_kubernetes(replicas: list[str]) -> None:
         check(not any(matches(selector, p) for p in others), f"{name} also selects the other form's pods")
     print(f"kubernetes-sharded.yaml: {spec['replicas']} replicas = the slot map's, ConfigMaps = the files, "
           "selectors and names consistent")
+    print("kubernetes.yaml, kubernetes-sharded.yaml: the servers with TLS and both tokens files from the "
+          f"Secret {K8S_SECRET}; HAProxy TLS on both sides from it")
 
 
 CONFIGMAP_FILES = {"slots.map": SLOT_MAP, "haproxy.cfg": HAPROXY_CFG}

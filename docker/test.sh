@@ -9,7 +9,15 @@
 # from compose.yaml, its health check among them): each replica's compose health check
 # (GET /healthz on 9100) is healthy, HAProxy (which checks the same /healthz) reaches
 # every replica, and sessions created and observed through HAProxy are each found on
-# their owner, with the same qparams, and refused by the other replicas. Needs root (apt, podman as root); no container registry: the base image
+# their owner, with the same qparams, and refused by the other replicas.
+# Every form runs as compose runs it, with TLS and tokens (issue 38): the TLS material and
+# tokens come from scripts/make-dev-ca.sh (a fresh CA per run, given to the containers as
+# compose's secrets), clients call over TLS with a data token, and the slot-map attack
+# (docker/attack.py: SetSlotMap giving every slot to a made-up replica, then DropSlots
+# 0:255) fails on the single server, on a replica reached directly and through HAProxy:
+# no token UNAUTHENTICATED, a data token PERMISSION_DENIED, plaintext to a TLS port
+# UNAVAILABLE; every session is still there after, and an admin token's SetSlotMap
+# (slotmap push of the same map) is taken. Needs root (apt, podman as root); no container registry: the base image
 # debian:bookworm-slim is made locally with debootstrap from the host's apt mirror and
 # cached under ${XDG_CACHE_HOME:-$HOME/.cache}/qparams, so reruns skip debootstrap.
 #
@@ -30,7 +38,7 @@ base_tar=$cache_dir/debian-bookworm-slim.tar
 max_mb=120
 suffix=$$-$RANDOM
 ctr=qparams-test-$suffix
-vol=qparams-test-data-$suffix
+vol=$ctr-qparams-data  # compose's volume qparams-data, prefixed (podman-args --volume-prefix)
 work=$(mktemp -d /tmp/qparams-docker-test.XXXXXX)
 cli=$repo/build/client/qparams-cli
 python=/usr/bin/python3  # Debian's, with python3-yaml
@@ -53,6 +61,9 @@ pm() {
   podman --runtime=runc --cgroup-manager=cgroupfs --events-backend=file "$@" \
     2> >(grep -v 'unable to get systemd connection' >&2)
 }
+# The TLS material and tokens of every form (compose's secrets: QPARAMS_TLS_DIR).
+tls=$work/tls
+export QPARAMS_TLS_DIR=$tls
 ulimits=(--ulimit=nofile=20000:20000 --ulimit=nproc=32768:32768)
 
 cleanup() {
@@ -66,6 +77,7 @@ cleanup() {
     pm rm -f -t 0 "$ctr" >/dev/null 2>&1
   fi
   pm volume rm -f "$vol" >/dev/null 2>&1
+  [ -n "${bare_started:-}" ] && pm rm -f -t 0 "$ctr-bare" >/dev/null 2>&1
   if [ -n "${shard_started:-}" ]; then
     local s
     for s in "${shard_services[@]}"; do
@@ -76,8 +88,8 @@ cleanup() {
       pm rm -f -t 0 "$shard$s" >/dev/null 2>&1
     done
     for s in r0 r1 r2; do pm volume rm -f "${shard}qparams-$s" >/dev/null 2>&1; done
-    pm network rm -f "$net" >/dev/null 2>&1
   fi
+  [ -n "${net_created:-}" ] && pm network rm -f "$net" >/dev/null 2>&1
   if [ "${QPARAMS_KEEP_IMAGE:-1}" = 0 ]; then
     pm rmi -f "$image" >/dev/null 2>&1
     pm rmi -f "$haproxy_image" >/dev/null 2>&1
@@ -95,7 +107,7 @@ trap 'exit 130' INT TERM
 # ---------------------------------------------------------------------------------------
 step "host packages (podman, runc, debootstrap)"
 need=(podman runc debootstrap uidmap netavark aardvark-dns iptables slirp4netns fuse-overlayfs
-      ca-certificates haproxy python3-yaml)
+      ca-certificates haproxy python3-yaml python3-grpcio openssl)
 missing=()
 for p in "${need[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -117,6 +129,20 @@ if [ ! -x "$cli" ]; then
   cmake --build build -j2 --target qparams-cli
 fi
 [ -x "$cli" ] || fail "no $cli"
+# docker/attack.py imports the generated stubs of the Python package (build/python).
+if [ ! -f "$repo/build/python/qparams/v1/qparams_pb2_grpc.py" ]; then
+  step "host Python package: building build/python"
+  cmake --build build --target qparams_python >/dev/null
+fi
+attack() { PYTHONPATH="$repo/build/python" "$python" docker/attack.py "$@"; }
+
+step "TLS material and tokens: scripts/make-dev-ca.sh $tls"
+scripts/make-dev-ca.sh "$tls" >/dev/null || fail "scripts/make-dev-ca.sh"
+ls -l "$tls" | tail -n +2
+data_token=$(cat "$tls/token")
+admin_token=$(cat "$tls/admin-token")
+# Every host CLI call below sends the data token (from the environment, not the command line).
+export QPARAMS_TOKEN=$data_token
 
 # ---------------------------------------------------------------------------------------
 step "deployment files: slot map, haproxy.cfg, compose profile sharded, Kubernetes"
@@ -135,11 +161,14 @@ haproxy_check "the Python test's addresses" QPARAMS_BIND="unix@$work/grpc.sock" 
   QPARAMS_R3=127.0.0.1:1 QPARAMS_R4=127.0.0.1:1 QPARAMS_R5=127.0.0.1:1 QPARAMS_R6=127.0.0.1:1 \
   QPARAMS_R7=127.0.0.1:1
 haproxy_check "compose's addresses (the defaults)"
+# As the shipped forms run it: TLS on both sides.
+tls_env=(QPARAMS_TLS_CERT="$tls/tls.crt" QPARAMS_TLS_CA="$tls/ca.crt")
+haproxy_check "compose's addresses, TLS" "${tls_env[@]}"
 k8s_env=()
 for i in 0 1 2 3 4 5 6 7; do
   k8s_env+=("QPARAMS_R$i=qparams-shard-$i.qparams-shard-headless.default.svc.cluster.local:50051")
 done
-haproxy_check "the Kubernetes addresses" "${k8s_env[@]}"
+haproxy_check "the Kubernetes addresses, TLS" "${k8s_env[@]}" "${tls_env[@]}"
 
 # ---------------------------------------------------------------------------------------
 # The host's Debian mirror: QPARAMS_DEBIAN_MIRROR, else the first non-security Debian URI
@@ -262,7 +291,7 @@ free_port() {
 }
 port=$(free_port) || fail "no free port"
 target=127.0.0.1:$port
-q() { "$cli" --target="$target" --timeout=10s "$@"; }
+q() { "$cli" --target="$target" --tls_ca="$tls/ca.crt" --timeout=10s "$@"; }
 
 wait_healthy() {
   local i
@@ -279,19 +308,51 @@ wait_healthy() {
   fail "not healthy after 30s"
 }
 
-step "run: volume $vol at /data, port $target -> 50051"
-pm volume create "$vol" >/dev/null || fail "podman volume create"
+step "the image alone, without TLS and tokens: refuses to listen on 0.0.0.0"
+bare_started=1
+rc=0
+out=$(timeout 20 podman --runtime=runc --cgroup-manager=cgroupfs --events-backend=file run \
+  --name "$ctr-bare" "${ulimits[@]}" --read-only --read-only-tmpfs=false "$image" 2>&1) || rc=$?
+case $rc in
+  0|124) echo "$out" >&2; fail "the server ran on 0.0.0.0 without TLS and tokens (exit $rc)" ;;
+esac
+echo "$out" | grep -q -- '--allow_insecure' || { echo "$out" >&2; fail "the refusal does not name --allow_insecure"; }
+echo "$out" | grep -- '--allow_insecure' | head -n 2
+
+step "run compose's service qparams: volume $vol at /data, port $target -> 50051, TLS + tokens"
+pm network create "$net" >/dev/null || fail "podman network create"
+net_created=1
 ctr_started=1
-# Hardened as compose.yaml and kubernetes.yaml run it: read-only root filesystem (no
-# tmpfs), no capabilities, no privilege escalation; only /data is writable.
-pm run -d --name "$ctr" "${ulimits[@]}" --read-only --read-only-tmpfs=false --cap-drop=ALL \
-  --security-opt=no-new-privileges -v "$vol:/data" -p "$target:50051" "$image" >/dev/null \
-  || fail "podman run"
+# As compose.yaml runs it (check_deploy.py podman-args): TLS and both tokens files from
+# its secrets, metrics and /healthz on 9100, and hardened as compose.yaml and
+# kubernetes.yaml run it: read-only root filesystem (no tmpfs), no capabilities, no
+# privilege escalation; only /data is writable.
+args=()
+podman_args() {  # the `podman run` arguments of compose's service $1 (shell-quoted, hence eval)
+  local words
+  words=$("$python" docker/check_deploy.py podman-args "$@") || fail "check_deploy.py podman-args $1"
+  eval "args=($words)"
+}
+podman_args qparams --image="$image" --volume-prefix="$ctr-" --host-port="$port"
+echo "podman run ... ${args[*]}"
+pm run -d --name "$ctr" --network "$net" "${ulimits[@]}" "${args[@]}" >/dev/null || fail "podman run"
 wait_healthy
 q health || fail "health"
-# The image's own HEALTHCHECK, run inside the container (podman runs it on demand).
-pm healthcheck run "$ctr" || fail "the image's HEALTHCHECK failed"
-echo "HEALTHCHECK inside the container: healthy"
+# compose's health check (GET /healthz on 9100), which podman_args passes as --health-cmd.
+for i in $(seq 1 20); do
+  pm healthcheck run "$ctr" >/dev/null 2>&1 && break
+  [ "$i" = 20 ] && fail "compose's health check (GET /healthz on 9100) is not healthy"
+  sleep 0.5
+done
+echo "compose's health check (GET /healthz on 9100): healthy"
+# The image's own HEALTHCHECK (compose replaces it), run inside the container: gRPC
+# health over TLS with the CA compose mounts at /run/secrets/ca.crt.
+image_health=()
+while IFS= read -r -d '' word; do image_health+=("$word"); done < <(pm image inspect \
+  --format '{{json .Config.Healthcheck.Test}}' "$image" \
+  | "$python" -c 'import json, sys; t = json.load(sys.stdin); assert t[0] == "CMD", t; sys.stdout.write("".join(w + "\0" for w in t[1:]))')
+pm exec "$ctr" "${image_health[@]}" >/dev/null || fail "the image's HEALTHCHECK failed"
+echo "the image's HEALTHCHECK inside the container (gRPC health over TLS): healthy"
 uid=$(pm exec "$ctr" id -u) || fail "podman exec"
 [ "$uid" = 10001 ] || fail "the server runs as uid '$uid', not 10001"
 
@@ -328,6 +389,41 @@ echo "$out"
 echo "$out" | grep -q 'observation_count 1' || fail "observe: unexpected response"
 before=$(q qparams "$session") || fail "qparams"
 
+# The slot-map attack (docker/attack.py) with no token, a data token, and in plaintext.
+# Each of its two calls must be refused: $1 names the form, $2 the codes allowed, then
+# attack.py's arguments.
+expect_refused() {
+  local what=$1 codes=$2 out
+  shift 2
+  out=$(attack "$@") || fail "docker/attack.py $*"
+  "$python" -c '
+import json, sys
+result, allowed = json.loads(sys.argv[1]), sys.argv[2].split(",")
+bad = {call: code for call, (code, _) in result.items() if code not in allowed}
+sys.exit(f"{sys.argv[3]}: {bad} (want {allowed}): {result}" if bad else 0)' "$out" "$codes" "$what" \
+    || fail "the attack was not refused: $what"
+  echo "  $what: $("$python" -c 'import json, sys; print(", ".join(f"{c} {v[0]}" for c, v in json.loads(sys.argv[1]).items()))' "$out")"
+}
+attack_fails() {  # $1: what, $2: TLS target, $3: plaintext target, then attack.py's options
+  local what=$1 target=$2 plain=$3
+  shift 3
+  expect_refused "$what, no token" UNAUTHENTICATED,PERMISSION_DENIED "$target" --ca "$tls/ca.crt" "$@"
+  expect_refused "$what, a data token" PERMISSION_DENIED "$target" --ca "$tls/ca.crt" --token "$data_token" "$@"
+  expect_refused "$what, plaintext to the TLS port" UNAVAILABLE "$plain" --timeout 5 "$@"
+}
+
+step "the attack fails on the single server"
+attack_fails "single server" "$target" "$target"
+out=$("$cli" --target="$target" --timeout=5s --retry_total=0s get "$session" 2>&1) \
+  && fail "a plaintext call to the TLS port succeeded"
+case $out in *UNAVAILABLE*) echo "  plaintext get: $out" ;; *) fail "plaintext get: $out" ;; esac
+out=$(QPARAMS_TOKEN=$admin_token q get "$session" 2>&1) && fail "an admin token read a session"
+case $out in *PERMISSION_DENIED*) echo "  an admin token on a data call: $out" ;; *) fail "admin token on get: $out" ;; esac
+out=$(QPARAMS_TOKEN= q get "$session" 2>&1) && fail "a call without a token read a session"
+case $out in *UNAUTHENTICATED*) echo "  no token on a data call: $out" ;; *) fail "no token on get: $out" ;; esac
+[ "$(q qparams "$session")" = "$before" ] || fail "the session changed under the attack"
+echo "  $session: still there, its qparams unchanged"
+
 step "restart: the session survives in the volume"
 pm restart -t 30 "$ctr" >/dev/null || fail "podman restart"
 wait_healthy
@@ -361,13 +457,6 @@ echo "haproxy -c inside the image: valid"
 step "sharded: compose's profile sharded on network $net (r0, r1, r2, haproxy)"
 hport=$(free_port) || fail "no free port"
 shard_started=1
-pm network create "$net" >/dev/null || fail "podman network create"
-args=()
-podman_args() {  # the `podman run` arguments of compose's service $1 (shell-quoted, hence eval)
-  local words
-  words=$("$python" docker/check_deploy.py podman-args "$@") || fail "check_deploy.py podman-args $1"
-  eval "args=($words)"
-}
 for r in r0 r1 r2; do
   podman_args "$r" --image="$image" --volume-prefix="$shard"
   echo "podman run ... ${args[*]}"
@@ -377,8 +466,14 @@ podman_args haproxy --image="$haproxy_image" --volume-prefix="$shard" --host-por
 echo "podman run ... ${args[*]}"
 pm run -d --name "${shard}haproxy" --network "$net" "${ulimits[@]}" "${args[@]}" >/dev/null || fail "podman run haproxy"
 
-# Each replica's own CLI, straight to it (not through HAProxy).
-direct() { local r=$1; shift; pm exec "$shard$r" qparams-cli --target=127.0.0.1:50051 --timeout=10s "$@"; }
+# Each replica's own CLI, straight to it (not through HAProxy): over TLS with the CA
+# compose mounts, and the data token.
+direct() {
+  local r=$1
+  shift
+  pm exec -e QPARAMS_TOKEN="$data_token" "$shard$r" \
+    qparams-cli --target=127.0.0.1:50051 --tls_ca=/run/secrets/ca.crt --timeout=10s "$@"
+}
 for r in r0 r1 r2; do
   for i in $(seq 1 60); do
     direct "$r" health >/dev/null 2>&1 && break
@@ -416,7 +511,7 @@ done
 
 # Through HAProxy on the published port: wait until it reaches every replica (a session
 # of each owner is NOT_FOUND there, not UNAVAILABLE).
-hq() { "$cli" --target="127.0.0.1:$hport" --timeout=10s "$@"; }
+hq() { "$cli" --target="127.0.0.1:$hport" --tls_ca="$tls/ca.crt" --timeout=10s "$@"; }
 for r in r0 r1 r2; do
   probe=$(owned_by "$r" | head -n1)
   for i in $(seq 1 60); do
@@ -431,13 +526,31 @@ done
 echo "haproxy on 127.0.0.1:$hport reaches r0, r1, r2"
 [ "$(pm exec "${shard}haproxy" sh -c 'id -u; test -S /run/haproxy/admin.sock && echo socket' | tr '\n' ' ')" = "10002 socket " ] \
   || fail "haproxy does not run as 10002 with its runtime API socket in /run/haproxy"
+# HAProxy's runtime API from the host, through the container's root (/proc/PID/root).
+admin_sock=/proc/$(pm inspect --format '{{.State.Pid}}' "${shard}haproxy")/root/run/haproxy/admin.sock
+# Its health checks of the replicas (plain GET /healthz on 9100, while the calls are TLS).
+stat=$("$python" - "$admin_sock" <<'PY'
+import socket, sys
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect(sys.argv[1])
+    s.sendall(b"show stat\n")
+    data = b"".join(iter(lambda: s.recv(65536), b""))
+rows = [line.split(",") for line in data.decode().splitlines() if line and not line.startswith("#")]
+for r in rows:
+    if r[0] == r[1] and r[0] in ("r0", "r1", "r2"):
+        print(r[0], r[17], r[36], r[37])
+PY
+) || fail "haproxy's runtime API"
+echo "$stat" | sed 's/^/  haproxy health check: /'
+[ "$(echo "$stat" | grep -c ' UP L7OK 200$')" = 3 ] || fail "haproxy's health checks: $stat"
 
 step "sharded: ${#names[@]} sessions created and observed through haproxy:50051"
 # A client on the deployment's network (the image's CLI), as compose's own users are.
-through=$(pm run --rm -i --network "$net" "${ulimits[@]}" --cap-drop=ALL --entrypoint /bin/sh "$image" -c '
+through=$(pm run --rm -i --network "$net" "${ulimits[@]}" --cap-drop=ALL -e QPARAMS_TOKEN="$data_token" \
+  -v "$tls/ca.crt:/run/secrets/ca.crt:ro" --entrypoint /bin/sh "$image" -c '
   set -e
   cat >/tmp/x.npy
-  q() { qparams-cli --target=haproxy:50051 --timeout=10s "$@"; }
+  q() { qparams-cli --target=haproxy:50051 --tls_ca=/run/secrets/ca.crt --timeout=10s "$@"; }
   for n in "$@"; do
     q create "$n" --calculator=global_minmax --qscheme=asymmetric --granularity=per_channel:0 >/dev/null
     q observe "$n" /tmp/x.npy >/tmp/out || { cat /tmp/out >&2; exit 1; }
@@ -446,6 +559,25 @@ through=$(pm run --rm -i --network "$net" "${ulimits[@]}" --cap-drop=ALL --entry
   done' sh "${names[@]}" <"$npy") || fail "create/observe through haproxy"
 echo "$through" | sed 's/^/  through haproxy: /'
 
+step "sharded: the attack fails through HAProxy and on a replica reached directly"
+attack_fails "through haproxy, addressed to r0" "127.0.0.1:$hport" "127.0.0.1:$hport" --replica r0
+attack_fails "through haproxy, to any replica" "127.0.0.1:$hport" "127.0.0.1:$hport"
+# r1 on its address in the network (rootful podman: the host routes to it), as a
+# neighbour in the network would reach it, HAProxy bypassed.
+r1_ip=$(pm inspect --format "{{(index .NetworkSettings.Networks \"$net\").IPAddress}}" "${shard}r1") \
+  || fail "r1's address"
+attack_fails "r1 directly ($r1_ip:50051)" "$r1_ip:50051" "$r1_ip:50051" --server-name r1
+# An admin token is taken for cluster control: the deployment's own map again, to every
+# replica and to HAProxy's runtime API (slotmap push; the same map changes nothing).
+QPARAMS_TOKEN=$admin_token hq slotmap push docker/haproxy/slots.map --replicas=r0,r1,r2 \
+  --haproxy_admin="$admin_sock" --format=table || fail "slotmap push with the admin token"
+out=$(hq slotmap push docker/haproxy/slots.map --replicas=r0 --format=table 2>&1) \
+  && fail "slotmap push with a data token succeeded"
+case $out in *PERMISSION_DENIED*) echo "  slotmap push with a data token: refused, PERMISSION_DENIED" ;;
+  *) fail "slotmap push with a data token: $out" ;; esac
+for n in "${names[@]}"; do hq get "$n" >/dev/null || fail "$n is gone after the attacks"; done
+echo "after the attacks: all ${#names[@]} sessions there through haproxy (next: each on its owner, bit for bit)"
+
 step "sharded: each session is found on its owner, refused by the others"
 # Straight to each replica (its own CLI, not through HAProxy): its sessions are there, with
 # the qparams read through HAProxy bit for bit; another's session is FAILED_PRECONDITION
@@ -453,9 +585,9 @@ step "sharded: each session is found on its owner, refused by the others"
 pairs=$(echo "$owners" | tr '\n' ' ')
 for r in r0 r1 r2; do
   # shellcheck disable=SC2016,SC2086
-  here=$(pm exec "$shard$r" /bin/sh -c '
+  here=$(pm exec -e QPARAMS_TOKEN="$data_token" "$shard$r" /bin/sh -c '
     me=$1; shift
-    q() { qparams-cli --target=127.0.0.1:50051 --timeout=10s "$@"; }
+    q() { qparams-cli --target=127.0.0.1:50051 --tls_ca=/run/secrets/ca.crt --timeout=10s "$@"; }
     while [ $# -gt 0 ]; do
       n=$1 o=$2; shift 2
       if [ "$o" = "$me" ]; then
