@@ -391,6 +391,7 @@ struct Row {
   std::string field;  // the message must contain it
   bool as_tenant_b = false;  // run with kTokenB instead of kTokenA
   bool as_admin = false;     // run with kAdminToken instead of kTokenA
+  std::optional<std::string> token;  // run with this token instead ("": no authorization)
 };
 
 std::string CodeName(int code) {
@@ -1266,8 +1267,9 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
     list_groups("filter of 129 characters", ListGroupsReq(0, "", long_name), "filter");
   }
   {
-    // The admin call: a tenant's token is no admin's; an admin's bad map is refused
-    // naming the line, and a good one on this server without sharding too.
+    // The admin call: no token or an unknown one is UNAUTHENTICATED, a tenant's
+    // token PERMISSION_DENIED (it is no admin's); an admin's bad map is refused naming
+    // the line, and a good one on this server without sharding too.
     auto set_map = [&](std::string what, const std::string& map, StatusCode code,
                        std::string field, bool as_admin = true) {
       v1::SetSlotMapRequest r;
@@ -1285,6 +1287,12 @@ std::vector<Row> BadRequests(const Tokens& tokens) {
     set_map("a replica name with a slash", "0:255 r/0\n", kInvalid, "line 1");
     set_map("a valid map on a server without sharding", "# epoch 1\n0:255 r0\n", kPrecondition,
             "not a replica");
+    set_map("no authorization metadata", "0:255 r0\n", StatusCode::UNAUTHENTICATED,
+            "--admin_tokens_file");
+    rows.back().token = "";
+    set_map("a token of neither file", "0:255 r0\n", StatusCode::UNAUTHENTICATED,
+            "--admin_tokens_file");
+    rows.back().token = "hardening-unknown-token-0123";
   }
   return rows;
 }
@@ -1409,10 +1417,10 @@ class Hardening : public ::testing::TestWithParam<int> {
     }
   }
 
-  // A deadline, and the bearer token of the tenant the call is made for.
-  static void Prepare(grpc::ClientContext* context, const char* token = kTokenA) {
+  // A deadline, and the bearer token of the tenant the call is made for ("": none).
+  static void Prepare(grpc::ClientContext* context, const std::string& token = kTokenA) {
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    if (!token.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
   }
 
   // Runs `row`'s request; the status (for ObserveStream and a batch of one, the
@@ -1420,7 +1428,8 @@ class Hardening : public ::testing::TestWithParam<int> {
   grpc::Status Call(const Row& row, std::optional<v1::ObserveResponse>* stream_response,
                     std::string* stream_error) {
     grpc::ClientContext context;
-    Prepare(&context, row.as_admin ? kAdminToken : row.as_tenant_b ? kTokenB : kTokenA);
+    const char* holder = row.as_admin ? kAdminToken : row.as_tenant_b ? kTokenB : kTokenA;
+    Prepare(&context, row.token.value_or(holder));
     switch (row.method) {
       case Method::kCompute: {
         v1::ComputeResponse response;
