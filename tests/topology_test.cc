@@ -1,11 +1,12 @@
 // Topology that changes while serving: the slot map's epoch (parsed, rendered back),
 // Engine::SetSlotMap (older, equal and newer epochs, a replica that owns no slot,
-// persistence across a restart) and the admin RPC SetSlotMap (its authorization,
-// and a bad map that changes nothing).
+// persistence across a restart) and the admin RPC SetSlotMap (its authorization:
+// only with an admin token of --admin_tokens_file, every admin call refused on a
+// server without that file; and a bad map that changes nothing).
 
 #include <unistd.h>
 
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -60,6 +61,12 @@ std::string TempDir() {
   EXPECT_NE(mkdtemp(pattern), nullptr);
   return pattern;
 }
+
+// A TempDir() removed with what it holds when the test ends, however it ends.
+struct ScopedTempDir {
+  ~ScopedTempDir() { std::filesystem::remove_all(path); }
+  const std::string path = TempDir();
+};
 
 std::string ReadWhole(const std::string& path) {
   std::ifstream in(path);
@@ -232,27 +239,36 @@ TEST(EngineSetSlotMap, PersistsTheMapAndARestartKeepsTheGreatestEpoch) {
   std::filesystem::remove_all(dir);
 }
 
-// ---- the admin RPC ----
+// ---- the admin RPCs ----
+// SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions and DropSlots take an
+// admin token of --admin_tokens_file (kTestAdminToken of service_test_util.h's
+// WriteAdminTokensFile); a server without that file refuses them all.
 
 constexpr char kTenantToken[] = "tenant-token-0123456789";
-constexpr char kAdminToken[] = "admin-token-0123456789ab";
 
-std::string WriteFile(const std::string& name, const std::string& content) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name, "-", getpid());
-  std::ofstream(path) << content;
+// A tokens file of one tenant "a" holding kTenantToken, in `dir`.
+std::string WriteTenantTokensFile(const std::string& dir) {
+  const std::string path = dir + "/tokens";
+  std::ofstream(path) << kTenantToken << " a\n";
   return path;
 }
 
-ServerOptions ReplicaServer(const std::string& id, const std::string& map) {
+ServerOptions ReplicaServer(const std::string& id, const std::string& map,
+                            const std::string& admin_tokens_file = "") {
   ServerOptions options;
   options.engine = Replica(id, map);
+  options.admin_tokens_file = admin_tokens_file;
   return options;
 }
 
 TEST(SetSlotMapRpc, ReplacesTheMapAndAnswersTheTopology) {
-  std::unique_ptr<TestServer> server = TestServer::Start(ReplicaServer("r1", kEpoch1));
+  const ScopedTempDir dir;
+  std::unique_ptr<TestServer> server =
+      TestServer::Start(ReplicaServer("r1", kEpoch1, WriteAdminTokensFile(dir.path)));
   ASSERT_NE(server, nullptr);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server->address()));
+  ClientOptions admin;
+  admin.bearer_token = kTestAdminToken;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server->address(), admin));
   ASSERT_OK_AND_ASSIGN(const v1::Topology before, client->GetTopology());
   EXPECT_EQ(before.epoch(), 1);
 
@@ -276,7 +292,7 @@ TEST(SetSlotMapRpc, ReplacesTheMapAndAnswersTheTopology) {
   EXPECT_EQ(unchanged.epoch(), 2);
 
   // Addressed to another replica through a balancer: refused.
-  ClientOptions addressed;
+  ClientOptions addressed = admin;
   addressed.replica = "r0";
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> to_r0,
                        Client::Connect(server->address(), addressed));
@@ -284,46 +300,124 @@ TEST(SetSlotMapRpc, ReplacesTheMapAndAnswersTheTopology) {
   EXPECT_EQ(server->server().engine().slot_map()->epoch(), 2);
 }
 
-TEST(SetSlotMapRpc, NeedsAnAdminTokenOnAServerWithTokens) {
-  const std::string tokens = WriteFile("topology-tokens", absl::StrCat(kTenantToken, " a\n"));
-  const std::string admins = WriteFile("topology-admins", absl::StrCat(kAdminToken, " ops\n"));
-  ServerOptions options = ReplicaServer("r1", kEpoch1);
-  options.auth_tokens_file = tokens;
-  {
-    // Tokens, but no admin tokens: no one may.
+// Cluster control is off on a server without --admin_tokens_file, with or without
+// --auth_tokens_file: each of the five admin calls is refused PERMISSION_DENIED
+// naming the flag, whatever token it carries (none, a tenant's, one that would be an
+// admin's elsewhere), and changes nothing. (Before, a server without any tokens file
+// took them from anyone.)
+TEST(SetSlotMapRpc, AServerWithoutAdminTokensRefusesEveryAdminCall) {
+  const ScopedTempDir dir;
+  const std::string tokens = WriteTenantTokensFile(dir.path);
+  for (const bool with_tenants : {false, true}) {
+    ServerOptions options = ReplicaServer("r1", kEpoch1);
+    if (with_tenants) options.auth_tokens_file = tokens;
     std::unique_ptr<TestServer> server = TestServer::Start(options);
     ASSERT_NE(server, nullptr);
-    ClientOptions tenant;
-    tenant.bearer_token = kTenantToken;
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
-                         Client::Connect(server->address(), tenant));
-    const absl::StatusOr<v1::Topology> refused = client->SetSlotMap(kEpoch2);
-    EXPECT_CODE(refused.status(), absl::StatusCode::kPermissionDenied);
-    EXPECT_TRUE(absl::StrContains(refused.status().message(), "no --admin_tokens_file"))
-        << refused.status();
+    const std::unique_ptr<v1::QParamsService::Stub> stub = server->NewStub();
+    for (const std::string token : {"", kTenantToken, kTestAdminToken}) {
+      auto prepare = [&token](grpc::ClientContext& context) {
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+      };
+      auto expect_refused = [&](const char* method, const grpc::Status& status) {
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+            << method << ", token \"" << token << "\", tenants " << with_tenants << ": "
+            << status.error_message();
+        EXPECT_TRUE(absl::StrContains(status.error_message(), "--admin_tokens_file"))
+            << method << ": " << status.error_message();
+        if (!token.empty()) {
+          EXPECT_FALSE(absl::StrContains(status.error_message(), token)) << method;
+        }
+      };
+      {
+        grpc::ClientContext context;
+        prepare(context);
+        v1::SetSlotMapRequest request;
+        request.set_map(kEpoch2);
+        v1::Topology response;
+        expect_refused("SetSlotMap", stub->SetSlotMap(&context, request, &response));
+      }
+      {
+        grpc::ClientContext context;
+        prepare(context);
+        v1::SetSlotStateRequest request;
+        request.mutable_move()->set_low(200);
+        request.mutable_move()->set_high(210);
+        request.mutable_move()->set_state(v1::SlotMove::MIGRATING);
+        request.mutable_move()->set_peer("r0");
+        v1::SlotMoves response;
+        expect_refused("SetSlotState", stub->SetSlotState(&context, request, &response));
+      }
+      {
+        grpc::ClientContext context;
+        prepare(context);
+        v1::ReadSlotRecordsRequest request;
+        request.set_low(200);
+        request.set_high(210);
+        std::unique_ptr<grpc::ClientReader<v1::SlotRecords>> reader =
+            stub->ReadSlotRecords(&context, request);
+        v1::SlotRecords records;
+        int read = 0;
+        while (reader->Read(&records)) ++read;
+        EXPECT_EQ(read, 0);
+        expect_refused("ReadSlotRecords", reader->Finish());
+      }
+      {
+        grpc::ClientContext context;
+        prepare(context);
+        v1::ImportSessionsResponse response;
+        std::unique_ptr<grpc::ClientWriter<v1::SlotRecords>> writer =
+            stub->ImportSessions(&context, &response);
+        writer->Write(v1::SlotRecords());  // may fail once the server has refused
+        writer->WritesDone();
+        expect_refused("ImportSessions", writer->Finish());
+      }
+      {
+        grpc::ClientContext context;
+        prepare(context);
+        v1::DropSlotsRequest request;
+        request.set_low(200);
+        request.set_high(210);
+        v1::DropSlotsResponse response;
+        expect_refused("DropSlots", stub->DropSlots(&context, request, &response));
+      }
+    }
     EXPECT_EQ(server->server().engine().slot_map()->epoch(), 1);
+    EXPECT_TRUE(server->server().engine().SlotMoves().empty());
   }
-  options.admin_tokens_file = admins;
+}
+
+// With --admin_tokens_file: no token or one that no file lists is UNAUTHENTICATED, a
+// tenant's token PERMISSION_DENIED (it is no admin's), each saying so without the
+// token, and only an admin's token sets the map.
+TEST(SetSlotMapRpc, NeedsAnAdminTokenOfTheAdminTokensFile) {
+  const ScopedTempDir dir;
+  ServerOptions options = ReplicaServer("r1", kEpoch1, WriteAdminTokensFile(dir.path));
+  options.auth_tokens_file = WriteTenantTokensFile(dir.path);
   std::unique_ptr<TestServer> server = TestServer::Start(options);
   ASSERT_NE(server, nullptr);
-  for (const char* token : {"", kTenantToken, "not-a-token-of-either-file"}) {
+  for (const auto& [token, code] : std::vector<std::pair<std::string, absl::StatusCode>>{
+           {"", absl::StatusCode::kUnauthenticated},
+           {"not-a-token-of-either-file", absl::StatusCode::kUnauthenticated},
+           {kTenantToken, absl::StatusCode::kPermissionDenied}}) {
     ClientOptions caller;
     caller.bearer_token = token;
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
                          Client::Connect(server->address(), caller));
     const absl::StatusOr<v1::Topology> refused = client->SetSlotMap(kEpoch2);
-    EXPECT_CODE(refused.status(), absl::StatusCode::kPermissionDenied) << token;
+    EXPECT_CODE(refused.status(), code) << "token \"" << token << "\"";
     EXPECT_TRUE(absl::StrContains(refused.status().message(), "--admin_tokens_file"))
         << refused.status();
+    if (!token.empty()) {
+      EXPECT_FALSE(absl::StrContains(refused.status().message(), token)) << refused.status();
+    }
   }
   EXPECT_EQ(server->server().engine().slot_map()->epoch(), 1);
   ClientOptions admin;
-  admin.bearer_token = kAdminToken;
+  admin.bearer_token = kTestAdminToken;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(server->address(), admin));
   ASSERT_OK_AND_ASSIGN(const v1::Topology topology, client->SetSlotMap(kEpoch2));
   EXPECT_EQ(topology.epoch(), 2);
-  std::remove(tokens.c_str());
-  std::remove(admins.c_str());
 }
 
 }  // namespace
