@@ -160,10 +160,9 @@ haproxy_check "the Python test's addresses" QPARAMS_BIND="unix@$work/grpc.sock" 
   QPARAMS_R0=127.0.0.1:1 QPARAMS_R1=127.0.0.1:2 QPARAMS_R2=127.0.0.1:3 \
   QPARAMS_R3=127.0.0.1:1 QPARAMS_R4=127.0.0.1:1 QPARAMS_R5=127.0.0.1:1 QPARAMS_R6=127.0.0.1:1 \
   QPARAMS_R7=127.0.0.1:1
-haproxy_check "compose's addresses (the defaults)"
-# As the shipped forms run it: TLS on both sides.
+# As the shipped forms run it: TLS on both sides (the Python test's run above is h2c).
 tls_env=(QPARAMS_TLS_CERT="$tls/tls.crt" QPARAMS_TLS_CA="$tls/ca.crt")
-haproxy_check "compose's addresses, TLS" "${tls_env[@]}"
+haproxy_check "compose's addresses (the defaults), TLS" "${tls_env[@]}"
 k8s_env=()
 for i in 0 1 2 3 4 5 6 7; do
   k8s_env+=("QPARAMS_R$i=qparams-shard-$i.qparams-shard-headless.default.svc.cluster.local:50051")
