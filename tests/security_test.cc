@@ -6,20 +6,13 @@
 // docs/security.md's. After every row both tenants' sessions and groups, every
 // record of the engine, the topology and the slot moves are what they were, and the
 // server answers health checks and a good call. Then: a server without
-// --admin_tokens_file refuses every admin call; forged ImportSessions; plaintext to
-// a TLS server; the transport limits (streams per connection, idle connections,
-// handshakes, message size); and the refusals counted by reason.
+// --admin_tokens_file refuses every admin call; forged ImportSessions; and the
+// refusals counted by reason. Plaintext to TLS and the bounds per connection are
+// transport_limits_test.cc's.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -43,11 +36,9 @@
 #include "domain/slot_moves.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
-#include "grpc/health/v1/health.pb.h"
-#include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "qparams/storage/v1/storage.pb.h"
+#include "tests/raw_call.h"
 #include "tests/service_test_util.h"
 #include "tests/subprocess.h"
 #include "tests/test_util.h"
@@ -57,7 +48,6 @@ namespace {
 
 using grpc::StatusCode;
 
-constexpr char kService[] = "qparams.v1.QParamsService";
 // The access classes (docs/security.md); every other method is a data call.
 const std::set<std::string>& AdminMethods() {
   static const auto* const m = new std::set<std::string>{
@@ -102,69 +92,6 @@ std::string Name(const std::string& suffix) {
 // kAPrefix.
 const std::string kAPrefix = "a-";
 
-const std::string kInt8Spec =
-    "spec { dtype: 'int8' qscheme: SYMMETRIC granularity { per_tensor {} } target: WEIGHT }";
-v1::ObserveRequest ObserveReq(const std::string& name) {
-  v1::ObserveRequest r;
-  r.set_name(name);
-  r.mutable_tensor()->set_dtype(v1::FLOAT32);
-  r.mutable_tensor()->add_shape(4);
-  r.mutable_tensor()->set_data(Encode(DType::kFloat32, {-1, 0.5, 2, 3}));
-  return r;
-}
-// A Compute of `tensor`.
-std::string ComputeReq(const v1::Tensor& tensor) {
-  v1::ComputeRequest r;
-  google::protobuf::TextFormat::ParseFromString(absl::StrCat("calculator: 'dynamic' ", kInt8Spec),
-                                                &r);
-  *r.mutable_tensor() = tensor;
-  return r.SerializeAsString();
-}
-
-// ---- One generic path for every method ----
-
-struct Reply {
-  grpc::Status status;
-  std::vector<std::string> messages;  // every response, serialized
-};
-
-std::string Bytes(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices)
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  return out;
-}
-
-// Calls `method` ("/package.Service/Method") with `requests` (serialized) and reads
-// every response. Over gRPC's sync bidi-streaming call whatever the method's kind:
-// on the wire unary, client-, server- and bidi-streaming calls are alike (messages
-// each way, the client's half-close, a status), only the server tells them apart.
-Reply CallRaw(grpc::Channel* channel, const std::string& method,
-              const std::vector<std::string>& requests,
-              const std::optional<std::string>& authorization,
-              std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + timeout);
-  if (authorization) context.AddMetadata("authorization", *authorization);
-  const grpc::internal::RpcMethod rpc(method.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING);
-  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          channel, rpc, &context));
-  for (const std::string& request : requests) {
-    grpc::Slice slice(request);
-    if (!stream->Write(grpc::ByteBuffer(&slice, 1))) break;
-  }
-  stream->WritesDone();
-  Reply reply;
-  grpc::ByteBuffer buffer;
-  while (stream->Read(&buffer)) reply.messages.push_back(Bytes(buffer));
-  reply.status = stream->Finish();
-  return reply;
-}
-std::string Bearer(const std::string& token) { return absl::StrCat("Bearer ", token); }
-
 // The methods of the service, as its descriptor lists them.
 std::vector<const google::protobuf::MethodDescriptor*> Methods() {
   const google::protobuf::ServiceDescriptor* service =
@@ -174,7 +101,6 @@ std::vector<const google::protobuf::MethodDescriptor*> Methods() {
   for (int i = 0; i < service->method_count(); ++i) methods.push_back(service->method(i));
   return methods;
 }
-std::string Path(const std::string& method) { return absl::StrCat("/", kService, "/", method); }
 
 // A request of each method, valid for a caller allowed to make it (naming tenant a's
 // sessions), and what tenant b gets for it: NOT_FOUND where it names a's session, OK
@@ -188,10 +114,7 @@ struct Case {
 // `text` (protobuf text format, "$" standing for Name("")) as a serialized M.
 template <typename M>
 std::vector<std::string> Req(const std::string& text) {
-  M m;
-  const std::string named = absl::StrReplaceAll(text, {{"$", Name("")}});
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(named, &m)) << named;
-  return {m.SerializeAsString()};
+  return TextRequest<M>(absl::StrReplaceAll(text, {{"$", Name("")}}));
 }
 std::map<std::string, Case> Cases() {
   const StatusCode kOk = StatusCode::OK, kNotFound = StatusCode::NOT_FOUND;
@@ -412,24 +335,6 @@ class Security : public ::testing::Test {
     }
   }
 
-  // gRPC health says SERVING (whole server and the service) and `good` is OK.
-  static void ExpectHealthy(grpc::Channel* channel, const std::string& good_method,
-                            const std::vector<std::string>& good,
-                            const std::optional<std::string>& authorization) {
-    for (const std::string service : {"", kService}) {
-      grpc::health::v1::HealthCheckRequest request;
-      request.set_service(service);
-      const Reply reply = CallRaw(channel, "/grpc.health.v1.Health/Check",
-                                  {request.SerializeAsString()}, std::nullopt);
-      ASSERT_TRUE(reply.status.ok()) << "health: " << reply.status.error_message();
-      grpc::health::v1::HealthCheckResponse response;
-      ASSERT_EQ(reply.messages.size(), 1u);
-      ASSERT_TRUE(response.ParseFromString(reply.messages[0]));
-      EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
-    }
-    const Reply reply = CallRaw(channel, Path(good_method), good, authorization);
-    EXPECT_TRUE(reply.status.ok()) << good_method << ": " << reply.status.error_message();
-  }
   void ExpectTableServerHealthy() {
     ExpectHealthy(channel_.get(), "GetSession", Req<v1::GetSessionRequest>("name: '$a-s'"),
                   Bearer(kTokenA));
@@ -638,145 +543,6 @@ TEST_F(Security, ForgedImportsAreRefused) {
       CallRaw(channel_.get(), Path("ImportSessions"), {forged("b", importing)}, Bearer(kAdmin));
   EXPECT_TRUE(taken.status.ok()) << taken.status.error_message();
   EXPECT_EQ(server_->server().engine().Records().size(), 7u);
-}
-
-// A plaintext client of a TLS server fails UNAVAILABLE; the server serves TLS after.
-TEST_F(Security, PlaintextToATlsServerIsUnavailable) {
-  // A CA and a server certificate it signed, by the openssl CLI ("@" is dir_).
-  std::filesystem::copy_file(QPARAMS_TEST_PKI_CONFIG, dir_ + "/pki.cnf");
-  const std::string req =
-      "openssl req -config @/pki.cnf -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes ";
-  for (const std::string& command :
-       {req + "-x509 -extensions ca_ext -days 2 -subj /CN=ca -keyout @/ca.key -out @/ca.pem",
-        req + "-new -subj /CN=localhost -keyout @/server.key -out @/server.csr",
-        std::string("openssl x509 -req -in @/server.csr -CA @/ca.pem -CAkey @/ca.key "
-                    "-set_serial 2 -days 2 -extfile @/pki.cnf -extensions server_ext "
-                    "-out @/server.pem")}) {
-    const ProcessResult r =
-        RunProcess(absl::StrSplit(absl::StrReplaceAll(command, {{"@", dir_}}), ' '), dir_);
-    ASSERT_EQ(r.exit_code, 0) << command << ": " << r.err;
-  }
-  ServerOptions options;
-  options.tls_cert = dir_ + "/server.pem";
-  options.tls_key = dir_ + "/server.key";
-  std::unique_ptr<TestServer> server = TestServer::Start(options);
-  ASSERT_NE(server, nullptr);
-  const std::shared_ptr<grpc::Channel> plain =
-      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
-  const Reply reply =
-      CallRaw(plain.get(), Path("ListCalculators"), {""}, std::nullopt, std::chrono::seconds(5));
-  EXPECT_EQ(reply.status.error_code(), StatusCode::UNAVAILABLE) << reply.status.error_message();
-  grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = ReadAll(dir_ + "/ca.pem");
-  grpc::ChannelArguments args;
-  args.SetSslTargetNameOverride("localhost");
-  const std::shared_ptr<grpc::Channel> tls =
-      grpc::CreateCustomChannel(server->address(), grpc::SslCredentials(ssl), args);
-  ExpectHealthy(tls.get(), "ListCalculators", {""}, std::nullopt);
-}
-
-// ---- Transport limits ----
-
-std::unique_ptr<TestServer> StartWith(void (*edit)(ServerOptions&)) {
-  ServerOptions options;
-  edit(options);
-  return TestServer::Start(options);
-}
-
-// Two ObserveStreams hold both streams of a connection: a third call waits in the
-// client and its deadline passes unserved; once a stream ends, calls go through.
-TEST_F(Security, MaxConcurrentStreamsHoldsTheThirdCall) {
-  std::unique_ptr<TestServer> server =
-      StartWith([](ServerOptions& o) { o.max_concurrent_streams = 2; });
-  ASSERT_NE(server, nullptr);
-  const std::shared_ptr<grpc::Channel> channel = server->NewChannel();
-  std::unique_ptr<v1::QParamsService::Stub> stub = v1::QParamsService::NewStub(channel);
-  auto create = [&](const std::string& name, std::chrono::milliseconds timeout) {
-    return CallRaw(channel.get(), Path("CreateSession"),
-                   Req<v1::CreateSessionRequest>(
-                       absl::StrCat("name: '", name, "' calculator: 'global_minmax' ", kInt8Spec)),
-                   std::nullopt, timeout);
-  };
-  ASSERT_TRUE(create("sec/streamed", std::chrono::seconds(10)).status.ok());
-  grpc::ClientContext contexts[2];
-  std::unique_ptr<ObserveStreamRW> streams[2];
-  for (int i = 0; i < 2; ++i) {
-    streams[i] = stub->ObserveStream(&contexts[i]);
-    v1::ObserveResponse response;
-    // A round trip: the stream is open at the server.
-    ASSERT_TRUE(streams[i]->Write(ObserveReq("sec/streamed")) && streams[i]->Read(&response));
-    ASSERT_EQ(response.status().code(), 0) << response.status().message();
-  }
-  const Reply third = create("sec/third", std::chrono::milliseconds(300));
-  EXPECT_EQ(third.status.error_code(), StatusCode::DEADLINE_EXCEEDED)
-      << third.status.error_message();
-  ASSERT_TRUE(streams[0]->WritesDone());
-  EXPECT_TRUE(streams[0]->Finish().ok());
-  const Reply get = CallRaw(channel.get(), Path("GetSession"),
-                            Req<v1::GetSessionRequest>("name: 'sec/third'"), std::nullopt);
-  EXPECT_EQ(get.status.error_code(), StatusCode::NOT_FOUND) << "the held call was served";
-  EXPECT_TRUE(create("sec/fourth", std::chrono::seconds(10)).status.ok());
-  ExpectHealthy(channel.get(), "ListCalculators", {""}, std::nullopt);
-  streams[1]->WritesDone();
-  EXPECT_TRUE(streams[1]->Finish().ok());
-}
-
-// A connection without calls for max_connection_idle is closed: the channel goes IDLE.
-TEST_F(Security, AnIdleConnectionIsClosed) {
-  std::unique_ptr<TestServer> server =
-      StartWith([](ServerOptions& o) { o.max_connection_idle = absl::Milliseconds(200); });
-  ASSERT_NE(server, nullptr);
-  const std::shared_ptr<grpc::Channel> channel = server->NewChannel();
-  ExpectHealthy(channel.get(), "ListCalculators", {""}, std::nullopt);
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(5);
-  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/false);
-  while (state != GRPC_CHANNEL_IDLE && channel->WaitForStateChange(state, deadline)) {
-    state = channel->GetState(false);
-  }
-  EXPECT_EQ(state, GRPC_CHANNEL_IDLE);
-  // The channel reconnects for the next call.
-  ExpectHealthy(channel.get(), "ListCalculators", {""}, std::nullopt);
-}
-
-// A client that connects and sends nothing is disconnected after handshake_timeout.
-TEST_F(Security, ASilentConnectionIsClosedAfterTheHandshakeTimeout) {
-  std::unique_ptr<TestServer> server =
-      StartWith([](ServerOptions& o) { o.handshake_timeout = absl::Milliseconds(300); });
-  ASSERT_NE(server, nullptr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(server->server().port()));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  timeval safety{5, 0};  // a server that never closes fails here, not hangs
-  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &safety, sizeof(safety)), 0);
-  char buffer[4096];
-  ssize_t n;
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
-  }  // the server's SETTINGS frame, if it sent one
-  const int error = n < 0 ? errno : 0;
-  close(fd);
-  EXPECT_TRUE(n == 0 || error == ECONNRESET) << "recv: " << std::strerror(error);
-  const std::shared_ptr<grpc::Channel> channel = server->NewChannel();
-  ExpectHealthy(channel.get(), "ListCalculators", {""}, std::nullopt);
-}
-
-// A request above max_message_bytes is RESOURCE_EXHAUSTED.
-TEST_F(Security, ARequestAboveMaxMessageBytesIsResourceExhausted) {
-  std::unique_ptr<TestServer> server =
-      StartWith([](ServerOptions& o) { o.max_message_bytes = 64 << 10; });
-  ASSERT_NE(server, nullptr);
-  const std::shared_ptr<grpc::Channel> channel = server->NewChannel();
-  v1::Tensor tensor;
-  tensor.set_dtype(v1::FLOAT32);
-  tensor.add_shape(32 << 10);
-  tensor.set_data(std::string(128 << 10, '\0'));
-  const Reply reply = CallRaw(channel.get(), Path("Compute"), {ComputeReq(tensor)}, std::nullopt);
-  EXPECT_EQ(reply.status.error_code(), StatusCode::RESOURCE_EXHAUSTED)
-      << reply.status.error_message();
-  ExpectHealthy(channel.get(), "ListCalculators", {""}, std::nullopt);
 }
 
 }  // namespace
