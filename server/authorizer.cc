@@ -145,11 +145,13 @@ absl::StatusOr<Caller> Authorizer::Authorize(std::optional<absl::string_view> he
 
 void LogAdminAction(const Caller& caller, absl::string_view peer, absl::string_view method,
                     absl::string_view detail, const absl::Status& result) {
-  LogInfo(absl::StrCat("audit: admin ", caller.name, " from ", peer, ": ", method,
-                       detail.empty() ? "" : " ", detail, ": ",
-                       result.ok() ? "OK"
-                                   : absl::StrCat(absl::StatusCodeToString(result.code()), ": ",
-                                                  result.message())));
+  const std::string line = absl::StrCat(
+      "audit: admin ", caller.name, " from ", peer, ": ", method, detail.empty() ? "" : " ",
+      detail, ": ",
+      result.ok() ? "OK"
+                  : absl::StrCat(absl::StatusCodeToString(result.code()), ": ", result.message()));
+  // A failed admin call is worth an operator's look (a move that broke halfway).
+  Log(result.ok() ? LogLevel::kInfo : LogLevel::kWarning, line);
 }
 
 }  // namespace qparams

@@ -246,7 +246,8 @@ void LogStart(const Flags& flags) {
     if (plaintext) qparams::LogWarning("no --tls_cert: traffic is plaintext");
   }
   if (options.admin_tokens_file.empty()) {
-    (options.engine.slot_map != nullptr ? qparams::LogWarning : qparams::LogInfo)(
+    qparams::Log(
+        options.engine.slot_map != nullptr ? qparams::LogLevel::kWarning : qparams::LogLevel::kInfo,
         "no --admin_tokens_file: cluster control (SetSlotMap, SetSlotState, ReadSlotRecords, "
         "ImportSessions, DropSlots) is off; this replica takes slot maps from --slot_map and "
         "SIGHUP only, and slot moves not at all");
