@@ -100,9 +100,10 @@ absl::StatusOr<TokenAuthenticator> TokenAuthenticator::Parse(absl::string_view t
       std::string error;
       if (!absl::ConsumePrefix(&expires, "expires=") ||
           !absl::ParseTime(absl::RFC3339_full, expires, &time, &error)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "the third field is expires=TIME, an RFC 3339 time such as "
-                   "expires=2027-01-31T00:00:00Z"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where,
+                         "the third field is expires=TIME, an RFC 3339 time such as "
+                         "expires=2027-01-31T00:00:00Z"));
       }
       holder.expires = time;
     }

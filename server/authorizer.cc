@@ -10,8 +10,7 @@
 namespace qparams {
 namespace {
 
-constexpr char kAdminHint[] =
-    "an admin call needs a bearer token of --admin_tokens_file";
+constexpr char kAdminHint[] = "an admin call needs a bearer token of --admin_tokens_file";
 
 // The message of a refused credential; `admin`: for an admin call.
 std::string Explain(Refusal reason, bool admin, absl::Time expired_at) {
@@ -69,8 +68,9 @@ const Authorizer& Authorizer::NoTokens() {
 absl::StatusOr<Authorizer::Tokens> Authorizer::Read(const std::string& data_file,
                                                     const std::string& admin_file) {
   Tokens tokens;
-  for (auto [file, flag, out] : {std::make_tuple(&data_file, "--auth_tokens_file", &tokens.data),
-                                 std::make_tuple(&admin_file, "--admin_tokens_file", &tokens.admin)}) {
+  for (auto [file, flag, out] :
+       {std::make_tuple(&data_file, "--auth_tokens_file", &tokens.data),
+        std::make_tuple(&admin_file, "--admin_tokens_file", &tokens.admin)}) {
     if (file->empty()) continue;
     absl::StatusOr<TokenAuthenticator> loaded = TokenAuthenticator::Load(*file);
     if (!loaded.ok()) {
@@ -105,19 +105,19 @@ absl::Status Authorizer::Refuse(Refusal reason, absl::Status status, absl::strin
   return status;
 }
 
-absl::StatusOr<Caller> Authorizer::Authorize(std::optional<absl::string_view> header,
-                                             Access access, absl::string_view method,
-                                             absl::string_view peer, absl::Time now) const {
+absl::StatusOr<Caller> Authorizer::Authorize(std::optional<absl::string_view> header, Access access,
+                                             absl::string_view method, absl::string_view peer,
+                                             absl::Time now) const {
   const Tokens tokens = this->tokens();
   const bool admin_call = access == Access::kAdmin;
   auto refuse = [&](Refusal reason, absl::Time expired_at = absl::InfinitePast()) {
     const std::string message = Explain(reason, admin_call, expired_at);
     const bool wrong_kind = reason == Refusal::kNotAdmin || reason == Refusal::kNotTenant ||
                             reason == Refusal::kAdminOff;
-    return Refuse(reason,
-                  wrong_kind ? absl::PermissionDeniedError(message)
-                             : absl::UnauthenticatedError(message),
-                  method, peer);
+    return Refuse(
+        reason,
+        wrong_kind ? absl::PermissionDeniedError(message) : absl::UnauthenticatedError(message),
+        method, peer);
   };
   if (admin_call && tokens.admin == nullptr) return refuse(Refusal::kAdminOff);
   if (!admin_call && tokens.data == nullptr) return Caller{};  // open
@@ -146,8 +146,8 @@ absl::StatusOr<Caller> Authorizer::Authorize(std::optional<absl::string_view> he
 void LogAdminAction(const Caller& caller, absl::string_view peer, absl::string_view method,
                     absl::string_view detail, const absl::Status& result) {
   const std::string line = absl::StrCat(
-      "audit: admin ", caller.name, " from ", peer, ": ", method, detail.empty() ? "" : " ",
-      detail, ": ",
+      "audit: admin ", caller.name, " from ", peer, ": ", method, detail.empty() ? "" : " ", detail,
+      ": ",
       result.ok() ? "OK"
                   : absl::StrCat(absl::StatusCodeToString(result.code()), ": ", result.message()));
   // A failed admin call is worth an operator's look (a move that broke halfway).

@@ -58,8 +58,7 @@ class Authorizer {
   // counted and logged with `method` and `peer`.
   absl::StatusOr<Caller> Authorize(std::optional<absl::string_view> header, Access access,
                                    absl::string_view method, absl::string_view peer,
-                                   absl::Time now = absl::Now()) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                   absl::Time now = absl::Now()) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Reads both files again (SIGHUP: tokens added, revoked, rotated). All or
   // nothing: on an error the tokens in force stay, and the error is returned.
@@ -74,10 +73,8 @@ class Authorizer {
     std::shared_ptr<const TokenAuthenticator> admin;  // null: cluster control is off
   };
   Authorizer(std::string data_file, std::string admin_file, Family<Counter>* refusals)
-      : data_file_(std::move(data_file)), admin_file_(std::move(admin_file)),
-        refusals_(refusals) {}
-  static absl::StatusOr<Tokens> Read(const std::string& data_file,
-                                     const std::string& admin_file);
+      : data_file_(std::move(data_file)), admin_file_(std::move(admin_file)), refusals_(refusals) {}
+  static absl::StatusOr<Tokens> Read(const std::string& data_file, const std::string& admin_file);
   Tokens tokens() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Refuse(Refusal reason, absl::Status status, absl::string_view method,
                       absl::string_view peer) const;

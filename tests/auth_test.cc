@@ -31,12 +31,13 @@ std::string WriteTokensFile(const std::string& name, const std::string& content)
 }
 
 TEST(TokenAuthenticator, ParsesTokensNamesAndExpiries) {
-  ASSERT_OK_AND_ASSIGN(TokenAuthenticator auth,
-                       TokenAuthenticator::Parse("# team tokens\n\n"
-                                                 "0123456789abcdef team-a\n"
-                                                 "  fedcba9876543210\tteam.b  \n"
-                                                 "0123456789abcdeg ci expires=2027-01-31T12:00:00Z\n",
-                                                 "tokens"));
+  ASSERT_OK_AND_ASSIGN(
+      TokenAuthenticator auth,
+      TokenAuthenticator::Parse("# team tokens\n\n"
+                                "0123456789abcdef team-a\n"
+                                "  fedcba9876543210\tteam.b  \n"
+                                "0123456789abcdeg ci expires=2027-01-31T12:00:00Z\n",
+                                "tokens"));
   EXPECT_EQ(auth.token_count(), 3u);
   ASSERT_NE(auth.Find("0123456789abcdef"), nullptr);
   EXPECT_EQ(auth.Find("0123456789abcdef")->name, "team-a");
@@ -48,8 +49,8 @@ TEST(TokenAuthenticator, ParsesTokensNamesAndExpiries) {
 }
 
 TEST(TokenAuthenticator, ReadsTheBearerScheme) {
-  for (const char* header : {"Bearer 0123456789abcdef", "bearer 0123456789abcdef",
-                             "BEARER  0123456789abcdef "}) {
+  for (const char* header :
+       {"Bearer 0123456789abcdef", "bearer 0123456789abcdef", "BEARER  0123456789abcdef "}) {
     BearerToken bearer = ParseBearer(absl::string_view(header));
     ASSERT_TRUE(bearer.token.has_value()) << header;
     EXPECT_EQ(*bearer.token, "0123456789abcdef");
@@ -62,14 +63,14 @@ TEST(TokenAuthenticator, ReadsTheBearerScheme) {
 
 TEST(TokenAuthenticator, RefusesBadFiles) {
   const std::pair<const char*, absl::StatusCode> bad[] = {
-      {"0123456789abcdef\n", kInvalid},                          // no name
-      {"0123456789abcdef a b\n", kInvalid},                      // not expires=
-      {"0123456789abcdef a expires=tomorrow\n", kInvalid},       // not RFC 3339
+      {"0123456789abcdef\n", kInvalid},                                   // no name
+      {"0123456789abcdef a b\n", kInvalid},                               // not expires=
+      {"0123456789abcdef a expires=tomorrow\n", kInvalid},                // not RFC 3339
       {"0123456789abcdef a expires=2027-01-01T00:00:00Z x\n", kInvalid},  // four fields
-      {"short a\n", kInvalid},                                   // token too short
-      {"0123456789abcdef bad/tenant\n", kInvalid},               // name charset
-      {"0123456789abcdef a\n0123456789abcdef b\n", kInvalid},    // token listed twice
-      {"# nothing\n\n", absl::StatusCode::kFailedPrecondition},  // no token at all
+      {"short a\n", kInvalid},                                            // token too short
+      {"0123456789abcdef bad/tenant\n", kInvalid},                        // name charset
+      {"0123456789abcdef a\n0123456789abcdef b\n", kInvalid},             // token listed twice
+      {"# nothing\n\n", absl::StatusCode::kFailedPrecondition},           // no token at all
   };
   for (const auto& [text, code] : bad) {
     absl::StatusOr<TokenAuthenticator> auth = TokenAuthenticator::Parse(text, "tokens");
@@ -90,10 +91,11 @@ class AuthorizerTest : public ::testing::Test {
   static constexpr char kAdmin[] = "admin-ops-token-0123";
 
   void SetUp() override {
-    data_file_ = WriteTokensFile("authorizer-data", absl::StrCat(kTenantA, " a expires=2030-01-01T00:00:00Z\n",
-                                                           kTenantB, " b\n"));
+    data_file_ = WriteTokensFile(
+        "authorizer-data",
+        absl::StrCat(kTenantA, " a expires=2030-01-01T00:00:00Z\n", kTenantB, " b\n"));
     admin_file_ = WriteTokensFile("authorizer-admin",
-                            absl::StrCat(kAdmin, " ops expires=2030-01-01T00:00:00Z\n"));
+                                  absl::StrCat(kAdmin, " ops expires=2030-01-01T00:00:00Z\n"));
     refusals_ = registry_.AddCounter("refusals_total", "test", {"reason"});
   }
   void TearDown() override {
@@ -166,7 +168,8 @@ TEST_F(AuthorizerTest, WithoutAdminTokensClusterControlIsOff) {
   }
   EXPECT_EQ(Refused(Refusal::kAdminOff), 6u);
   // Data and topology calls are open where there are no data tokens, whatever is sent.
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Authorizer> open, Authorizer::Load("", admin_file_, nullptr));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Authorizer> open,
+                       Authorizer::Load("", admin_file_, nullptr));
   EXPECT_EQ(Call(*open, kAdmin, Access::kData)->name, "");
   EXPECT_OK(Call(*open, std::nullopt, Access::kTopology));
   EXPECT_OK(Call(*open, kAdmin, Access::kAdmin));

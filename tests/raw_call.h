@@ -47,9 +47,9 @@ inline std::string Bytes(const grpc::ByteBuffer& buffer) {
 // on the wire unary, client-, server- and bidi-streaming calls are alike (messages
 // each way, the client's half-close, a status), only the server tells them apart.
 inline Reply CallRaw(grpc::Channel* channel, const std::string& method,
-              const std::vector<std::string>& requests,
-              const std::optional<std::string>& authorization,
-              std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+                     const std::vector<std::string>& requests,
+                     const std::optional<std::string>& authorization,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout);
   if (authorization) context.AddMetadata("authorization", *authorization);
@@ -69,7 +69,6 @@ inline Reply CallRaw(grpc::Channel* channel, const std::string& method,
   return reply;
 }
 inline std::string Bearer(const std::string& token) { return absl::StrCat("Bearer ", token); }
-
 
 // `text` (protobuf text format) as a serialized M.
 template <typename M>
@@ -97,7 +96,6 @@ inline std::string ComputeReq(const v1::Tensor& tensor) {
   *r.mutable_tensor() = tensor;
   return r.SerializeAsString();
 }
-
 
 // gRPC health says SERVING (whole server and the service) and `good` is OK.
 inline void ExpectHealthy(grpc::Channel* channel, const std::string& good_method,

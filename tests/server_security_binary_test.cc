@@ -95,8 +95,7 @@ TEST(ServerBinarySecurity, AuditsRefusalsAndAdminCallsAndRotatesTokensOnSighup) 
   const std::string address = listening.substr(at, listening.find(' ', at) - at);
   const std::string metrics_line = server.WaitForLine("serving metrics on http://");
   const size_t host = metrics_line.find("http://") + 7;
-  const std::string metrics =
-      metrics_line.substr(host, metrics_line.find("/metrics") - host);
+  const std::string metrics = metrics_line.substr(host, metrics_line.find("/metrics") - host);
   auto stub =
       v1::QParamsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 
