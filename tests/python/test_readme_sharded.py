@@ -74,13 +74,17 @@ def read_through_haproxy(target: str, name: str) -> tuple[bytes, bytes]:
 
 def start_r3_as_printed(cluster: Cluster, body: str, work: pathlib.Path) -> str:
     """Starts the README's r3 (its qparams-server command's flags, with loopback ports,
-    the test's data directory and the other replicas' admin tokens; --slot_map as
-    printed, relative to where the commands run); returns R3, its
+    the test's data directory, and the other replicas' admin tokens and transport;
+    --slot_map as printed, relative to where the commands run); returns R3, its
     HOST:PORT:CHECK_PORT."""
     command = next(c for c in commands(body) if c.startswith("qparams-server"))
     flags = dict(word.split("=", 1) for word in shlex.split(command)[1:])
     assert flags["--replica_id"] == "r3", command
     flags.pop("--listen")  # LocalServer listens on 127.0.0.1, a port the OS picks
+    # "The others' flags": the test's replicas serve loopback in plaintext, without
+    # tenant tokens, so r3 does too (the admin tokens are theirs, below).
+    for flag in ("--tls_cert", "--tls_key", "--auth_tokens_file"):
+        flags.pop(flag)
     flags["--metrics_listen"] = "127.0.0.1:0"
     flags["--data_dir"] = str(cluster.directory / "data-r3")
     flags["--slot_map"] = str(work / flags["--slot_map"])
