@@ -152,7 +152,8 @@ void StatefulQParamsCalculatorBase::ReallocateBuffers() {
   buffers_ = std::move(fresh);
 }
 
-absl::StatusOr<QParams> StatefulQParamsCalculatorBase::ComputingForward(const Observation& x) {
+absl::StatusOr<Shape> StatefulQParamsCalculatorBase::StableBlockShapeFor(
+    const Observation& x) const {
   absl::StatusOr<Shape> block = BlockShapeFor(x);
   if (!block.ok()) return block.status();
   if (initialized_) {
@@ -170,6 +171,20 @@ absl::StatusOr<QParams> StatefulQParamsCalculatorBase::ComputingForward(const Ob
           ", fixed by the first forward; shapes must stay stable (use dynamic for varying ones)"));
     }
   }
+  return block;
+}
+
+absl::StatusOr<StatefulQParamsCalculatorBase::ReducedRange>
+StatefulQParamsCalculatorBase::ReduceRange(const Observation& x) const {
+  QPARAMS_RETURN_IF_ERROR(RejectHistogram(x));
+  QPARAMS_ASSIGN_OR_RETURN(const Shape block, StableBlockShapeFor(x));
+  QPARAMS_ASSIGN_OR_RETURN(BlockRange range, x.Range(block));
+  return ReducedRange{x.input_shape(), std::move(range)};
+}
+
+absl::StatusOr<QParams> StatefulQParamsCalculatorBase::ComputingForward(const Observation& x) {
+  absl::StatusOr<Shape> block = StableBlockShapeFor(x);
+  if (!block.ok()) return block.status();
   absl::StatusOr<WorkingRange> range = WorkingRangeFor(x, *block);
   if (!range.ok()) return range.status();
 

@@ -123,6 +123,19 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
   // record written before the range was kept.
   virtual std::optional<WorkingRange> current_range() const { return std::nullopt; }
 
+  // A step contribution's range (qat.md §3): x reduced to its per-block minima and
+  // maxima, as the range pass of a computing forward reduces it, with x's input
+  // shape. Checked as a computing forward checks x: INVALID_ARGUMENT as Forward's;
+  // FAILED_PRECONDITION for a dtype or block count N other than the first
+  // forward's. Changes nothing. A forward of FromRange(input_shape, min, max) of the
+  // elementwise min and max of several such ranges (MergeBlockRanges) is the
+  // forward of the concatenation of their inputs along a fully reduced axis.
+  struct ReducedRange {
+    Shape input_shape;
+    BlockRange range;
+  };
+  absl::StatusOr<ReducedRange> ReduceRange(const Observation& x) const;
+
   // An independent copy, bit-identical in state: a caller can mutate the copy and
   // keep it only if the mutation is to stand (the server's journaled mutations).
   virtual std::unique_ptr<StatefulQParamsCalculatorBase> Clone() const = 0;
@@ -151,6 +164,9 @@ class StatefulQParamsCalculatorBase : public QParamsCalculatorBase {
 
  private:
   absl::StatusOr<QParams> ComputingForward(const Observation& x);
+  // The block-size vector of x, checked against the first forward's dtype and N once
+  // initialized (FAILED_PRECONDITION).
+  absl::StatusOr<Shape> StableBlockShapeFor(const Observation& x) const;
 
   QParams buffers_ = QParams::Empty(recipe_.has_zero_point, recipe_.has_zero_point);
   bool export_mode_ = false;

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <utility>
 #include <vector>
@@ -321,6 +322,32 @@ absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block)
                      FindNonFinite(x), "); only finite values can be observed"));
   }
   return range;
+}
+
+absl::StatusOr<BlockRange> MergeBlockRanges(const BlockRange& a, const BlockRange& b) {
+  if (a.min.dtype != b.min.dtype || a.min.shape != b.min.shape ||
+      a.max.dtype != b.max.dtype || a.max.shape != b.max.shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block ranges of dtypes ", DTypeName(a.min.dtype), " and ", DTypeName(b.min.dtype),
+        ", shapes ", ShapeString(a.min.shape), " and ", ShapeString(b.min.shape),
+        " do not merge: they must be alike"));
+  }
+  BlockRange merged = a;
+  const TensorView a_min = a.min.view(), a_max = a.max.view();
+  const TensorView b_min = b.min.view(), b_max = b.max.view();
+  const int item = ItemSize(a.min.dtype);
+  for (int64_t i = 0; i < a_min.num_elements(); ++i) {
+    // Ties of -0 and +0 compare equal as values; signbit breaks them.
+    const double x = a_min.ValueAt(i), y = b_min.ValueAt(i);
+    if (y < x || (y == x && std::signbit(y) && !std::signbit(x))) {
+      std::copy_n(b_min.data() + i * item, item, merged.min.data.data() + i * item);
+    }
+    const double u = a_max.ValueAt(i), v = b_max.ValueAt(i);
+    if (v > u || (v == u && !std::signbit(v) && std::signbit(u))) {
+      std::copy_n(b_max.data() + i * item, item, merged.max.data.data() + i * item);
+    }
+  }
+  return merged;
 }
 
 }  // namespace qparams

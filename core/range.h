@@ -22,6 +22,14 @@ struct BlockRange {
 // INVALID_ARGUMENT if x has no elements or holds a NaN, +Inf or -Inf.
 absl::StatusOr<BlockRange> ObserveRange(const TensorView& x, const Shape& block);
 
+// The block range of the concatenation of two inputs along an axis every block spans
+// whole (the batch axis of a per_tensor, per_channel or per_block [-1, ...]
+// granularity): the elementwise minimum of the minima and maximum of the maxima,
+// exact in any dtype. Between an equal -0 and +0 the minimum takes -0 and the maximum
+// +0, so that the result does not depend on which range comes first.
+// INVALID_ARGUMENT if the two differ in dtype or shape.
+absl::StatusOr<BlockRange> MergeBlockRanges(const BlockRange& a, const BlockRange& b);
+
 // How many OpenMP threads a large range pass uses: `threads` >= 1, or 0 for OpenMP's
 // default. Process-wide, because a server runs passes on threads OpenMP did not
 // create, which would not see an omp_set_num_threads of the main thread.

@@ -7,6 +7,7 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -578,6 +579,32 @@ TEST(Observation, MalformedRangeObservationsAreInvalidArgument) {
   // An input with no elements.
   const Tensor empty = F32({0, 1}, {});
   EXPECT_CODE(Observation::FromRange({0, 6}, empty.view(), empty.view()).Range({0, 6}), kInvalid);
+}
+
+// The merge of two block ranges is their concatenation's, exact in every dtype, and
+// independent of their order, signed zeros included.
+TEST(MergeBlockRanges, IsTheConcatenationsRangeInEitherOrder) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    const Tensor a = MakeTensor(dtype, {2, 3}, {-1, 0.0, 5, 2, -0.0, 1.5});
+    const Tensor b = MakeTensor(dtype, {3, 3}, {-3, -0.0, 4, 7, 0.0, 1.25, 0, 0.5, -2});
+    absl::StatusOr<BlockRange> ra = ObserveRange(a.view(), {2, 1});
+    absl::StatusOr<BlockRange> rb = ObserveRange(b.view(), {3, 1});
+    ASSERT_OK(ra);
+    ASSERT_OK(rb);
+    absl::StatusOr<BlockRange> ab = MergeBlockRanges(*ra, *rb);
+    absl::StatusOr<BlockRange> ba = MergeBlockRanges(*rb, *ra);
+    ASSERT_OK(ab);
+    ASSERT_OK(ba);
+    EXPECT_EQ(Values(ab->min.view()), std::vector<double>({-3, -0.0, -2}));
+    EXPECT_EQ(Values(ab->max.view()), std::vector<double>({7, 0.5, 5}));
+    EXPECT_TRUE(std::signbit(Values(ab->min.view())[1])) << "-0 is the smaller zero";
+    EXPECT_EQ(ab->min.data.view(), ba->min.data.view());
+    EXPECT_EQ(ab->max.data.view(), ba->max.data.view());
+  }
+  absl::StatusOr<BlockRange> f32 = ObserveRange(F32({1, 2}, {1, 2}).view(), {1, 1});
+  absl::StatusOr<BlockRange> f16 =
+      ObserveRange(MakeTensor(DType::kFloat16, {1, 2}, {1, 2}).view(), {1, 1});
+  EXPECT_CODE(MergeBlockRanges(*f32, *f16), kInvalid);
 }
 
 }  // namespace
