@@ -4,7 +4,7 @@
 // running the calculator on the concatenated batches is); retries, bad
 // contributions, steps closed by their timeout, reads as of a step.
 
-#include "domain/step_merge.h"
+#include "core/step_merge.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -289,6 +289,62 @@ TEST(StepMerge, ReadsAsOfAStepAreTheSameBitsWhateverCameAfter) {
   ASSERT_TRUE(step1.has_value());
   EXPECT_EQ(*m.merge.latest(), m.calc->GetQParams());
   EXPECT_FALSE(*step1 == m.calc->GetQParams());
+}
+
+// A merge exported (a session's record) and restored halfway continues as the one
+// that never stopped; a state that does not hold together is refused.
+TEST(StepMerge, ARestoredStateContinuesBitIdentically) {
+  const QuantSpec spec = MakeSpec("int8", QScheme::kAsymmetric, Granularity::PerChannel(1));
+  auto feed = [](Merged& m, int from, int to) {
+    for (int t = from; t < to; ++t) {
+      for (int r : {1, 0, 2}) {
+        if ((t + r) % 4 == 0) continue;  // left open for a while
+        ASSERT_OK(m.Contribute(t, r, 3, F32({2, 2}, RandN(4, 100 * t + r, 1 + t % 3))));
+      }
+    }
+  };
+  Merged whole, before, after;
+  whole.calc = MakeCalculator("moving_average", spec, 0.3);
+  before.calc = MakeCalculator("moving_average", spec, 0.3);
+  feed(whole, 0, 12);
+  feed(before, 0, 12);
+  ASSERT_OK(whole.Close(5));
+  ASSERT_OK(before.Close(5));
+  ASSERT_OK_AND_ASSIGN(after.merge, StepMerge::FromState(before.merge.ExportState()));
+  after.calc = before.calc->Clone();
+  for (Merged* m : {&whole, &after}) {
+    for (int t = 6; t < 12; ++t) {
+      for (int r = 0; r < 3; ++r) {
+        if ((t + r) % 4 == 0) {
+          ASSERT_OK(m->Contribute(t, r, 3, std::nullopt));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(whole.merge.last_applied(), 11);
+  EXPECT_EQ(after.merge.last_applied(), 11);
+  for (int t = 6; t < 12; ++t) EXPECT_TRUE(SameState(whole.after[t], after.after[t])) << t;
+  for (int t = 4; t < 12; ++t) {
+    ASSERT_OK_AND_ASSIGN(std::optional<QParams> a, whole.merge.AsOf(t));
+    ASSERT_OK_AND_ASSIGN(std::optional<QParams> b, after.merge.AsOf(t));
+    EXPECT_TRUE(a == b) << t;
+  }
+  EXPECT_EQ(whole.merge.incomplete().size(), after.merge.incomplete().size());
+
+  const StepState good = before.merge.ExportState();
+  ASSERT_FALSE(good.pending.empty());
+  ASSERT_FALSE(good.applied.empty());
+  std::vector<StepState> bad(5, good);
+  bad[0].applied.front().step -= 1;                     // a gap in the kept steps
+  bad[1].pending.front().step = good.last_applied;      // pending but applied
+  bad[2].pending.front().contributed.push_back(true);   // a rank map of another world
+  bad[3].pending.front().contributed.assign(3, false);  // pending with no contribution
+  bad[4].last_applied = -5;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    absl::StatusOr<StepMerge> refused = StepMerge::FromState(bad[i]);
+    EXPECT_CODE(refused, kInvalid) << i;
+    EXPECT_TRUE(absl::StartsWith(refused.status().message(), "steps: ")) << refused.status();
+  }
 }
 
 }  // namespace

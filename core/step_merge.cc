@@ -1,8 +1,10 @@
-#include "domain/step_merge.h"
+#include "core/step_merge.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/observation.h"
 #include "core/range.h"
 #include "core/status_macros.h"
 
@@ -21,19 +23,17 @@ absl::StatusOr<StepMerge::Outcome> StepMerge::Contribute(StepContribution c, App
     return absl::InvalidArgumentError(absl::StrCat("step is ", c.step, "; it must be >= 0"));
   }
   if (c.step <= last_applied_) {
-    for (const Applied& applied : applied_) {
-      if (applied.step != c.step) continue;
-      if (c.rank < static_cast<int32_t>(applied.contributed.size()) &&
-          applied.contributed[c.rank]) {
-        return Outcome{/*duplicate=*/true, last_applied_};
+    // A retry, unless the step was closed without this rank.
+    for (const IncompleteStep& closed : incomplete_) {
+      if (closed.step == c.step &&
+          (closed.world_size == 0 ||
+           std::binary_search(closed.missing_ranks.begin(), closed.missing_ranks.end(), c.rank))) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "step ", c.step, " was closed without rank ", c.rank,
+            " (its step timeout expired); contribute to step ", last_applied_ + 1, " or later"));
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step ", c.step, " was closed without rank ", c.rank,
-          " (its step timeout expired); contribute to step ", last_applied_ + 1, " or later"));
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat("step ", c.step, " was applied and is older than the last ", kKeptSteps,
-                     " steps kept (the last applied is ", last_applied_, ")"));
+    return Outcome{/*duplicate=*/true, last_applied_};
   }
   if (c.step > last_applied_ + kMaxStepsAhead) {
     return absl::FailedPreconditionError(
@@ -104,8 +104,7 @@ absl::Status StepMerge::ApplyNext(Pending* pending, Apply apply) {
   const int64_t step = last_applied_ + 1;
   QPARAMS_ASSIGN_OR_RETURN(QParams qparams,
                            apply(step, pending == nullptr ? std::nullopt : pending->merged));
-  applied_.push_back(Applied{step, pending == nullptr ? std::vector<bool>() : pending->contributed,
-                             std::move(qparams)});
+  applied_.push_back(Applied{step, std::move(qparams)});
   if (applied_.size() > kKeptSteps) applied_.pop_front();
   last_applied_ = step;
   return absl::OkStatus();
@@ -130,6 +129,73 @@ std::vector<int64_t> StepMerge::pending_steps() const {
   std::vector<int64_t> steps;
   for (const auto& [step, pending] : pending_) steps.push_back(step);
   return steps;
+}
+
+StepState StepMerge::ExportState() const {
+  StepState state;
+  state.last_applied = last_applied_;
+  for (const auto& [step, pending] : pending_) {
+    state.pending.push_back({step, pending.world_size, pending.contributed, pending.merged});
+  }
+  state.applied.assign(applied_.begin(), applied_.end());
+  state.incomplete.assign(incomplete_.begin(), incomplete_.end());
+  return state;
+}
+
+absl::StatusOr<StepMerge> StepMerge::FromState(StepState state) {
+  auto invalid = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("steps: ", parts...));
+  };
+  StepMerge merge;
+  if (state.last_applied < -1) return invalid("last_applied is ", state.last_applied);
+  merge.last_applied_ = state.last_applied;
+  if (state.applied.size() > kKeptSteps) {
+    return invalid(state.applied.size(), " applied steps kept; at most ", kKeptSteps);
+  }
+  for (size_t i = 0; i < state.applied.size(); ++i) {
+    const int64_t expected =
+        state.last_applied - static_cast<int64_t>(state.applied.size() - 1 - i);
+    if (state.applied[i].step != expected) {
+      return invalid("applied step ", state.applied[i].step, " where ", expected,
+                     " belongs (the kept steps end at last_applied, one by one)");
+    }
+  }
+  merge.applied_.assign(state.applied.begin(), state.applied.end());
+  int64_t previous = state.last_applied;
+  for (StepState::Pending& p : state.pending) {
+    if (p.step <= previous || p.step > state.last_applied + kMaxStepsAhead) {
+      return invalid("pending step ", p.step, " is out of order or beyond the window");
+    }
+    previous = p.step;
+    if (p.world_size < 1 || p.world_size > kMaxWorldSize ||
+        static_cast<int32_t>(p.contributed.size()) != p.world_size) {
+      return invalid("pending step ", p.step, ": world_size ", p.world_size, " and ",
+                     p.contributed.size(), " ranks");
+    }
+    Pending pending{p.world_size, std::move(p.contributed), 0, std::move(p.merged)};
+    for (bool contributed : pending.contributed) pending.count += contributed ? 1 : 0;
+    if (pending.count == 0) return invalid("pending step ", p.step, " has no contribution");
+    if (pending.merged.has_value()) {
+      // Checked as a range observation is: alike, whole, finite, min <= max.
+      const BlockRange& r = pending.merged->range;
+      absl::StatusOr<TensorView> min =
+          TensorView::Create(r.min.dtype, r.min.shape, r.min.data.view());
+      absl::StatusOr<TensorView> max =
+          TensorView::Create(r.max.dtype, r.max.shape, r.max.data.view());
+      if (!min.ok() || !max.ok()) {
+        return invalid("pending step ", p.step, ": its range is not whole");
+      }
+      Shape ones(r.min.shape.size(), 1);
+      absl::Status checked = Observation::FromRange(r.min.shape, *min, *max).Range(ones).status();
+      if (!checked.ok()) return invalid("pending step ", p.step, ": ", checked.message());
+    }
+    merge.pending_.emplace(p.step, std::move(pending));
+  }
+  if (state.incomplete.size() > kKeptIncomplete) {
+    return invalid(state.incomplete.size(), " incomplete steps; at most ", kKeptIncomplete);
+  }
+  merge.incomplete_.assign(state.incomplete.begin(), state.incomplete.end());
+  return merge;
 }
 
 }  // namespace qparams

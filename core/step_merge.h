@@ -8,12 +8,13 @@
 // ranges, which ranks contributed, the qparams after each recent step, the steps
 // closed incomplete. The caller holds the calculator and applies a step through the
 // Apply callback; it also owns the clock (Close, for a step that timed out). A value
-// type: a caller that must not change anything on a failure works on a copy.
+// type: a caller that must not change anything on a failure works on a copy. Pure:
+// no clock, no I/O, no locks; its whole state exports as a StepState for a record.
 //
 // Thread safety: none; the session's lock guards it.
 
-#ifndef QPARAMS_DOMAIN_STEP_MERGE_H_
-#define QPARAMS_DOMAIN_STEP_MERGE_H_
+#ifndef QPARAMS_CORE_STEP_MERGE_H_
+#define QPARAMS_CORE_STEP_MERGE_H_
 
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "core/qparams.h"
 #include "core/qparams_calculator.h"
+#include "core/range.h"
 
 namespace qparams {
 
@@ -46,12 +48,30 @@ struct IncompleteStep {
   std::vector<int32_t> missing_ranks;  // ascending
 };
 
+// Everything a StepMerge holds, as plain values (for a session's record).
+struct StepState {
+  struct Pending {
+    int64_t step = 0;
+    int32_t world_size = 0;
+    std::vector<bool> contributed;  // by rank, world_size of them
+    std::optional<ReducedRange> merged;
+  };
+  struct Applied {
+    int64_t step = 0;
+    QParams qparams;  // after the step
+  };
+  int64_t last_applied = -1;
+  std::vector<Pending> pending;            // ascending steps, all after last_applied
+  std::vector<Applied> applied;            // ascending, the last of them last_applied
+  std::vector<IncompleteStep> incomplete;  // ascending steps
+};
+
 class StepMerge {
  public:
   // How far ahead of the last applied step a contribution may be.
   static constexpr int64_t kMaxStepsAhead = 1024;
-  // How many applied steps stay readable (AsOf) and answer retries.
-  static constexpr int kKeptSteps = 16;
+  // How many applied steps stay readable (AsOf).
+  static constexpr int kKeptSteps = 8;
   // How many incomplete steps are remembered (the most recent).
   static constexpr int kKeptIncomplete = 64;
   static constexpr int32_t kMaxWorldSize = 65536;
@@ -73,8 +93,8 @@ class StepMerge {
   // [1, kMaxWorldSize], a negative step; FAILED_PRECONDITION for a step more than
   // kMaxStepsAhead ahead of the last applied one, a world size other than the one
   // the step's first contribution declared, a range of another dtype or block count
-  // than the step's others, a step already applied that the rank did not contribute
-  // to (closed without it) or older than the kept steps. Apply's error as it is.
+  // than the step's others, a step already applied that was closed without the rank
+  // (of the last kKeptIncomplete closed incomplete). Apply's error as it is.
   absl::StatusOr<Outcome> Contribute(StepContribution c, Apply apply);
 
   // Closes every step up to `step` that is not applied yet with what it has (the
@@ -94,6 +114,12 @@ class StepMerge {
   const std::deque<IncompleteStep>& incomplete() const { return incomplete_; }
   bool started() const { return last_applied_ >= 0 || !pending_.empty(); }
 
+  StepState ExportState() const;
+  // A merge that continues `state` bit-identically; INVALID_ARGUMENT naming what is
+  // inconsistent (steps out of order, a rank map of another size than its world,
+  // more kept steps than kept here, merged ranges that are not alike).
+  static absl::StatusOr<StepMerge> FromState(StepState state);
+
  private:
   struct Pending {
     int32_t world_size = 0;
@@ -101,11 +127,7 @@ class StepMerge {
     int32_t count = 0;
     std::optional<ReducedRange> merged;
   };
-  struct Applied {
-    int64_t step = 0;
-    std::vector<bool> contributed;
-    QParams qparams;
-  };
+  using Applied = StepState::Applied;
 
   // Applies step last_applied_ + 1 from `pending` (or with nothing, if null).
   absl::Status ApplyNext(Pending* pending, Apply apply);
@@ -120,4 +142,4 @@ class StepMerge {
 
 }  // namespace qparams
 
-#endif  // QPARAMS_DOMAIN_STEP_MERGE_H_
+#endif  // QPARAMS_CORE_STEP_MERGE_H_
