@@ -52,7 +52,10 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Load(std::string data_to
   QPARAMS_ASSIGN_OR_RETURN(Tokens tokens, Read(data_tokens_file, admin_tokens_file));
   std::unique_ptr<Authorizer> authorizer(
       new Authorizer(std::move(data_tokens_file), std::move(admin_tokens_file), refusals));
-  authorizer->tokens_ = std::move(tokens);
+  {
+    absl::MutexLock lock(&authorizer->mu_);  // no other thread sees it yet; for the analysis
+    authorizer->tokens_ = std::move(tokens);
+  }
   if (refusals != nullptr) {
     // Every series from the start, so that a rate over them is defined at 0.
     for (Refusal reason : kAllRefusals) refusals->WithLabels({std::string(RefusalName(reason))});
