@@ -391,7 +391,7 @@ struct Row {
   std::string field;  // the message must contain it
   bool as_tenant_b = false;  // run with kTokenB instead of kTokenA
   bool as_admin = false;     // run with kAdminToken instead of kTokenA
-  std::optional<std::string> token;  // run with this token instead ("": no authorization)
+  std::optional<std::string> token = std::nullopt;  // run with this token instead ("": none)
 };
 
 std::string CodeName(int code) {

@@ -748,7 +748,9 @@ TEST_F(ShardedClientTest, ItemsForAnOwnerNotUpYetAreRetriedUntilItIsBack) {
       EXPECT_EQ(response.status().code(), 0) << response.status().message();
       EXPECT_EQ(response.observation_count(), stream ? 2 : 1);
     }
-    if (!stream) ASSERT_OK(haproxy.DisableServer("r1", "r1"));
+    if (!stream) {
+      ASSERT_OK(haproxy.DisableServer("r1", "r1"));
+    }
   }
 }
 
