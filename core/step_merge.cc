@@ -51,6 +51,21 @@ absl::StatusOr<StepMerge::Outcome> StepMerge::Contribute(StepContribution c, App
         pending.world_size, " by its first contribution; a world size changes between steps"));
   }
   if (pending.contributed[c.rank]) return Outcome{/*duplicate=*/true, last_applied_};
+  if (c.range.has_value() && !pending.merged.has_value()) {
+    // Alike the ranges of the other open steps too: one of another dtype or N would
+    // be refused only once its step applies, and hold back every step after it.
+    for (const auto& [other_step, other] : pending_) {
+      if (!other.merged.has_value()) continue;
+      if (absl::Status alike = MergeBlockRanges(other.merged->range, c.range->range).status();
+          !alike.ok()) {
+        if (fresh) pending_.erase(it);
+        return absl::FailedPreconditionError(absl::StrCat(
+            "range of step ", c.step, ": ", alike.message(), " (those of step ", other_step,
+            "; every step of a session has the session's dtype and shape)"));
+      }
+      break;
+    }
+  }
   if (c.range.has_value()) {
     if (!pending.merged.has_value()) {
       pending.merged = std::move(c.range);

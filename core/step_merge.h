@@ -111,6 +111,9 @@ class StepMerge {
   std::optional<QParams> latest() const;
   // The step with a contribution not applied yet, lowest first.
   std::vector<int64_t> pending_steps() const;
+  std::optional<int64_t> first_pending() const {
+    return pending_.empty() ? std::nullopt : std::optional<int64_t>(pending_.begin()->first);
+  }
   const std::deque<IncompleteStep>& incomplete() const { return incomplete_; }
   bool started() const { return last_applied_ >= 0 || !pending_.empty(); }
 

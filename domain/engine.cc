@@ -184,7 +184,11 @@ Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
       slot_map_(options_.slot_map),
       log_(std::move(log)),
       store_(options_.max_sessions, *log_),
-      groups_(options_.max_scale_groups, *log_) {
+      groups_(options_.max_scale_groups, *log_),
+      step_timer_(std::make_unique<StepTimer>(
+          [this](const SessionKey& key, int64_t step, absl::Duration timeout) {
+            ExpireStep(key, step, timeout);
+          })) {
   if (options_.session_ttl <= absl::ZeroDuration()) return;
   // Idle sessions are found within a tenth of the TTL (at most a minute) of it.
   const absl::Duration period = std::min(options_.session_ttl / 10, absl::Minutes(1));
@@ -199,6 +203,7 @@ Engine::Engine(EngineOptions options, std::unique_ptr<SessionLog> log)
 }
 
 Engine::~Engine() {
+  step_timer_.reset();  // no step closes once the engine starts going
   stop_.Notify();
   if (evictor_.joinable()) evictor_.join();
   // Before the store goes, for the journal's compactions read it; as ~Journal does,

@@ -35,6 +35,7 @@
 #include "domain/session.h"
 #include "domain/session_store.h"
 #include "domain/slot_moves.h"
+#include "domain/step_timer.h"
 #include "metrics/metrics.h"
 #include "storage/journal.h"
 #include "storage/session_log.h"
@@ -58,6 +59,13 @@ struct EngineOptions {
   // Counts the observations applied (a session's count went up); null: not counted.
   // Must outlive the engine.
   Counter* observations = nullptr;
+  // Step-merged sessions (docs/qat.md): how long a step may stay open before it is
+  // closed with the contributions it has, unless a contribution names another; and
+  // the counters of contributions taken (retries excluded) and of steps closed with
+  // ranks missing (null: not counted; they must outlive the engine).
+  absl::Duration step_timeout = absl::Minutes(5);
+  Counter* step_contributions = nullptr;
+  Counter* steps_closed_incomplete = nullptr;
   // Persistence, for Engine::Open: with a data_dir, the sessions and scale groups are
   // restored from that directory and every mutation is journaled to it
   // (storage/journal.h); with none, nothing is persisted.
@@ -240,6 +248,23 @@ class Engine {
   // without a TTL); returns how many. The background thread calls it with the time.
   int EvictIdle(absl::Time now);
 
+  // ---- Step-merged sessions (shared/docs/qat.md; domain/engine_steps.cc) ----
+  // Session::Contribute on session `name`, under an observation's ownership and
+  // slot-move gates; then the session's lowest open step is armed to close after
+  // `step_timeout` (unset: EngineOptions::step_timeout; INVALID_ARGUMENT unless > 0).
+  absl::StatusOr<StepMerge::Outcome> Contribute(absl::string_view tenant, absl::string_view name,
+                                                int64_t step, int32_t rank, int32_t world_size,
+                                                const std::optional<Observation>& x,
+                                                std::optional<absl::Duration> step_timeout);
+  // The qparams of session `name` as of step `step` (unset: the latest applied),
+  // waiting until `deadline` for that step to be applied (Session::AwaitStep), with
+  // no lock of the engine held meanwhile.
+  absl::StatusOr<Session::StepRead> ReadStep(absl::string_view tenant, absl::string_view name,
+                                             std::optional<int64_t> step, absl::Time deadline) const;
+  // The steps of session `name` (unset: never stepped).
+  absl::StatusOr<std::optional<StepState>> Steps(absl::string_view tenant,
+                                                 absl::string_view name) const;
+
   // The sessions and scale groups as records and back: the journal's snapshots and
   // recovery (Open), the tests and fuzzers. EmitRecords emits the session store's
   // records (SessionStore::EmitRecords), then every group's creation
@@ -370,6 +395,10 @@ class Engine {
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // One record of Import, journaled: its sequence number for the Sync.
   absl::StatusOr<uint64_t> ImportOne(const storage::v1::Record& record);
+  // The step timer's callback: closes the session's steps up to `step` if its slot
+  // takes writes (else tries again after `timeout`), then arms its next open step.
+  void ExpireStep(const SessionKey& key, int64_t step, absl::Duration timeout);
+  void ArmFirstPending(const SessionKey& key, const Session& session, absl::Duration timeout);
   // INVALID_ARGUMENT unless 0 <= low <= high < kSlotCount.
   static absl::Status CheckSlotRange(int low, int high);
   // Open's restore of kSlotMovesFile; FAILED_PRECONDITION for a file that does not
@@ -405,6 +434,8 @@ class Engine {
   mutable absl::Mutex moves_mu_;
   // The gates' states, for SlotMoves and the file.
   SlotStates moves_ ABSL_GUARDED_BY(moves_mu_);
+  // Last, so that it stops (and its callbacks into the engine end) first.
+  std::unique_ptr<StepTimer> step_timer_;
 };
 
 }  // namespace qparams

@@ -25,14 +25,15 @@ HistogramQParamsCalculator* AsHistogram(StatefulQParamsCalculatorBase& calculato
 
 Session::Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
                  SessionLog& log, absl::Time create_time, absl::Time update_time,
-                 DedupeWindow dedupe)
+                 DedupeWindow dedupe, std::optional<StepMerge> steps)
     : key_(std::move(key)),
       create_time_(create_time),
       log_(log),
       last_access_ns_(absl::ToUnixNanos(absl::Now())),
       calculator_(std::move(calculator)),
       update_time_(update_time),
-      dedupe_(std::move(dedupe)) {}
+      dedupe_(std::move(dedupe)),
+      steps_(std::move(steps)) {}
 
 void Session::Touch() const {
   last_access_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
@@ -78,9 +79,10 @@ absl::Status Session::MutateLocked(
     next_dedupe->Record(*key, next->observation_count());
   }
   const absl::Time update_time = absl::Now();
-  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
-                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
-                                          next_dedupe ? *next_dedupe : dedupe_));
+  QPARAMS_ASSIGN_OR_RETURN(
+      const uint64_t sequence,
+      log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
+                     next_dedupe ? *next_dedupe : dedupe_, StepsLocked()));
   QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
   calculator_ = std::move(next);
   if (next_dedupe) dedupe_ = *std::move(next_dedupe);
@@ -93,6 +95,11 @@ absl::StatusOr<ObserveResult> Session::Observe(const Observation& x, bool omit_q
   Touch();
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
+  if (steps_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", key_.name, " takes step contributions (it is step-merged, docs/qat.md): "
+        "an ordinary observation would make its state depend on arrival order"));
+  }
   ObserveResult result;
   if (key) {
     QPARAMS_ASSIGN_OR_RETURN(const std::optional<int64_t> applied, dedupe_.Check(*key));
@@ -213,7 +220,132 @@ SessionInfo Session::Info() const {
 
 storage::v1::SessionState Session::Record() const {
   absl::ReaderMutexLock lock(&mu_);
-  return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_, dedupe_);
+  return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_, dedupe_,
+                       StepsLocked());
+}
+
+std::optional<StepState> Session::StepsLocked() const {
+  if (!steps_.has_value()) return std::nullopt;
+  return steps_->ExportState();
+}
+
+std::optional<StepState> Session::Steps() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return StepsLocked();
+}
+
+absl::StatusOr<StepMerge::Outcome> Session::Contribute(int64_t step, int32_t rank,
+                                                       int32_t world_size,
+                                                       const std::optional<Observation>& x) {
+  Touch();
+  absl::MutexLock lock(&mu_);
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  if (AsHistogram(*calculator_) != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", key_.name, " is a ", calculator_->key(),
+        " session; step contributions merge ranges, for static, moving_average and "
+        "global_minmax sessions"));
+  }
+  if (calculator_->export_mode()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", key_.name, " is in export mode; its state is frozen"));
+  }
+  StepContribution contribution{step, rank, world_size, std::nullopt};
+  if (x.has_value()) {
+    QPARAMS_ASSIGN_OR_RETURN(contribution.range, calculator_->ReduceRange(*x));
+  }
+  // On copies, which replace the session's only once journaled.
+  StepMerge next_steps = steps_.value_or(StepMerge());
+  std::unique_ptr<StatefulQParamsCalculatorBase> next = calculator_->Clone();
+  QPARAMS_ASSIGN_OR_RETURN(const StepMerge::Outcome outcome,
+                           next_steps.Contribute(std::move(contribution), ApplyTo(*next)));
+  if (outcome.duplicate) return outcome;
+  QPARAMS_RETURN_IF_ERROR(CommitSteps(std::move(next), std::move(next_steps)));
+  return outcome;
+}
+
+absl::StatusOr<int> Session::CloseSteps(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  if (!steps_.has_value() || steps_->last_applied() >= step) return 0;
+  StepMerge next_steps = *steps_;
+  std::unique_ptr<StatefulQParamsCalculatorBase> next = calculator_->Clone();
+  QPARAMS_RETURN_IF_ERROR(next_steps.Close(step, ApplyTo(*next)));
+  // Counted by the last incomplete step each side holds (the list is bounded).
+  auto last = [](const StepMerge& m) {
+    return m.incomplete().empty() ? int64_t{-1} : m.incomplete().back().step;
+  };
+  int closed = 0;
+  for (const IncompleteStep& s : next_steps.incomplete()) closed += s.step > last(*steps_) ? 1 : 0;
+  QPARAMS_RETURN_IF_ERROR(CommitSteps(std::move(next), std::move(next_steps)));
+  return closed;
+}
+
+std::optional<int64_t> Session::FirstPendingStep() const {
+  absl::ReaderMutexLock lock(&mu_);
+  if (!steps_.has_value()) return std::nullopt;
+  return steps_->first_pending();
+}
+
+std::function<absl::StatusOr<QParams>(int64_t, const std::optional<ReducedRange>&)>
+Session::ApplyTo(StatefulQParamsCalculatorBase& calculator) {
+  return [&calculator](int64_t, const std::optional<ReducedRange>& range)
+             -> absl::StatusOr<QParams> {
+    if (range.has_value()) {
+      QPARAMS_RETURN_IF_ERROR(calculator
+                                  .Forward(Observation::FromRange(range->input_shape,
+                                                                  range->range.min.view(),
+                                                                  range->range.max.view()))
+                                  .status());
+    }
+    return calculator.GetQParams();
+  };
+}
+
+absl::Status Session::CommitSteps(std::unique_ptr<StatefulQParamsCalculatorBase> next,
+                                  StepMerge next_steps) {
+  const absl::Time update_time = absl::Now();
+  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
+                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
+                                          dedupe_, next_steps.ExportState()));
+  QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
+  calculator_ = std::move(next);
+  steps_ = std::move(next_steps);
+  update_time_ = update_time;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Session::StepRead> Session::ReadLocked(std::optional<int64_t> step) const {
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  if (!steps_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", key_.name, " has taken no step contribution; read it with GetQParams"));
+  }
+  const int64_t t = step.value_or(steps_->last_applied());
+  QPARAMS_ASSIGN_OR_RETURN(std::optional<QParams> qparams, steps_->AsOf(t));
+  return StepRead{t, std::move(qparams)};
+}
+
+absl::StatusOr<Session::StepRead> Session::ReadStep(std::optional<int64_t> step) const {
+  Touch();
+  absl::ReaderMutexLock lock(&mu_);
+  return ReadLocked(step);
+}
+
+absl::StatusOr<Session::StepRead> Session::AwaitStep(int64_t step, absl::Time deadline) const {
+  Touch();
+  absl::ReaderMutexLock lock(&mu_);
+  auto ready = [this, step]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !gone_.ok() || !steps_.has_value() || steps_->last_applied() >= step;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (!ready()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("step ", step, " of session ", key_.name,
+                     " is not applied yet (the last applied is ", steps_->last_applied(),
+                     "); a rank may be late, or gone until its step timeout"));
+  }
+  return ReadLocked(step);
 }
 
 absl::Status Session::Retire(const std::function<absl::Status()>& leave, absl::Status gone) {

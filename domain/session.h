@@ -33,6 +33,7 @@
 #include "core/qparams_calculator.h"
 #include "core/quant_spec.h"
 #include "core/scale_group.h"
+#include "core/step_merge.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "storage/session_codec.h"
 #include "storage/session_log.h"
@@ -85,10 +86,10 @@ struct ObserveResult {
 class Session {
  public:
   // Takes over `calculator` (built from the session's spec, or restored with its
-  // times and dedupe window). `log` must outlive the session.
+  // times, dedupe window and steps). `log` must outlive the session.
   Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
           SessionLog& log, absl::Time create_time, absl::Time update_time,
-          DedupeWindow dedupe = {});
+          DedupeWindow dedupe = {}, std::optional<StepMerge> steps = std::nullopt);
 
   const SessionKey& key() const { return key_; }
   const std::string& name() const { return key_.name; }
@@ -114,6 +115,38 @@ class Session {
   // the key's retry is evaluated anew.
   absl::StatusOr<ObserveResult> Observe(const Observation& x, bool omit_qparams = false,
                                         const std::optional<ObserveKey>& key = std::nullopt);
+
+  // ---- Step-merged sessions (shared/docs/qat.md, docs/qat.md) ----
+  //
+  // Rank `rank` of `world_size` contributes `x` (a tensor or a range observation;
+  // unset: nothing, the rank skipped the module) to step `step`; every step then
+  // complete is applied, in order, and journaled with the contribution (one record).
+  // StepMerge::Contribute's refusals; the calculator's for `x` (INVALID_ARGUMENT, or
+  // FAILED_PRECONDITION for another dtype or N than the session's); FAILED_PRECONDITION
+  // for a histogram kind (only the range kinds merge steps) or a session in export
+  // mode; the log's error. A failure changes nothing; a retry (duplicate) neither.
+  absl::StatusOr<StepMerge::Outcome> Contribute(int64_t step, int32_t rank, int32_t world_size,
+                                                const std::optional<Observation>& x);
+  // Closes every step up to `step` that is still open (its timeout expired), applying
+  // it with what it has and recording the missing ranks; journaled. Returns how many
+  // steps closed with ranks missing.
+  absl::StatusOr<int> CloseSteps(int64_t step);
+  // The lowest step with a contribution not applied yet, if any.
+  std::optional<int64_t> FirstPendingStep() const;
+  // The qparams as of step `step` (unset: the latest applied), and the step they
+  // follow; qparams unset if that step is not applied yet (or none is).
+  // FAILED_PRECONDITION for a step older than the kept ones, or a session that never
+  // took a step.
+  struct StepRead {
+    int64_t step = -1;
+    std::optional<QParams> qparams;
+  };
+  absl::StatusOr<StepRead> ReadStep(std::optional<int64_t> step) const;
+  // ReadStep, once step `step` is applied or at `deadline` (DEADLINE_EXCEEDED naming
+  // the last applied step); wakes when the session is retired (its gone status).
+  absl::StatusOr<StepRead> AwaitStep(int64_t step, absl::Time deadline) const;
+  // The steps as a plain value (unset: never stepped), for reads and metrics.
+  std::optional<StepState> Steps() const;
 
   // set_export_mode(enabled).
   absl::Status SetExportMode(bool enabled);
@@ -157,6 +190,15 @@ class Session {
 
  private:
   absl::Status CheckLive() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::optional<StepState> StepsLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<StepRead> ReadLocked(std::optional<int64_t> step) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A step's application to `calculator` (a copy): the forward of its merged range.
+  static std::function<absl::StatusOr<QParams>(int64_t, const std::optional<ReducedRange>&)>
+  ApplyTo(StatefulQParamsCalculatorBase& calculator);
+  // Journals `next` and `next_steps` and puts them in place.
+  absl::Status CommitSteps(std::unique_ptr<StatefulQParamsCalculatorBase> next,
+                           StepMerge next_steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Touch() const;
   // Runs `mutate` on the calculator under the session's lock (the calculator is
   // passed in: lock analysis cannot see into a lambda). With a log that keeps
@@ -180,6 +222,8 @@ class Session {
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator_ ABSL_GUARDED_BY(mu_);
   absl::Time update_time_ ABSL_GUARDED_BY(mu_);
   DedupeWindow dedupe_ ABSL_GUARDED_BY(mu_);
+  // Set by the first step contribution; ordinary observations are refused after it.
+  std::optional<StepMerge> steps_ ABSL_GUARDED_BY(mu_);
   absl::Status gone_ ABSL_GUARDED_BY(mu_);  // OK while the session is in the store
 };
 

@@ -85,7 +85,8 @@ absl::StatusOr<std::shared_ptr<Session>> SessionStore::Create(
           absl::StrCat("the server holds ", sessions_.size(),
                        " sessions, its limit (--max_sessions); delete unused sessions first"));
     }
-    QPARAMS_ASSIGN_OR_RETURN(sequence, log_.AppendPut(key, state, now, now, DedupeWindow()));
+    QPARAMS_ASSIGN_OR_RETURN(sequence,
+                             log_.AppendPut(key, state, now, now, DedupeWindow(), std::nullopt));
     Forget(map_key);
     Insert(map_key, session);
   }
@@ -238,9 +239,9 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
       } else {
         // The record's temporaries are gone: the buffers move out of their gaps.
         decoded->calculator->ReallocateBuffers();
-        session = std::make_shared<Session>(std::move(decoded->key), std::move(decoded->calculator),
-                                            log_, decoded->create_time, decoded->update_time,
-                                            std::move(decoded->dedupe));
+        session = std::make_shared<Session>(
+            std::move(decoded->key), std::move(decoded->calculator), log_, decoded->create_time,
+            decoded->update_time, std::move(decoded->dedupe), std::move(decoded->steps));
       }
       absl::MutexLock lock(&mu_);
       Forget(key);
@@ -292,11 +293,13 @@ absl::StatusOr<uint64_t> SessionStore::Import(const storage::v1::SessionState& r
   decoded->calculator->ReallocateBuffers();
   const CalculatorState state = decoded->calculator->ExportState();  // outside the lock
   const SessionKey key = decoded->key;
-  // The dedupe window travels with the session: a retry of an observation the source
-  // applied is answered here as a duplicate.
+  std::optional<StepState> steps;
+  if (decoded->steps.has_value()) steps = decoded->steps->ExportState();
+  // The dedupe window and the steps travel with the session: a retry of an
+  // observation or a contribution the source applied is answered here as a duplicate.
   auto session = std::make_shared<Session>(key, std::move(decoded->calculator), log_,
                                            decoded->create_time, decoded->update_time,
-                                           decoded->dedupe);
+                                           decoded->dedupe, std::move(decoded->steps));
   const std::string map_key = MapKey(key);
   uint64_t sequence = 0;
   {
@@ -309,7 +312,7 @@ absl::StatusOr<uint64_t> SessionStore::Import(const storage::v1::SessionState& r
     }
     QPARAMS_ASSIGN_OR_RETURN(
         sequence, log_.AppendPut(key, state, decoded->create_time, decoded->update_time,
-                                 decoded->dedupe));
+                                 decoded->dedupe, steps));
     Forget(map_key);
     Insert(map_key, std::move(session));
   }

@@ -244,9 +244,10 @@ void Journal::Background() {
 
 absl::StatusOr<uint64_t> Journal::AppendPut(const SessionKey& key, const CalculatorState& state,
                                             absl::Time create_time, absl::Time update_time,
-                                            const DedupeWindow& dedupe) {
+                                            const DedupeWindow& dedupe,
+                                            const std::optional<StepState>& steps) {
   storage::v1::Record record;
-  *record.mutable_put() = EncodeSession(key, state, create_time, update_time, dedupe);
+  *record.mutable_put() = EncodeSession(key, state, create_time, update_time, dedupe, steps);
   return Append(record);
 }
 

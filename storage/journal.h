@@ -141,7 +141,8 @@ class Journal final : public SessionLog {
   bool keeps_records() const override { return true; }
   absl::StatusOr<uint64_t> AppendPut(const SessionKey& key, const CalculatorState& state,
                                      absl::Time create_time, absl::Time update_time,
-                                     const DedupeWindow& dedupe) override;
+                                     const DedupeWindow& dedupe,
+                                     const std::optional<StepState>& steps) override;
   absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) override;
   absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key, absl::Time evict_time) override;
   absl::StatusOr<uint64_t> AppendGroupCreate(absl::string_view tenant,

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/timestamp.h"
+#include "core/observation.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
 
@@ -305,9 +306,87 @@ absl::StatusOr<WorkingRange> DecodeRange(const sv1::RunningRange& r, absl::strin
 
 }  // namespace
 
+namespace {
+
+sv1::Steps EncodeSteps(const StepState& state) {
+  sv1::Steps out;
+  out.set_last_applied(state.last_applied);
+  for (const StepState::Pending& p : state.pending) {
+    sv1::PendingStep* step = out.add_pending();
+    step->set_step(p.step);
+    step->set_world_size(p.world_size);
+    std::string bits((p.contributed.size() + 7) / 8, '\0');
+    for (size_t r = 0; r < p.contributed.size(); ++r) {
+      if (p.contributed[r]) bits[r / 8] = static_cast<char>(bits[r / 8] | (1 << (r % 8)));
+    }
+    step->set_contributed(std::move(bits));
+    if (p.merged) {
+      sv1::StepRange* range = step->mutable_merged();
+      range->mutable_input_shape()->Assign(p.merged->input_shape.begin(),
+                                           p.merged->input_shape.end());
+      range->set_dtype(EncodeDType(p.merged->range.min.dtype));
+      range->mutable_shape()->Assign(p.merged->range.min.shape.begin(),
+                                     p.merged->range.min.shape.end());
+      range->set_min(std::string(p.merged->range.min.data.view()));
+      range->set_max(std::string(p.merged->range.max.data.view()));
+    }
+  }
+  for (const StepState::Applied& a : state.applied) {
+    sv1::AppliedStep* step = out.add_applied();
+    step->set_step(a.step);
+    *step->mutable_qparams() = EncodeQParams(a.qparams);
+  }
+  for (const IncompleteStep& i : state.incomplete) {
+    sv1::IncompleteStep* step = out.add_incomplete();
+    step->set_step(i.step);
+    step->set_world_size(i.world_size);
+    step->mutable_missing_ranks()->Assign(i.missing_ranks.begin(), i.missing_ranks.end());
+  }
+  return out;
+}
+
+absl::StatusOr<StepMerge> DecodeSteps(const sv1::Steps& steps) {
+  StepState state;
+  state.last_applied = steps.last_applied();
+  for (const sv1::PendingStep& p : steps.pending()) {
+    StepState::Pending& pending = state.pending.emplace_back();
+    pending.step = p.step();
+    pending.world_size = p.world_size();
+    if (p.world_size() < 1 ||
+        p.contributed().size() != (static_cast<size_t>(p.world_size()) + 7) / 8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("steps: pending step ", p.step(), " has ", p.contributed().size(),
+                       " bytes of ranks for world_size ", p.world_size()));
+    }
+    pending.contributed.resize(p.world_size());
+    for (int32_t r = 0; r < p.world_size(); ++r) {
+      pending.contributed[r] = (static_cast<uint8_t>(p.contributed()[r / 8]) >> (r % 8)) & 1;
+    }
+    if (p.has_merged()) {
+      const sv1::StepRange& m = p.merged();
+      QPARAMS_ASSIGN_OR_RETURN(const DType dtype, DecodeDType(m.dtype(), "steps.merged.dtype"));
+      const Shape shape(m.shape().begin(), m.shape().end());
+      pending.merged = ReducedRange{
+          {m.input_shape().begin(), m.input_shape().end()},
+          BlockRange{Tensor{dtype, shape, Bytes(m.min())}, Tensor{dtype, shape, Bytes(m.max())}}};
+    }
+  }
+  for (const sv1::AppliedStep& a : steps.applied()) {
+    QPARAMS_ASSIGN_OR_RETURN(QParams qparams, DecodeQParams(a.qparams()));
+    state.applied.push_back({a.step(), std::move(qparams)});
+  }
+  for (const sv1::IncompleteStep& i : steps.incomplete()) {
+    state.incomplete.push_back(
+        {i.step(), i.world_size(), {i.missing_ranks().begin(), i.missing_ranks().end()}});
+  }
+  return StepMerge::FromState(std::move(state));
+}
+
+}  // namespace
+
 sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
                                 absl::Time create_time, absl::Time update_time,
-                                const DedupeWindow& dedupe) {
+                                const DedupeWindow& dedupe, const std::optional<StepState>& steps) {
   sv1::SessionState out;
   *out.mutable_key() = EncodeKey(key);
   out.set_calculator(state.calculator);
@@ -334,6 +413,7 @@ sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& st
       c->add_observation_counts(applied.observation_count);
     }
   }
+  if (steps) *out.mutable_steps() = EncodeSteps(*steps);
   return out;
 }
 
@@ -399,6 +479,24 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
       CreateStatefulFromState(std::move(state));
   if (!calculator.ok()) return invalid(calculator.status());
   DecodedSession out;
+  if (record.has_steps()) {
+    absl::StatusOr<StepMerge> steps = DecodeSteps(record.steps());
+    if (!steps.ok()) return invalid(steps.status());
+    // A pending range is checked as a contribution is, against the calculator.
+    for (const StepState::Pending& p : steps->ExportState().pending) {
+      if (!p.merged) continue;
+      absl::Status checked =
+          (*calculator)
+              ->ReduceRange(Observation::FromRange(
+                  p.merged->input_shape, p.merged->range.min.view(), p.merged->range.max.view()))
+              .status();
+      if (!checked.ok()) {
+        return invalid(absl::InvalidArgumentError(
+            absl::StrCat("steps: pending step ", p.step, ": ", checked.message())));
+      }
+    }
+    out.steps = *std::move(steps);
+  }
   out.dedupe = *std::move(dedupe);
   out.key = key;
   out.calculator = *std::move(calculator);

@@ -10,6 +10,7 @@
 #define QPARAMS_STORAGE_SESSION_CODEC_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,7 @@
 #include "common/dedupe_window.h"
 #include "core/calculator_state.h"
 #include "core/qparams_calculator.h"
+#include "core/step_merge.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "qparams/storage/v1/storage.pb.h"
 
@@ -37,10 +39,12 @@ SessionKey DecodeKey(const storage::v1::SessionKey& key);
 // The record of an eviction.
 storage::v1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time);
 
-// A session's whole state as a record: its calculator's and its dedupe window's.
+// A session's whole state as a record: its calculator's, its dedupe window's and, for
+// a step-merged session, its steps'.
 storage::v1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& state,
                                         absl::Time create_time, absl::Time update_time,
-                                        const DedupeWindow& dedupe = {});
+                                        const DedupeWindow& dedupe = {},
+                                        const std::optional<StepState>& steps = std::nullopt);
 
 // A decoded record: the calculator rebuilt from it, ready to continue bit-identically.
 struct DecodedSession {
@@ -49,6 +53,7 @@ struct DecodedSession {
   absl::Time create_time;
   absl::Time update_time;
   DedupeWindow dedupe;  // empty for a record written before idempotency keys
+  std::optional<StepMerge> steps;  // a step-merged session's
 };
 
 // INVALID_ARGUMENT (naming the session) for a record that does not describe a

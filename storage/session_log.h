@@ -11,6 +11,7 @@
 #define QPARAMS_STORAGE_SESSION_LOG_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,9 +39,11 @@ class SessionLog {
   // erasure, or its eviction at `evict_time` (written before returning) and returns the record's sequence number for Sync.
   // UNAVAILABLE once the log is broken (a write or fsync failed): every later append
   // fails too.
-  virtual absl::StatusOr<uint64_t> AppendPut(const SessionKey& key, const CalculatorState& state,
-                                             absl::Time create_time, absl::Time update_time,
-                                             const DedupeWindow& dedupe) = 0;
+  // `steps`: a step-merged session's (core/step_merge.h), unset for the others.
+  virtual absl::StatusOr<uint64_t> AppendPut(
+      const SessionKey& key, const CalculatorState& state, absl::Time create_time,
+      absl::Time update_time, const DedupeWindow& dedupe,
+      const std::optional<StepState>& steps) = 0;
   virtual absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) = 0;
   virtual absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key,
                                                   absl::Time evict_time) = 0;
@@ -70,7 +73,8 @@ class NullSessionLog final : public SessionLog {
  public:
   bool keeps_records() const override { return false; }
   absl::StatusOr<uint64_t> AppendPut(const SessionKey&, const CalculatorState&, absl::Time,
-                                     absl::Time, const DedupeWindow&) override {
+                                     absl::Time, const DedupeWindow&,
+                                     const std::optional<StepState>&) override {
     return 0;
   }
   absl::StatusOr<uint64_t> AppendErase(const SessionKey&) override { return 0; }

@@ -588,7 +588,8 @@ TEST_F(PersistenceTest, ADirectoryWithoutGroupRecordsOpensAndTakesGroups) {
     ASSERT_OK(journal->Start([](const Journal::Emitter&) { return absl::OkStatus(); }));
     for (const char* name : {"old", "older"}) {
       ASSERT_OK_AND_ASSIGN(uint64_t sequence,
-                           journal->AppendPut({"", name}, calculator->ExportState(), t0, t0, {}));
+                           journal->AppendPut({"", name}, calculator->ExportState(), t0, t0, {},
+                                              std::nullopt));
       ASSERT_OK(journal->Sync(sequence));
     }
   }

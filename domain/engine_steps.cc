@@ -1,0 +1,102 @@
+// Engine's step-merged sessions (shared/docs/qat.md): contributions under the same
+// gates as observations, reads that wait for a step, and the step timeouts.
+
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/slot.h"
+#include "core/status_macros.h"
+#include "domain/engine.h"
+
+namespace qparams {
+
+absl::StatusOr<StepMerge::Outcome> Engine::Contribute(absl::string_view tenant,
+                                                      absl::string_view name, int64_t step,
+                                                      int32_t rank, int32_t world_size,
+                                                      const std::optional<Observation>& x,
+                                                      std::optional<absl::Duration> step_timeout) {
+  const absl::Duration timeout = step_timeout.value_or(options_.step_timeout);
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step_timeout is ", absl::FormatDuration(timeout), "; it must be > 0"));
+  }
+  std::shared_ptr<Session> session;
+  StepMerge::Outcome outcome;
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    const SlotGate& gate = gates_[SlotOf(name)];
+    absl::ReaderMutexLock hold(&gate.mu);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+    QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
+    QPARAMS_ASSIGN_OR_RETURN(outcome, session->Contribute(step, rank, world_size, x));
+  }
+  if (!outcome.duplicate && options_.step_contributions != nullptr) {
+    options_.step_contributions->Increment();
+  }
+  ArmFirstPending(session->key(), *session, timeout);
+  return outcome;
+}
+
+absl::StatusOr<Session::StepRead> Engine::ReadStep(absl::string_view tenant, absl::string_view name,
+                                                   std::optional<int64_t> step,
+                                                   absl::Time deadline) const {
+  std::shared_ptr<Session> session;
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+  }
+  if (!step.has_value()) return session->ReadStep(std::nullopt);
+  return session->AwaitStep(*step, deadline);
+}
+
+absl::StatusOr<std::optional<StepState>> Engine::Steps(absl::string_view tenant,
+                                                       absl::string_view name) const {
+  absl::ReaderMutexLock map_lock(&map_mu_);
+  QPARAMS_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(tenant, name));
+  return session->Steps();
+}
+
+void Engine::ArmFirstPending(const SessionKey& key, const Session& session,
+                             absl::Duration timeout) {
+  if (std::optional<int64_t> first = session.FirstPendingStep(); first.has_value()) {
+    step_timer_->Arm(key, *first, timeout);
+  }
+}
+
+void Engine::ExpireStep(const SessionKey& key, int64_t step, absl::Duration timeout) {
+  std::shared_ptr<Session> session;
+  absl::StatusOr<int> closed = 0;
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    const SlotGate& gate = gates_[SlotOf(key.name)];
+    absl::ReaderMutexLock hold(&gate.mu);
+    absl::StatusOr<std::shared_ptr<Session>> found = Find(key.tenant, key.name);
+    if (!found.ok()) return;  // deleted, evicted or moved away: nothing to close
+    session = *std::move(found);
+    if (!CheckWritable(key.name, gate).ok()) {
+      // Its slot is moving: the target closes it once it owns it, if still open.
+      step_timer_->Arm(key, step, timeout);
+      return;
+    }
+    closed = session->CloseSteps(step);
+  }
+  if (!closed.ok()) {
+    LogError(absl::StrCat("session ", key.name, ": step ", step,
+                          " not closed at its timeout: ", closed.status().message()));
+    return;
+  }
+  if (*closed > 0) {
+    LogWarning(absl::StrCat("session ", key.name, " (tenant \"", key.tenant, "\"): ", *closed,
+                            " step(s) up to ", step, " closed by their timeout (",
+                            absl::FormatDuration(timeout), ") with ranks missing"));
+    if (options_.steps_closed_incomplete != nullptr) {
+      options_.steps_closed_incomplete->Increment(*closed);
+    }
+  }
+  ArmFirstPending(key, *session, timeout);
+}
+
+}  // namespace qparams

@@ -1,0 +1,168 @@
+// Step-merged sessions through the Engine (shared/docs/qat.md §2-§6): the steps are
+// journaled with their contributions and restored after a restart, which then
+// completes them as if it had not stopped; a step left open is closed by its timeout,
+// naming the missing rank; reads wait for their step; ordinary observations, histogram
+// kinds and export mode refuse contributions; refusals change nothing.
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "domain/engine.h"
+#include "gtest/gtest.h"
+#include "metrics/metrics.h"
+#include "tests/test_util.h"
+
+namespace qparams::testing {
+namespace {
+
+class EngineSteps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/qparams_steps.XXXXXX");
+    ASSERT_NE(mkdtemp(dir_.data()), nullptr);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  EngineOptions Options() {
+    EngineOptions options;
+    options.journal.data_dir = dir_;
+    options.journal.durability = Durability::kAlways;
+    options.step_contributions = &contributions_;
+    options.steps_closed_incomplete = &closed_;
+    return options;
+  }
+  static absl::Status Create(Engine& engine, const std::string& name,
+                             const std::string& calculator = "moving_average") {
+    CalculatorOptions options;
+    if (calculator == "moving_average") options.averaging_constant = 0.5;
+    return engine
+        .CreateSession("", name, calculator, MakeSpec("int8", QScheme::kAsymmetric), options)
+        .status();
+  }
+  static absl::StatusOr<StepMerge::Outcome> Put(Engine& engine, const std::string& name,
+                                                int64_t step, int32_t rank, int32_t world,
+                                                const std::optional<Tensor>& x,
+                                                absl::Duration timeout = absl::Minutes(5)) {
+    std::optional<Observation> observation;
+    if (x.has_value()) observation = Observation::FromTensor(x->view());
+    return engine.Contribute("", name, step, rank, world, observation, timeout);
+  }
+
+  std::string dir_;
+  Counter contributions_, closed_;
+};
+
+TEST_F(EngineSteps, AContributionIsDurableAndARestartCompletesTheStep) {
+  std::optional<SessionInfo> reference;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(Options()));
+    ASSERT_OK(Create(*engine, "qat/a"));
+    ASSERT_OK(Create(*engine, "qat/ref"));
+    ASSERT_OK(Put(*engine, "qat/a", 0, 0, 2, Vec({-1, 2})));
+    ASSERT_OK(Put(*engine, "qat/a", 0, 1, 2, Vec({-3, 1})));
+    ASSERT_OK(Put(*engine, "qat/a", 1, 0, 2, Vec({-1, 4})));  // step 1 waits for rank 1
+    // The reference: one process on the concatenated batches.
+    ASSERT_OK(
+        engine->Observe("", "qat/ref", Observation::FromTensor(Vec({-1, 2, -3, 1}).view())).status);
+    ASSERT_OK(
+        engine->Observe("", "qat/ref", Observation::FromTensor(Vec({-1, 4, 5}).view())).status);
+    reference = *engine->GetSession("", "qat/ref");
+    EXPECT_EQ(contributions_.value(), 3u);
+    // Ordinary observations are refused once a session is step-merged.
+    ObserveOutcome refused = engine->Observe("", "qat/a", Observation::FromTensor(Vec({9}).view()));
+    EXPECT_CODE(refused.status, kPrecondition);
+    EXPECT_TRUE(absl::StrContains(refused.status.message(), "step-merged"));
+    ASSERT_OK(engine->Close());
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(Options()));
+  ASSERT_OK_AND_ASSIGN(std::optional<StepState> steps, engine->Steps("", "qat/a"));
+  ASSERT_TRUE(steps.has_value());
+  EXPECT_EQ(steps->last_applied, 0);
+  ASSERT_EQ(steps->pending.size(), 1u);
+  // A retry of the acknowledged contribution is answered as a retry after the restart.
+  ASSERT_OK_AND_ASSIGN(StepMerge::Outcome retry, Put(*engine, "qat/a", 1, 0, 2, Vec({-50, 50})));
+  EXPECT_TRUE(retry.duplicate);
+  ASSERT_OK(Put(*engine, "qat/a", 1, 1, 2, Vec({5})));
+  ASSERT_OK_AND_ASSIGN(SessionInfo a, engine->GetSession("", "qat/a"));
+  EXPECT_EQ(a.running_min, reference->running_min);
+  EXPECT_EQ(a.running_max, reference->running_max);
+  EXPECT_TRUE(a.qparams == reference->qparams);
+  ASSERT_OK_AND_ASSIGN(Session::StepRead read,
+                       engine->ReadStep("", "qat/a", 1, absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(read.step, 1);
+  ASSERT_TRUE(read.qparams.has_value());
+  EXPECT_TRUE(*read.qparams == reference->qparams);
+}
+
+TEST_F(EngineSteps, TheTimeoutClosesAStepAndTheRunGoesOn) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(Options()));
+  ASSERT_OK(Create(*engine, "qat/t"));
+  ASSERT_OK(Put(*engine, "qat/t", 0, 0, 2, Vec({-1, 1}), absl::Milliseconds(50)));
+  // Rank 1 never comes: the reader of step 0 is woken by the timeout's close.
+  ASSERT_OK_AND_ASSIGN(Session::StepRead read,
+                       engine->ReadStep("", "qat/t", 0, absl::Now() + absl::Seconds(30)));
+  ASSERT_TRUE(read.qparams.has_value());
+  absl::StatusOr<std::optional<StepState>> steps = engine->Steps("", "qat/t");
+  ASSERT_OK(steps);
+  ASSERT_TRUE(steps->has_value());
+  const std::vector<IncompleteStep>& incomplete = (*steps)->incomplete;
+  ASSERT_EQ(incomplete.size(), 1u);
+  EXPECT_EQ(incomplete[0].step, 0);
+  EXPECT_EQ(incomplete[0].missing_ranks, std::vector<int32_t>({1}));
+  EXPECT_EQ(closed_.value(), 1u);
+  // The late rank is told; the run goes on with both.
+  EXPECT_CODE(Put(*engine, "qat/t", 0, 1, 2, Vec({-9, 9})), kPrecondition);
+  ASSERT_OK(Put(*engine, "qat/t", 1, 1, 2, Vec({-2, 2})));
+  ASSERT_OK(Put(*engine, "qat/t", 1, 0, 2, Vec({-2, 2})));
+  ASSERT_OK_AND_ASSIGN(read, engine->ReadStep("", "qat/t", std::nullopt, absl::Now()));
+  EXPECT_EQ(read.step, 1);
+}
+
+TEST_F(EngineSteps, AReadWaitsForItsStepOrItsDeadline) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(Options()));
+  ASSERT_OK(Create(*engine, "qat/r"));
+  ASSERT_OK(Put(*engine, "qat/r", 0, 0, 2, Vec({-1, 1})));
+  absl::StatusOr<Session::StepRead> late =
+      engine->ReadStep("", "qat/r", 0, absl::Now() + absl::Milliseconds(20));
+  EXPECT_CODE(late, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(late.status().message(), "step 0 of session qat/r"));
+  std::thread rank1([&] { ASSERT_OK(Put(*engine, "qat/r", 0, 1, 2, Vec({-2, 3}))); });
+  ASSERT_OK_AND_ASSIGN(Session::StepRead read,
+                       engine->ReadStep("", "qat/r", 0, absl::Now() + absl::Seconds(30)));
+  rank1.join();
+  EXPECT_EQ(read.step, 0);
+  ASSERT_TRUE(read.qparams.has_value());
+}
+
+TEST_F(EngineSteps, KindsAndStatesThatCannotMergeStepsRefuseAndChangeNothing) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(Options()));
+  ASSERT_OK(
+      engine->CreateSession("", "qat/h", "percentile", MakeSpec("int8", QScheme::kSymmetric), {})
+          .status());
+  EXPECT_CODE(Put(*engine, "qat/h", 0, 0, 1, Vec({1})), kPrecondition);
+  ASSERT_OK(Create(*engine, "qat/x"));
+  ASSERT_OK(engine->SetExportMode("", "qat/x", true).status());
+  EXPECT_CODE(Put(*engine, "qat/x", 0, 0, 1, Vec({1})), kPrecondition);
+  EXPECT_CODE(Put(*engine, "qat/none", 0, 0, 1, Vec({1})), absl::StatusCode::kNotFound);
+  ASSERT_OK(Create(*engine, "qat/bad"));
+  EXPECT_CODE(Put(*engine, "qat/bad", 0, 0, 1, Vec({1}), absl::ZeroDuration()), kInvalid);
+  EXPECT_CODE(Put(*engine, "qat/bad", 0, 0, 1, Vec({std::nan("")})), kInvalid);
+  EXPECT_CODE(Put(*engine, "qat/bad", 0, 3, 2, Vec({1})), kInvalid);
+  ASSERT_OK_AND_ASSIGN(std::optional<StepState> steps, engine->Steps("", "qat/bad"));
+  EXPECT_FALSE(steps.has_value()) << "a refused first contribution leaves the session as it was";
+  ASSERT_OK(engine->Observe("", "qat/bad", Observation::FromTensor(Vec({1}).view())).status);
+  EXPECT_EQ(contributions_.value(), 0u);
+}
+
+}  // namespace
+}  // namespace qparams::testing
