@@ -153,6 +153,8 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
 
   EngineOptions engine_options = options.engine;
   engine_options.observations = server->server_metrics_.observations();
+  engine_options.step_contributions = server->server_metrics_.step_contributions();
+  engine_options.steps_closed_incomplete = server->server_metrics_.steps_closed_incomplete();
   if (options.durability != Durability::kNone) {
     JournalOptions& journal = engine_options.journal;
     journal.data_dir = options.data_dir;

@@ -39,7 +39,18 @@ ServerMetrics::ServerMetrics(MetricsRegistry* registry)
           "Calls refused for their credential, by reason: missing, malformed, unknown, "
           "expired, not_admin (a tenant's token on an admin call), not_tenant (an admin's "
           "token on a data call), admin_off (an admin call; no --admin_tokens_file).",
-          {"reason"})) {
+          {"reason"})),
+      step_contributions_(registry
+                              ->AddCounter("qparams_step_contributions_total",
+                                           "Step contributions taken by step-merged sessions "
+                                           "(docs/qat.md); retries and refusals excluded.")
+                              ->WithLabels({})),
+      steps_closed_incomplete_(
+          registry
+              ->AddCounter("qparams_steps_closed_incomplete_total",
+                           "Steps of step-merged sessions closed by their timeout with ranks "
+                           "missing (each session's steps counted apart).")
+              ->WithLabels({})) {
   journal_.appends = registry
                          ->AddCounter("qparams_journal_appends_total",
                                       "Records appended to the journal (--data_dir).")

@@ -33,6 +33,10 @@ class ServerMetrics {
   const JournalMetrics& journal() const { return journal_; }
   // Credentials refused, by reason (server/auth.h's Refusal names).
   Family<Counter>* auth_refusals() const { return auth_refusals_; }
+  // Step-merged sessions (docs/qat.md): contributions taken, retries excluded; steps
+  // closed by their timeout with ranks missing (EngineOptions).
+  Counter* step_contributions() const { return step_contributions_; }
+  Counter* steps_closed_incomplete() const { return steps_closed_incomplete_; }
 
   // Binds the scrape-time gauges: sessions per tenant, the replica's slots and the
   // storage state (its session log's) of `engine`, which must outlive the
@@ -46,6 +50,8 @@ class ServerMetrics {
   Counter* const observations_;
   Counter* const received_bytes_;
   Family<Counter>* const auth_refusals_;
+  Counter* const step_contributions_;
+  Counter* const steps_closed_incomplete_;
   JournalMetrics journal_;
 };
 
