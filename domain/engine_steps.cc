@@ -81,7 +81,7 @@ void Engine::ExpireStep(const SessionKey& key, int64_t step, absl::Duration time
       step_timer_->Arm(key, step, timeout);
       return;
     }
-    closed = session->CloseSteps(step);
+    closed = session->CloseSteps(step, options_.steps_closed_incomplete);
   }
   if (!closed.ok()) {
     LogError(absl::StrCat("session ", key.name, ": step ", step,
@@ -92,9 +92,6 @@ void Engine::ExpireStep(const SessionKey& key, int64_t step, absl::Duration time
     LogWarning(absl::StrCat("session ", key.name, " (tenant \"", key.tenant, "\"): ", *closed,
                             " step(s) up to ", step, " closed by their timeout (",
                             absl::FormatDuration(timeout), ") with ranks missing"));
-    if (options_.steps_closed_incomplete != nullptr) {
-      options_.steps_closed_incomplete->Increment(*closed);
-    }
   }
   ArmFirstPending(key, *session, timeout);
 }

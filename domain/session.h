@@ -34,6 +34,7 @@
 #include "core/quant_spec.h"
 #include "core/scale_group.h"
 #include "core/step_merge.h"
+#include "metrics/metrics.h"
 #include "qparams/storage/v1/storage.pb.h"
 #include "storage/session_codec.h"
 #include "storage/session_log.h"
@@ -129,8 +130,9 @@ class Session {
                                                 const std::optional<Observation>& x);
   // Closes every step up to `step` that is still open (its timeout expired), applying
   // it with what it has and recording the missing ranks; journaled. Returns how many
-  // steps closed with ranks missing.
-  absl::StatusOr<int> CloseSteps(int64_t step);
+  // steps closed with ranks missing, and adds them to `closed_incomplete` (if not
+  // null) before a reader waiting for those steps can return.
+  absl::StatusOr<int> CloseSteps(int64_t step, Counter* closed_incomplete = nullptr);
   // The lowest step with a contribution not applied yet, if any.
   std::optional<int64_t> FirstPendingStep() const;
   // The qparams as of step `step` (unset: the latest applied), and the step they
@@ -224,6 +226,8 @@ class Session {
   DedupeWindow dedupe_ ABSL_GUARDED_BY(mu_);
   // Set by the first step contribution; ordinary observations are refused after it.
   std::optional<StepMerge> steps_ ABSL_GUARDED_BY(mu_);
+  // Signalled when steps are applied or the session is retired (AwaitStep).
+  mutable absl::CondVar steps_applied_;
   absl::Status gone_ ABSL_GUARDED_BY(mu_);  // OK while the session is in the store
 };
 

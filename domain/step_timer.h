@@ -53,6 +53,7 @@ class StepTimer {
 
   const Expire expire_;
   mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // an earlier deadline, or stopping
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::multimap<absl::Time, Entry> due_ ABSL_GUARDED_BY(mu_);
   // (tenant, name, step) of every armed entry, so that a step is armed once.
