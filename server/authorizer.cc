@@ -93,12 +93,11 @@ absl::Status Authorizer::Reload() {
 }
 
 Authorizer::Tokens Authorizer::tokens() const {
-  absl::MutexLock lock(&mu_);
+  // Every call reads; only SIGHUP writes.
+  absl::ReaderMutexLock lock(&mu_);
   return tokens_;
 }
 
-bool Authorizer::requires_tokens() const { return tokens().data != nullptr; }
-bool Authorizer::admin_enabled() const { return tokens().admin != nullptr; }
 
 absl::Status Authorizer::Refuse(Refusal reason, absl::Status status, absl::string_view method,
                                 absl::string_view peer) const {

@@ -64,9 +64,6 @@ class Authorizer {
   // nothing: on an error the tokens in force stay, and the error is returned.
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool requires_tokens() const ABSL_LOCKS_EXCLUDED(mu_);  // --auth_tokens_file given
-  bool admin_enabled() const ABSL_LOCKS_EXCLUDED(mu_);    // --admin_tokens_file given
-
  private:
   struct Tokens {
     std::shared_ptr<const TokenAuthenticator> data;   // null: data calls are open
