@@ -264,6 +264,32 @@ class Engine {
   // The steps of session `name` (unset: never stepped).
   absl::StatusOr<std::optional<StepState>> Steps(absl::string_view tenant,
                                                  absl::string_view name) const;
+  // A wait for step `step` of session `name` that holds no thread (the Step RPC):
+  // unset if the step is applied already (read it at once); else `ready` runs, on
+  // the thread that applies it, unless the wait is cancelled first. NOT_FOUND for a
+  // session that does not exist.
+  class StepWait {
+   public:
+    StepWait(std::shared_ptr<Session> session, uint64_t id)
+        : session_(std::move(session)), id_(id) {}
+    // After it, `ready` does not start (it may be running already).
+    void Cancel() const { session_->CancelWait(id_); }
+
+   private:
+    std::shared_ptr<Session> session_;
+    uint64_t id_;
+  };
+  absl::StatusOr<std::optional<StepWait>> WhenStepApplied(absl::string_view tenant,
+                                                          absl::string_view name, int64_t step,
+                                                          std::function<void()> ready) const;
+  // Session::Checkpoint of session `name`.
+  absl::StatusOr<std::string> CheckpointStep(absl::string_view tenant, absl::string_view name,
+                                             int64_t step) const;
+  // Session::Resume of session `name`, under an observation's ownership and slot-move
+  // gates; the step timer forgets nothing (a timeout of a discarded step finds it
+  // applied and closes nothing).
+  absl::Status ResumeSteps(absl::string_view tenant, absl::string_view name, int64_t next_step,
+                           absl::string_view checkpoint);
 
   // The sessions and scale groups as records and back: the journal's snapshots and
   // recovery (Open), the tests and fuzzers. EmitRecords emits the session store's

@@ -37,7 +37,46 @@ absl::StatusOr<StepMerge::Outcome> Engine::Contribute(absl::string_view tenant,
     options_.step_contributions->Increment();
   }
   ArmFirstPending(session->key(), *session, timeout);
+  session->RunReadyWaits();
   return outcome;
+}
+
+absl::StatusOr<std::optional<Engine::StepWait>> Engine::WhenStepApplied(
+    absl::string_view tenant, absl::string_view name, int64_t step,
+    std::function<void()> ready) const {
+  std::shared_ptr<Session> session;
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+  }
+  const std::optional<uint64_t> id = session->WhenApplied(step, std::move(ready));
+  if (!id.has_value()) return std::nullopt;
+  return std::optional<StepWait>(StepWait(std::move(session), *id));
+}
+
+absl::StatusOr<std::string> Engine::CheckpointStep(absl::string_view tenant,
+                                                   absl::string_view name, int64_t step) const {
+  std::shared_ptr<Session> session;
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+  }
+  return session->Checkpoint(step);
+}
+
+absl::Status Engine::ResumeSteps(absl::string_view tenant, absl::string_view name,
+                                 int64_t next_step, absl::string_view checkpoint) {
+  std::shared_ptr<Session> session;
+  {
+    absl::ReaderMutexLock map_lock(&map_mu_);
+    const SlotGate& gate = gates_[SlotOf(name)];
+    absl::ReaderMutexLock hold(&gate.mu);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+    QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
+    QPARAMS_RETURN_IF_ERROR(session->Resume(next_step, checkpoint));
+  }
+  session->RunReadyWaits();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Session::StepRead> Engine::ReadStep(absl::string_view tenant, absl::string_view name,
@@ -83,6 +122,7 @@ void Engine::ExpireStep(const SessionKey& key, int64_t step, absl::Duration time
     }
     closed = session->CloseSteps(step, options_.steps_closed_incomplete);
   }
+  session->RunReadyWaits();
   if (!closed.ok()) {
     LogError(absl::StrCat("session ", key.name, ": step ", step,
                           " not closed at its timeout: ", closed.status().message()));

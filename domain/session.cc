@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/histogram_calculator.h"
+#include "core/registry.h"
 #include "core/status_macros.h"
 
 namespace qparams {
@@ -215,6 +216,7 @@ SessionInfo Session::Info() const {
   info.create_time = create_time_;
   info.update_time = update_time_;
   info.description = calculator_->Description();
+  info.steps = StepsLocked();
   return info;
 }
 
@@ -351,6 +353,114 @@ absl::StatusOr<Session::StepRead> Session::AwaitStep(int64_t step, absl::Time de
                      "); a rank may be late, or gone until its step timeout"));
   }
   return ReadLocked(step);
+}
+
+std::optional<uint64_t> Session::WhenApplied(int64_t step, std::function<void()> ready) {
+  absl::ReaderMutexLock lock(&mu_);
+  // A session that has taken no step yet waits for its first.
+  if (!gone_.ok() || (steps_.has_value() && steps_->last_applied() >= step)) return std::nullopt;
+  absl::MutexLock waits_lock(&waits_mu_);
+  const uint64_t id = next_wait_id_++;
+  waits_.emplace(id, Wait{step, std::move(ready)});
+  return id;
+}
+
+void Session::CancelWait(uint64_t id) {
+  absl::MutexLock waits_lock(&waits_mu_);
+  waits_.erase(id);
+}
+
+void Session::RunReadyWaits() {
+  std::vector<std::function<void()>> ready;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const bool all = !gone_.ok();
+    const int64_t applied = steps_.has_value() ? steps_->last_applied() : -1;
+    absl::MutexLock waits_lock(&waits_mu_);
+    for (auto it = waits_.begin(); it != waits_.end();) {
+      if (all || it->second.step <= applied) {
+        ready.push_back(std::move(it->second.ready));
+        it = waits_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (std::function<void()>& run : ready) run();
+}
+
+absl::StatusOr<std::string> Session::Checkpoint(int64_t step) const {
+  Touch();
+  absl::ReaderMutexLock lock(&mu_);
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  if (!steps_.has_value() || steps_->last_applied() != step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", key_.name, ": a checkpoint is of the last applied step (",
+        steps_.has_value() ? steps_->last_applied() : -1, "), not step ", step,
+        "; take it before any rank contributes to the next step"));
+  }
+  return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_)
+      .SerializeAsString();
+}
+
+absl::Status Session::Resume(int64_t next_step, absl::string_view checkpoint) {
+  Touch();
+  if (next_step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("next_step: ", next_step, " is negative; steps start at 0"));
+  }
+  std::unique_ptr<StatefulQParamsCalculatorBase> restored;
+  if (!checkpoint.empty()) {
+    storage::v1::SessionState record;
+    if (!record.ParseFromArray(checkpoint.data(), static_cast<int>(checkpoint.size()))) {
+      return absl::InvalidArgumentError("checkpoint: not a session checkpoint's bytes");
+    }
+    absl::StatusOr<DecodedSession> decoded = DecodeSession(record);
+    if (!decoded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint: ", decoded.status().message()));
+    }
+    if (decoded->key.name != key_.name) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint: it is session ", decoded->key.name, "'s, not ", key_.name, "'s"));
+    }
+    restored = std::move(decoded->calculator);
+  }
+  absl::MutexLock lock(&mu_);
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  if (AsHistogram(*calculator_) != nullptr || calculator_->export_mode()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", key_.name, " takes no steps (a ", calculator_->key(),
+        calculator_->export_mode() ? " session in export mode)" : " session)"));
+  }
+  CalculatorState current = calculator_->ExportState();
+  if (restored == nullptr) {
+    // The session's own calculator, as its creation left it.
+    current.initialized = false;
+    current.observation_count = 0;
+    current.qparams = QParams::Empty(current.qparams.has_zero_point, current.qparams.has_minval);
+    current.running.reset();
+    current.last_range.reset();
+    QPARAMS_ASSIGN_OR_RETURN(restored, CreateStatefulFromState(current));
+  } else {
+    const CalculatorState theirs = restored->ExportState();
+    if (theirs.calculator != current.calculator || !(theirs.spec == current.spec) ||
+        theirs.averaging_constant != current.averaging_constant) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint: session ", key_.name, " was a ", theirs.calculator,
+                       " session of another spec or averaging constant than it is now"));
+    }
+  }
+  StepState state;
+  state.last_applied = next_step - 1;
+  if (next_step > 0) state.applied.push_back({next_step - 1, restored->GetQParams()});
+  if (steps_.has_value()) {
+    for (const IncompleteStep& s : steps_->incomplete()) {
+      if (s.step < next_step) state.incomplete.push_back(s);
+    }
+  }
+  QPARAMS_ASSIGN_OR_RETURN(StepMerge next_steps, StepMerge::FromState(std::move(state)));
+  return CommitSteps(std::move(restored), std::move(next_steps));
 }
 
 absl::Status Session::Retire(const std::function<absl::Status()>& leave, absl::Status gone) {

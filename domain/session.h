@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,7 @@ struct SessionInfo {
   std::string description;
   std::optional<HistogramParams> histogram_params;  // histogram kinds: resolved
   std::optional<CalibrationResult> calibration;     // histogram kinds, once initialized
+  std::optional<StepState> steps;                   // step-merged sessions, once stepped
 };
 
 // A forward's outcome on a session.
@@ -150,6 +152,28 @@ class Session {
   // The steps as a plain value (unset: never stepped), for reads and metrics.
   std::optional<StepState> Steps() const;
 
+  // Waits without a thread (the Step RPC): `ready` is to run once step `step` is
+  // applied or the session is retired. Unset if that is so already (`ready` is then
+  // dropped: the caller reads at once); else the wait's id, and `ready` runs on the
+  // thread of a later RunReadyWaits, or never if CancelWait comes first.
+  std::optional<uint64_t> WhenApplied(int64_t step, std::function<void()> ready);
+  void CancelWait(uint64_t id);
+  // Runs the waits whose step is applied (or all, once retired). Whoever applies steps
+  // calls it after releasing every lock of its own: `ready` may read the session.
+  void RunReadyWaits();
+
+  // The session's state as of its last applied step, which must be `step`
+  // (FAILED_PRECONDITION otherwise, or for a session that never took a step): the
+  // bytes of its calculator's record, opaque to clients, for Resume.
+  absl::StatusOr<std::string> Checkpoint(int64_t step) const;
+  // Restarts the steps from `checkpoint` (Checkpoint's bytes for this session; empty:
+  // uninitialized) so that the next step applied is `next_step`: open steps are
+  // discarded, the steps closed incomplete before `next_step` kept; journaled.
+  // INVALID_ARGUMENT for a negative step or bytes that are no record;
+  // FAILED_PRECONDITION for another session's record (name, calculator or spec), a
+  // histogram kind or a session in export mode.
+  absl::Status Resume(int64_t next_step, absl::string_view checkpoint);
+
   // set_export_mode(enabled).
   absl::Status SetExportMode(bool enabled);
 
@@ -229,6 +253,16 @@ class Session {
   // Signalled when steps are applied or the session is retired (AwaitStep).
   mutable absl::CondVar steps_applied_;
   absl::Status gone_ ABSL_GUARDED_BY(mu_);  // OK while the session is in the store
+
+  struct Wait {
+    int64_t step;
+    std::function<void()> ready;
+  };
+  // Lock order: mu_, then waits_mu_ (WhenApplied holds both so that no step can be
+  // applied between its check and its wait's insertion).
+  mutable absl::Mutex waits_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  uint64_t next_wait_id_ ABSL_GUARDED_BY(waits_mu_) = 1;
+  std::map<uint64_t, Wait> waits_ ABSL_GUARDED_BY(waits_mu_);
 };
 
 }  // namespace qparams
