@@ -423,4 +423,44 @@ GroupResult GroupResultFromProto(const v1::GroupQParams& in) {
   return out;
 }
 
+absl::StatusOr<std::optional<Observation>> ContributionFromProto(
+    const v1::StepContribution& contribution, int64_t max_elements) {
+  switch (contribution.observation_case()) {
+    case v1::StepContribution::kTensor: {
+      absl::StatusOr<TensorView> tensor =
+          TensorFromProto(contribution.tensor(), max_elements, "tensor");
+      if (!tensor.ok()) return tensor.status();
+      return std::optional<Observation>(Observation::FromTensor(*std::move(tensor)));
+    }
+    case v1::StepContribution::kRange: {
+      absl::StatusOr<Observation> range = RangeFromProto(contribution.range(), max_elements);
+      if (!range.ok()) return range.status();
+      return std::optional<Observation>(*std::move(range));
+    }
+    case v1::StepContribution::OBSERVATION_NOT_SET:
+      break;
+  }
+  return std::optional<Observation>();
+}
+
+v1::StepProgress StepProgressToProto(const StepState& steps) {
+  v1::StepProgress out;
+  out.set_last_applied_step(steps.last_applied);
+  for (const StepState::Pending& p : steps.pending) {
+    v1::StepProgress::Pending* pending = out.add_pending();
+    pending->set_step(p.step);
+    pending->set_world_size(p.world_size);
+    for (int32_t rank = 0; rank < static_cast<int32_t>(p.contributed.size()); ++rank) {
+      if (!p.contributed[rank]) pending->add_missing_ranks(rank);
+    }
+  }
+  for (const IncompleteStep& s : steps.incomplete) {
+    v1::StepProgress::Incomplete* incomplete = out.add_incomplete();
+    incomplete->set_step(s.step);
+    incomplete->set_world_size(s.world_size);
+    incomplete->mutable_missing_ranks()->Assign(s.missing_ranks.begin(), s.missing_ranks.end());
+  }
+  return out;
+}
+
 }  // namespace qparams::wire

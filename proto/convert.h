@@ -18,6 +18,7 @@
 #include "core/histogram.h"
 #include "core/histogram_params.h"
 #include "core/observation.h"
+#include "core/step_merge.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 #include "core/scale_group.h"
@@ -105,6 +106,15 @@ std::optional<ObserveKey> ObserveKeyFromProto(const v1::ObserveRequest& request)
 // ObservationFromProto; both or neither set is INVALID_ARGUMENT.
 absl::StatusOr<Observation> ComputeObservationFromProto(const v1::ComputeRequest& request,
                                                         int64_t max_elements);
+
+// A step contribution's observation: its tensor, its range, or unset ("nothing": the
+// rank did not run the module). Views point into `contribution`.
+absl::StatusOr<std::optional<Observation>> ContributionFromProto(
+    const v1::StepContribution& contribution, int64_t max_elements);
+
+// A step-merged session's progress: its open steps' missing ranks and the steps
+// closed incomplete.
+v1::StepProgress StepProgressToProto(const StepState& steps);
 
 }  // namespace qparams::wire
 

@@ -52,6 +52,7 @@ void SessionToProto(const SessionInfo& info, v1::Session* out) {
     *out->mutable_histogram() = wire::HistogramParamsToProto(*info.histogram_params);
   }
   if (info.calibration) *out->mutable_calibration() = wire::CalibrationToProto(*info.calibration);
+  if (info.steps) *out->mutable_steps() = wire::StepProgressToProto(*info.steps);
 }
 
 // An export item (ExportSessionsRequest.items, RenderExport) on the wire.

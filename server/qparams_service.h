@@ -119,8 +119,17 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                                       const v1::DropSlotsRequest* request,
                                       v1::DropSlotsResponse* response) override;
 
+  // server/step_service.cc
+  grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
+                                 const v1::StepRequest* request,
+                                 v1::StepResponse* response) override;
+  grpc::ServerUnaryReactor* ResumeSteps(grpc::CallbackServerContext* context,
+                                        const v1::ResumeStepsRequest* request,
+                                        v1::ResumeStepsResponse* response) override;
+
  private:
   class ObserveStreamReactor;
+  class StepReactor;  // Step
   class RenderExportReactor;
   class ImportReactor;  // ImportSessions
   template <typename Message>

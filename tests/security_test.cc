@@ -169,6 +169,12 @@ std::map<std::string, Case> Cases() {
       {"ReadSlotRecords", {Req<v1::ReadSlotRecordsRequest>("high: 255")}},
       {"ImportSessions", {Req<v1::SlotRecords>("")}},
       {"DropSlots", {Req<v1::DropSlotsRequest>("low: 200 high: 210")}},
+      {"Step",
+       {Req<v1::StepRequest>("rank: 0 world_size: 1 contributions { name: '$a-s' step: 0 }"),
+        kNotFound, /*item_status=*/true}},
+      {"ResumeSteps",
+       {Req<v1::ResumeStepsRequest>("items { name: '$a-s' next_step: 0 }"), kNotFound,
+        /*item_status=*/true}},
   };
 }
 
@@ -217,8 +223,8 @@ std::vector<Row> Table() {
   return rows;
 }
 
-// The call's status, and `responses` its responses; for ObserveStream and
-// ObserveBatch (`item`) the status of the one observation, which fails alone, cleared
+// The call's status, and `responses` its responses; for ObserveStream, ObserveBatch,
+// Step and ResumeSteps (`item`) the status of the one item, which fails alone, cleared
 // from `responses` (its message names the session asked for).
 grpc::Status Outcome(const std::string& method, const Reply& reply, bool item,
                      std::vector<std::string>* responses) {
@@ -226,8 +232,20 @@ grpc::Status Outcome(const std::string& method, const Reply& reply, bool item,
   if (!item || !reply.status.ok()) return reply.status;
   v1::ObserveResponse one;
   v1::ObserveBatchResponse batch;
+  v1::StepResponse step;
+  v1::ResumeStepsResponse resume;
   grpc::Status status(StatusCode::UNKNOWN, "no item response");
   if (responses->size() != 1) {
+  } else if (method == "Step" && step.ParseFromString(responses->at(0)) &&
+             step.contributions_size() == 1) {
+    status = wire::ToGrpcStatus(wire::FromRpcStatus(step.contributions(0).status()));
+    step.mutable_contributions(0)->clear_status();
+    responses->at(0) = step.SerializeAsString();
+  } else if (method == "ResumeSteps" && resume.ParseFromString(responses->at(0)) &&
+             resume.statuses_size() == 1) {
+    status = wire::ToGrpcStatus(wire::FromRpcStatus(resume.statuses(0)));
+    resume.clear_statuses();
+    responses->at(0) = resume.SerializeAsString();
   } else if (method == "ObserveStream" && one.ParseFromString(responses->at(0))) {
     status = wire::ToGrpcStatus(wire::FromRpcStatus(one.status()));
     one.clear_status();
