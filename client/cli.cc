@@ -31,6 +31,7 @@
 #include "client/report.h"
 #include "client/reshard.h"
 #include "client/slot_map_push.h"
+#include "client/step_report.h"
 #include "common/file.h"
 #include "common/json_string.h"
 #include "common/slot.h"
@@ -498,6 +499,22 @@ int Report(Invocation& in) {
       status = ForHtml(options, committed);
     }
   }
+  return status.ok() ? kExitOk : in.Fail(status);
+}
+
+// The progress of the step-merged sessions under PREFIX ("" = every session), as
+// they stream in (ReadSessions: sharded, every replica's, merged by name). A replica
+// that cannot be read leaves the others' sessions printed, and is named on stderr
+// (kExitIncomplete).
+int Steps(Invocation& in) {
+  const std::string prefix = in.arg_count() > 0 ? in.arg(0) : "";
+  report::StepReport progress(prefix, in.table() ? report::Format::kTable : report::Format::kJson,
+                              in.out());
+  const absl::Status status = in.client().ReadSessions(prefix, [&](const v1::Session& session) {
+    progress.Add(session);
+    return absl::OkStatus();
+  });
+  if (status.ok() || !UnreachableReplicas(status).empty()) progress.Finish();
   return status.ok() ? kExitOk : in.Fail(status);
 }
 
@@ -1093,6 +1110,14 @@ constexpr Command kCommands[] = {
    "uninitialized sessions, then a plot of each other's per-channel or per-block\n"
    "ranges and scales, or of a percentile, entropy or mse session's histogram of\n"
    "|x| (log scale) with its amax and max |x| marked."},
+  {"steps", "[PREFIX]", 0, 1, Steps,
+   "The progress of a training run's step-merged sessions (docs/qat.md): for each\n"
+   "session under PREFIX (all without it), by name, its last applied step, its open\n"
+   "steps with the ranks they wait for, and the steps closed incomplete by their\n"
+   "timeout with the ranks they were closed without; then a summary: sessions,\n"
+   "stepped sessions, the least and greatest last applied step, the sessions with\n"
+   "steps closed incomplete, the ranks missing from them and the ranks the open\n"
+   "steps wait for. A session never stepped shows as such."},
   {"delete", "NAME", 1, 1, Delete, "Delete a session."},
   {"observe", "NAME FILE.npy [FILE.npy ...]", 2, kAny, Observe,
    "One forward of the session per file, in order, all over one stream.\n"

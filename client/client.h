@@ -12,7 +12,7 @@
 // names one session or one scale group carries the name's hashed part (its hash tag,
 // else the whole name; common/slot.h) in the x-qparams-session header, on which the
 // balancer routes it to the owner. Calls over many sessions (ObserveStream,
-// ObserveBatch) and over all sessions or groups (ListSessions, ReadSessions,
+// ObserveBatch, Step, ResumeSteps) and over all sessions or groups (ListSessions, ReadSessions,
 // ListScaleGroups, ReadScaleGroups, ExportSessions) are split into one
 // call per owning replica, each addressed by the x-qparams-replica header, using the
 // topology the client reads with GetTopology at the first such call. A Client of one
@@ -20,9 +20,9 @@
 // call as always. After slots move (docs/sharding.md, "Clients follow a move"), a
 // call a replica refuses naming another owner (FAILED_PRECONDITION with
 // x-qparams-owner) makes the client read the topology again and retry the call once
-// at that owner; ObserveStream and ObserveBatch send the items refused that way
-// again to their owner, answers still in item order; a pinned `replica` never
-// retries elsewhere. The routing is a ReplicaRouter (client/replica_router.h) the
+// at that owner; ObserveStream, ObserveBatch, Step and ResumeSteps send the items
+// refused that way again to their owner, answers still in item order; a pinned
+// `replica` never retries elsewhere. The routing is a ReplicaRouter (client/replica_router.h) the
 // Client composes.
 
 #ifndef QPARAMS_CLIENT_CLIENT_H_
@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -123,6 +124,22 @@ v1::ObserveRequest RangeObservation(const std::string& name, const Shape& input_
 // An ObserveRequest carrying a histogram of |x| binned by the caller (core BinTensor,
 // or merged across ranks) for a percentile, entropy or mse session.
 v1::ObserveRequest HistogramObservation(const std::string& name, const Histogram& histogram);
+
+// A step contribution (docs/qat.md) of the calling rank to step `step` of the
+// step-merged session `name`, for StepRequest.contributions: the whole `tensor`,
+// whose range the server takes.
+v1::StepContribution TensorContribution(const std::string& name, int64_t step,
+                                        const TensorView& tensor);
+
+// The same from the block minima and maxima of the rank's input of `input_shape`,
+// reduced by the caller as for RangeObservation: the same merged range, fewer bytes.
+v1::StepContribution RangeContribution(const std::string& name, int64_t step,
+                                       const Shape& input_shape, const TensorView& min,
+                                       const TensorView& max);
+
+// The same carrying nothing: the rank did not run the session's module in that step
+// (an unrouted expert, a skipped branch), which still counts towards the step.
+v1::StepContribution EmptyContribution(const std::string& name, int64_t step);
 
 class Client {
  public:
@@ -252,6 +269,40 @@ class Client {
   // applied.
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatch(
       const std::vector<v1::ObserveRequest>& requests);
+
+  // Step-merged sessions (docs/qat.md). The server applies a contribution once per
+  // (session, step, rank) and answers a repeat as a `duplicate`, and a read changes
+  // nothing, so both calls below are sent again as ClientOptions says for keyed
+  // observations (backoff, retry_total): a call that failed UNAVAILABLE or UNKNOWN,
+  // or its items refused UNAVAILABLE (a slot being moved). Never DEADLINE_EXCEEDED:
+  // that is a read's answer once its wait is over.
+
+  // One training step of rank request.rank (Step): its contributions, which the
+  // server applies first and in order, then its reads, each waiting until its step
+  // is applied. The answers are one per contribution and one per read, in request
+  // order, each with its own status (e.g. FAILED_PRECONDITION for a contribution of
+  // another shape than the session's, or a read of a step no longer kept).
+  // `timeout` bounds the whole call, retries included, from now (unset:
+  // ClientOptions::timeout): how long the reads may wait for the slowest rank. A
+  // read still waiting then makes the call DEADLINE_EXCEEDED; its contributions were
+  // applied, and the same request sent again is answered `duplicate`, its reads
+  // answered once their steps apply. INVALID_ARGUMENT for a timeout <= 0, and from
+  // the server for a bad step_timeout or too many items. Sharded: one call per
+  // owning replica, concurrently, so that reads waiting at one replica hold back no
+  // contribution to another; items refused naming another owner are sent there at
+  // once. If a call still fails after its retries, its status is returned (the
+  // first by replica name, naming the replica), the other calls' contributions
+  // applied.
+  absl::StatusOr<v1::StepResponse> Step(const v1::StepRequest& request,
+                                        std::optional<absl::Duration> timeout = std::nullopt);
+
+  // Restarts step-merged sessions from a job's checkpoint (ResumeSteps): one status
+  // per item, in order. Each attempt has ClientOptions::timeout. Retried as Step is,
+  // which is safe because a resume applied twice leaves what it left once, as long
+  // as no rank contributed to the session in between: a resumed job's ranks
+  // contribute only after this returned. Sharded: split, rerouted and failed as
+  // Step.
+  absl::StatusOr<v1::ResumeStepsResponse> ResumeSteps(const v1::ResumeStepsRequest& request);
 
   // The cached qparams of the session `name`, as get_qparams.
   absl::StatusOr<v1::GetQParamsResponse> GetQParams(const std::string& name);
@@ -383,6 +434,27 @@ class Client {
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests)>;
   absl::StatusOr<std::vector<v1::ObserveResponse>> SendRouted(
       const std::vector<v1::ObserveRequest>& requests, const ReplicaCall& call);
+
+  // The calls over many sessions answered item by item (Step, ResumeSteps; steps.cc).
+  // One call to `replica` ("" = unaddressed) with the items `items` of the caller's
+  // request, and `timeout`: the call's status; when OK, the answers are in the
+  // caller's response. Items of different calls are different answers, so calls may
+  // run concurrently.
+  using ItemCall = std::function<absl::Status(const std::string& replica,
+                                              const std::vector<size_t>& items,
+                                              absl::Duration timeout)>;
+  // The status of item `item`'s answer in the caller's response, to read and to set.
+  using ItemStatus = std::function<v1::RpcStatus*(size_t item)>;
+  // Sends items 0 to names.size() - 1, item i of session names[i], through `call`:
+  // split by owning replica, the parts concurrently, items refused naming another
+  // owner sent there at once, and the items of a call that failed UNAVAILABLE or
+  // UNKNOWN, or refused UNAVAILABLE, sent again as ClientOptions says, each call
+  // with `attempt_timeout` but none past `deadline`. A failed call's items take its
+  // status. OK once the answers are in, else the first failed call's status by
+  // replica name (a topology that could not be read: its error).
+  absl::Status SendItems(const std::vector<std::string>& names, const ItemCall& call,
+                         const ItemStatus& status, absl::Duration attempt_timeout,
+                         absl::Time deadline);
 
   const absl::Duration timeout_;
   const int max_message_bytes_;

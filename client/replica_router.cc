@@ -178,6 +178,17 @@ absl::StatusOr<std::vector<std::string>> ReplicaRouter::SplitReplicas() {
   return (*routing)->replicas();
 }
 
+absl::StatusOr<std::vector<std::string>> ReplicaRouter::Owners(
+    const std::vector<std::string>& names) {
+  absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();
+  if (!routing.ok()) return routing.status();
+  std::vector<std::string> owners;
+  if (*routing == nullptr) return owners;
+  owners.reserve(names.size());
+  for (const std::string& name : names) owners.push_back((*routing)->OwnerOfSession(name));
+  return owners;
+}
+
 absl::StatusOr<ObserveAttempt> ReplicaRouter::Observe(
     const std::vector<const v1::ObserveRequest*>& requests, const ObserveCall& call) {
   absl::StatusOr<std::shared_ptr<const SlotMap>> routing = Routing();

@@ -116,6 +116,12 @@ class ReplicaRouter {
   // after an error the next call reads it again.
   absl::StatusOr<std::vector<std::string>> SplitReplicas();
 
+  // The owner of each of `names`, in order, by the topology read last (read at the
+  // first call as SplitReplicas says, with its errors); empty when calls are not
+  // split (as SplitReplicas), every name then going to replica(). For the calls over
+  // many sessions that the Client splits itself (Step, ResumeSteps).
+  absl::StatusOr<std::vector<std::string>> Owners(const std::vector<std::string>& names);
+
   // Reads the topology again now (a replica refused a call naming another owner):
   // GetTopology's error as SplitReplicas says, the topology read before (if any)
   // then kept, so that split calls still route by it. Nothing for a client pinned

@@ -92,24 +92,6 @@ bool HasRunningRange(const v1::Session& session) {
          session.running_max_size() == session.running_min_size();
 }
 
-// Rows of cells in aligned columns, as the other commands' tables.
-void PrintColumns(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
-  std::vector<size_t> widths;
-  for (const auto& row : rows) {
-    widths.resize(std::max(widths.size(), row.size()));
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  std::string line;
-  for (const auto& row : rows) {
-    line.clear();
-    for (size_t c = 0; c < row.size(); ++c) {
-      absl::StrAppend(&line, row[c]);
-      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
-    }
-    out << line << "\n";
-  }
-}
-
 std::vector<std::string> TableHeader() {
   return {"NAME",   "CALCULATOR", "SPEC",         "OBSERVATIONS", "INITIALIZED", "NON_FINITE",
           "SCALES", "SCALE_MIN",  "SCALE_MEDIAN", "SCALE_MAX",    "MAX/MIN"};
@@ -494,6 +476,23 @@ svg text.amax { fill: #b2182b; }
 )";
 
 }  // namespace
+
+void PrintColumns(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string line;
+  for (const auto& row : rows) {
+    line.clear();
+    for (size_t c = 0; c < row.size(); ++c) {
+      absl::StrAppend(&line, row[c]);
+      if (c + 1 < row.size()) line.append(widths[c] - row[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
 
 std::optional<ScaleSpread> SpreadOf(const v1::Session& session) {
   const RepeatedField<float>& scales = session.qparams().scale();

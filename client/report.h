@@ -45,6 +45,10 @@ inline constexpr absl::string_view kNonFiniteNote =
     "never holds one from its data, and a count above 0 would come from the computation "
     "itself";
 
+// Rows of cells in aligned columns two spaces apart, the first row being the header,
+// as the other commands' tables (the coverage report's, the step report's).
+void PrintColumns(const std::vector<std::vector<std::string>>& rows, std::ostream& out);
+
 // The spread of a session's scales. An infinite scale is a value of the spread (inf),
 // never left out: a summary of the finite ones alone would hide it, and one of 0s would
 // be false. NaN has no order, so it is counted apart.

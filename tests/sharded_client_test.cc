@@ -754,6 +754,157 @@ TEST_F(ShardedClientTest, ItemsForAnOwnerNotUpYetAreRetriedUntilItIsBack) {
   }
 }
 
+// Ranks 0 and 1 of a data-parallel job, each on a thread of its own through its own
+// client of `ranks`, take steps [first, first + count) of every session of
+// `sessions` with a lag of 0 (each step's reads wait for the other rank): what each
+// rank read, step by step and session by session.
+std::array<std::vector<std::string>, 2> TakeSteps(const std::array<Client*, 2>& ranks,
+                                                  const std::vector<std::string>& sessions,
+                                                  int first, int count) {
+  std::array<std::vector<std::string>, 2> read;
+  std::array<std::thread, 2> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads[rank] = std::thread([&, rank] {
+      for (int step = first; step < first + count; ++step) {
+        v1::StepRequest request;
+        request.set_rank(rank);
+        request.set_world_size(2);
+        request.mutable_step_timeout()->set_seconds(3600);
+        for (size_t i = 0; i < sessions.size(); ++i) {
+          *request.add_contributions() =
+              TensorContribution(sessions[i], step, Values(i + 7 * rank + 13 * step).view());
+          v1::StepRead* r = request.add_reads();
+          r->set_name(sessions[i]);
+          r->set_step(step);
+        }
+        absl::StatusOr<v1::StepResponse> answer = ranks[rank]->Step(request);
+        ASSERT_OK(answer.status());
+        for (const v1::StepContributionResult& c : answer->contributions()) {
+          EXPECT_EQ(c.status().code(), 0) << c.status().message();
+          EXPECT_FALSE(c.duplicate());
+        }
+        for (const v1::StepReadResult& r : answer->reads()) {
+          EXPECT_EQ(r.status().code(), 0) << r.status().message();
+          EXPECT_EQ(r.step(), step);
+          read[rank].push_back(r.qparams().SerializeAsString());
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return read;
+}
+
+// Step over sessions of every replica: each rank's call is split into one call per
+// owner, made at once (a replica's reads waiting for the other rank hold back no
+// other replica's), and both ranks read the same bits, those of one server. ResumeSteps
+// is split the same way. After the slot map changes under clients that read it
+// before, the old owner refuses their items naming the new one (RpcStatus.owner), and
+// they are sent there.
+TEST_F(ShardedClientTest, StepsSplitByOwnerAndFollowAMovedSlot) {
+  auto create = [](Client& client, const std::string& name) {
+    v1::CreateSessionRequest request;
+    request.set_name(name);
+    request.set_calculator("moving_average");
+    request.mutable_spec()->set_target(v1::ACTIVATION);
+    return client.CreateSession(request).status();
+  };
+  std::array<std::vector<std::string>, 2> expected;
+  {
+    std::unique_ptr<TestServer> single = TestServer::Start();
+    ASSERT_NE(single, nullptr);
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> rank0, Client::Connect(single->address()));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> rank1, Client::Connect(single->address()));
+    for (const std::string& name : names_) ASSERT_OK(create(*rank0, name));
+    expected = TakeSteps({rank0.get(), rank1.get()}, names_, 0, 2);
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> rank0, Client::Connect(target_));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> rank1, Client::Connect(target_));
+  for (const std::string& name : names_) ASSERT_OK(create(*rank0, name));
+  const std::array<std::vector<std::string>, 2> read =
+      TakeSteps({rank0.get(), rank1.get()}, names_, 0, 2);
+  ASSERT_EQ(read[0].size(), 2 * names_.size());
+  EXPECT_EQ(read[0], read[1]);
+  EXPECT_EQ(read[0], expected[0]);
+  std::set<std::string> owners;
+  for (const std::string& name : names_) owners.insert(map_->OwnerOfSession(name));
+  EXPECT_EQ(owners.size(), kReplicas.size());
+
+  // Every session restarted from an empty checkpoint, whichever replica owns it.
+  v1::ResumeStepsRequest resume;
+  for (const std::string& name : names_) {
+    v1::ResumeItem* item = resume.add_items();
+    item->set_name(name);
+    item->set_next_step(0);
+  }
+  ASSERT_OK_AND_ASSIGN(const v1::ResumeStepsResponse resumed, rank0->ResumeSteps(resume));
+  ASSERT_EQ(resumed.statuses_size(), static_cast<int>(names_.size()));
+  for (size_t i = 0; i < names_.size(); ++i) {
+    EXPECT_EQ(resumed.statuses(i).code(), 0) << names_[i] << ": " << resumed.statuses(i).message();
+    ASSERT_OK_AND_ASSIGN(const v1::Session session, rank0->GetSession(names_[i]));
+    EXPECT_EQ(session.steps().last_applied_step(), -1) << names_[i];
+  }
+
+  // A read waiting at one replica holds back no contribution to another: rank 0
+  // reads `a` (on r0), which waits for rank 1's contribution to it, which rank 1
+  // makes only once its read of `b` (on r1) returned, which waits for rank 0's
+  // contribution to `b`, in the same call as rank 0's read.
+  std::string a, b;
+  for (const std::string& name : names_) {
+    if (a.empty() && map_->OwnerOfSession(name) == "r0") a = name;
+    if (b.empty() && map_->OwnerOfSession(name) == "r1") b = name;
+  }
+  auto step0 = [](int rank, std::vector<std::string> contribute, std::vector<std::string> read) {
+    v1::StepRequest request;
+    request.set_rank(rank);
+    request.set_world_size(2);
+    for (const std::string& name : contribute) {
+      *request.add_contributions() = TensorContribution(name, 0, Values(rank).view());
+    }
+    for (const std::string& name : read) {
+      v1::StepRead* r = request.add_reads();
+      r->set_name(name);
+      r->set_step(0);
+    }
+    return request;
+  };
+  absl::StatusOr<v1::StepResponse> rank0_read;
+  std::thread rank0_step([&] {
+    rank0_read = rank0->Step(step0(0, {a, b}, {a}), absl::Seconds(10));
+  });
+  const absl::StatusOr<v1::StepResponse> rank1_read =
+      rank1->Step(step0(1, {b}, {b}), absl::Seconds(10));
+  EXPECT_OK(rank1->Step(step0(1, {a}, {})).status());  // whatever happened: rank 0 can go on
+  rank0_step.join();
+  ASSERT_OK(rank1_read.status());
+  EXPECT_EQ(rank1_read->reads(0).step(), 0) << rank1_read->reads(0).status().message();
+  ASSERT_OK(rank0_read.status());
+  EXPECT_EQ(rank0_read->reads(0).step(), 0) << rank0_read->reads(0).status().message();
+
+  // r0's slots go to r1; sessions of those slots made afresh there, through r0's
+  // refusals. The ranks' clients still route by the map they read first.
+  ASSERT_NO_FATAL_FAILURE(GiveEveryReplica(kR0MovedToR1));
+  std::vector<std::string> moved;
+  for (int i = 0; moved.size() < 4; ++i) {
+    const std::string name = absl::StrCat("cc/moved", i);
+    if (map_->OwnerOfSession(name) == "r0") moved.push_back(name);
+  }
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> creator, Client::Connect(target_));
+  for (const std::string& name : moved) ASSERT_OK(create(*creator, name));
+  const int64_t on_r1 = replicas_[1]->server().engine().session_count();
+  const std::array<std::vector<std::string>, 2> after =
+      TakeSteps({rank0.get(), rank1.get()}, moved, 0, 2);
+  ASSERT_EQ(after[0].size(), 2 * moved.size());
+  EXPECT_EQ(after[0], after[1]);
+  EXPECT_EQ(replicas_[1]->server().engine().session_count(), on_r1);
+  for (const std::string& name : moved) {
+    ASSERT_OK_AND_ASSIGN(const v1::Session session, creator->GetSession(name));
+    EXPECT_EQ(session.steps().last_applied_step(), 1) << name;
+  }
+  ASSERT_OK_AND_ASSIGN(const v1::Topology now, rank0->GetTopology());
+  EXPECT_EQ(now.epoch(), 1);
+}
+
 // HAProxy's map changed through its runtime API, no reload: qparams-cli's library
 // pushes a map to every replica and then to HAProxy (prepare, add, commit map),
 // after which HAProxy routes a moved slot straight to its new owner; a spare backend
