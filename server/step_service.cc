@@ -1,6 +1,7 @@
 // QParamsServiceImpl's training steps (docs/qat.md): Step, whose reads wait for their
 // step without holding a thread, and ResumeSteps.
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -139,6 +140,9 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
     if (!outcome.ok()) {
       service_->LogFailure(context_, "Step", outcome.status());
       *result->mutable_status() = ItemStatus(outcome.status(), what);
+      auto [refusal, fresh] = refused_.try_emplace(c.name(), c.step(), outcome.status());
+      if (!fresh && c.step() < refusal->second.first)
+        refusal->second = {c.step(), outcome.status()};
       return;
     }
     result->set_duplicate(outcome->duplicate);
@@ -153,6 +157,20 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
                                         "step: ", read.step(), " is negative (or set latest)"))));
     }
     if (read.latest()) return Answered(Read(i));
+    // A read that waits for this rank's own refused contribution would wait in vain:
+    // it answers with the refusal (UNAVAILABLE for a slot being moved: retry both).
+    if (auto refusal = refused_.find(read.name());
+        refusal != refused_.end() && read.step() >= refusal->second.first) {
+      const absl::Status& why = refusal->second.second;
+      absl::Status status(
+          why.code(),
+          absl::StrCat("not read as of step ", read.step(), ": this call's contribution to step ",
+                       refusal->second.first, " was refused: ", why.message()));
+      if (auto owner = why.GetPayload(kOwnerPayload); owner.has_value()) {
+        status.SetPayload(kOwnerPayload, *owner);
+      }
+      return Answered(ReadResult(i, status));
+    }
     std::shared_ptr<Call> call = call_;
     auto ready = [call, engine = service_->engine_, tenant = tenant_, read, i] {
       std::pair<int, v1::StepReadResult> answer{i, ReadNow(*engine, tenant, read)};
@@ -245,6 +263,9 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
   grpc::CallbackServerContext* const context_;
   const v1::StepRequest* const request_;
   std::string tenant_;
+  // The sessions whose contribution in this call was refused: the lowest such step
+  // and its refusal. Written by Start's contributions, read by its reads.
+  std::map<std::string, std::pair<int64_t, absl::Status>> refused_;
   const std::shared_ptr<Call> call_;
 };
 

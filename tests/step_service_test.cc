@@ -301,6 +301,21 @@ TEST_F(StepService, BadContributionsAreRefusedNamingTheField) {
   EXPECT_TRUE(absl::StrContains(status.error_message(), "step_timeout")) << status.error_message();
 }
 
+// A read waiting for the caller's own refused contribution would wait in vain: it is
+// answered at once with the refusal.
+TEST_F(StepService, AReadAfterItsOwnRefusedContributionAnswersAtOnce) {
+  Create("qat/own");
+  const Call call = StepCall(*stub_, "qat/own", 0, 0, 1,
+                             {1, std::numeric_limits<float>::infinity()}, 0, absl::Seconds(30));
+  ASSERT_TRUE(call.status.ok()) << call.status.error_message();
+  EXPECT_EQ(call.response.contributions(0).status().code(),
+            static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  const v1::RpcStatus& read = call.response.reads(0).status();
+  EXPECT_EQ(read.code(), static_cast<int>(StatusCode::INVALID_ARGUMENT));
+  EXPECT_TRUE(absl::StrContains(read.message(), "contribution to step 0 was refused"))
+      << read.message();
+}
+
 TEST_F(StepService, ATimedOutStepNamesTheMissingRank) {
   Create("qat/t");
   v1::StepRequest request;
