@@ -21,6 +21,8 @@ Each page runs in document order, in a fresh temporary directory of its own:
     such blocks, since nothing else runs them);
   * a ```python NAME block is the script NAME, not run with the page: the data-parallel
     script of docs/python.md runs under torchrun with two ranks, as its command says.
+    docs/qat.md's torchrun command runs examples/qat_torchrun.py likewise, and again
+    interrupted and resumed from its checkpoint.
 Sessions a page leaves behind are deleted after it."""
 
 from __future__ import annotations
@@ -219,3 +221,38 @@ def test_data_parallel_script_runs_under_torchrun(server, client, tmp_path) -> N
     assert q.zero_point.ravel().tolist() == zero_point.tolist()
     for s in client.list_sessions("dp/"):
         client.delete_session(s.name)
+
+
+def test_qat_example_runs_under_torchrun_and_resumes_bit_identically(server, client,
+                                                                      tmp_path) -> None:
+    """docs/qat.md's torchrun command of examples/qat_torchrun.py, as printed; then the
+    same job interrupted after step 23 (its last checkpoint at step 20) and started
+    again, which resumes and ends with the uninterrupted job's qparams and accuracy."""
+    page = REPO / "docs/qat.md"
+    command = next(body for info, body, _ in fences(page)
+                   if info.startswith("sh") and "qat_torchrun.py" in body).split()
+    assert command[0].startswith("QPARAMS_TARGET=")
+    assert command[1:4] == ["python3", "-m", "torch.distributed.run"]
+    script = command.index("examples/qat_torchrun.py")
+    argv = [sys.executable, *command[2:script], str(REPO / "examples/qat_torchrun.py"),
+            *command[script + 1:]]
+    env = {**os.environ, "QPARAMS_TARGET": server.target}
+
+    def launch(*extra: str) -> list[str]:
+        run = subprocess.run(argv + list(extra), cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return [line.split(":", 1)[1] for line in run.stdout.splitlines()
+                if line.startswith("[default0]:")]
+
+    whole = launch()
+    final = whole[-1]
+    assert re.fullmatch(r"int8 accuracy (0\.\d{3}), qparams [0-9a-f]{16}", final), whole
+    assert float(final.split()[2].rstrip(",")) > 0.9
+    interrupted = ["--prefix=job43/", "--checkpoint=interrupted.pt"]
+    assert launch(*interrupted, "--stop-after=23")[-1] == "stopped after step 23"
+    resumed = launch(*interrupted)
+    assert resumed[0] == "resumed at step 20" and resumed[-1] == final
+    for prefix in ("job42/", "job43/"):
+        for s in client.list_sessions(prefix):
+            client.delete_session(s.name)

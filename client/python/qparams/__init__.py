@@ -29,6 +29,8 @@ from qparams._export import is_e4m3
 from qparams._histogram import Calibration, Histogram, canonical_exponent, local_histogram
 from qparams._results import GroupMember, GroupQParams, ObserveResult, QParams, ScaleGroup
 from qparams._spec import block_shape, granularity, quant_spec
+from qparams._steps import (StepContribution, StepContributionResult, StepRead, StepReadResult,
+                            StepResult)
 from qparams.client import DEFAULT_TARGET, Client
 from qparams.v1 import qparams_pb2 as pb
 
@@ -38,7 +40,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "DEFAULT_TARGET", "QParams", "ObserveResult", "ScaleGroup", "GroupMember",
-    "GroupQParams", "quant_spec", "granularity",
+    "GroupQParams", "quant_spec", "granularity", "StepContribution", "StepRead",
+    "StepContributionResult", "StepReadResult", "StepResult",
     "Histogram", "Calibration", "local_histogram", "canonical_exponent",
     "block_shape", "is_e4m3", "pb", "QParamsError", "Cancelled", "Unknown", "InvalidArgument",
     "DeadlineExceeded", "NotFound", "AlreadyExists", "PermissionDenied", "ResourceExhausted",

@@ -17,7 +17,8 @@ import numpy as np
 from qparams._spec import block_shape
 from qparams.v1 import qparams_pb2 as pb
 
-__all__ = ["TensorLike", "is_torch_tensor", "fill_tensor", "range_request", "tensor_request"]
+__all__ = ["TensorLike", "is_torch_tensor", "fill_tensor", "block_ranges", "fill_range",
+           "range_request", "tensor_request"]
 
 #: A numpy array (float32, float16, float64) or a torch tensor (float32, float16,
 #: bfloat16, float64; any device, any strides).
@@ -136,6 +137,38 @@ def tensor_request(name: str, x: TensorLike, dtype: int | None = None) -> pb.Obs
     return request
 
 
+def _block_of(x: TensorLike, spec: pb.QuantSpec) -> tuple[int, ...] | None:
+    """The block shape `spec` gives x, None where it does not fit (or x is empty)."""
+    shape = tuple(int(s) for s in x.shape)
+    return block_shape(spec.granularity, spec.target, shape) if shape and math.prod(shape) \
+        else None
+
+
+def block_ranges(x: TensorLike, spec: pb.QuantSpec) -> tuple[Any, Any, list[int]] | None:
+    """The minima and maxima of x's blocks under the resolved `spec`, computed where x
+    lives (torch: amin/amax on its device), and N, the block counts per dim; None
+    where the granularity does not fit x (no elements, a rank or block size it does
+    not divide): the caller then sends x whole and the server reports why. The one
+    reduction of a tensor to its range (observe, compute, step contributions)."""
+    block = _block_of(x, spec)
+    return None if block is None else _block_ranges(x, block)
+
+
+def fill_range(r: pb.RangeObservation, input_shape: Sequence[int], lo: Any, hi: Any,
+               counts: Sequence[int], dtype: int | None = None) -> bool:
+    """Sets the empty message `r` (a field of the request: filled in place) to the block
+    minima `lo` and maxima `hi` (of N = `counts`) of an input of `input_shape`, in the
+    wire dtype `dtype` (default: lo's). Returns whether every value is finite (a
+    caller that wants the tensor's own error sends the tensor instead)."""
+    dtype = _wire_dtype(lo) if dtype is None else dtype
+    lo_bytes, hi_bytes = _raw_bytes(lo), _raw_bytes(hi)
+    r.input_shape[:] = [int(s) for s in input_shape]
+    for tensor, data in ((r.min, lo_bytes), (r.max, hi_bytes)):
+        tensor.dtype, tensor.data = dtype, data
+        tensor.shape[:] = counts
+    return _finite(lo_bytes, dtype) and _finite(hi_bytes, dtype)
+
+
 def range_request(name: str, x: TensorLike, spec: pb.QuantSpec, reduce: str) -> pb.ObserveRequest:
     """The ObserveRequest for x on a session whose resolved spec is `spec`.
 
@@ -148,22 +181,14 @@ def range_request(name: str, x: TensorLike, spec: pb.QuantSpec, reduce: str) -> 
     dtype = _wire_dtype(x)
     if reduce == "never":
         return tensor_request(name, x, dtype)
-    shape = tuple(int(s) for s in x.shape)
-    numel = math.prod(shape)
-    block = block_shape(spec.granularity, spec.target, shape) if shape and numel else None
+    block = _block_of(x, spec)
     if block is None:
         return tensor_request(name, x, dtype)
-    blocks = numel // math.prod(block)
-    if reduce == "auto" and 2 * blocks >= numel:
+    numel = math.prod(int(s) for s in x.shape)
+    if reduce == "auto" and 2 * (numel // math.prod(block)) >= numel:
         return tensor_request(name, x, dtype)
     lo, hi, counts = _block_ranges(x, block)
-    lo_bytes, hi_bytes = _raw_bytes(lo), _raw_bytes(hi)
-    if not (_finite(lo_bytes, dtype) and _finite(hi_bytes, dtype)):
-        return tensor_request(name, x, dtype)
     request = pb.ObserveRequest(name=name)
-    r = request.range  # filled in place: a Tensor passed to a constructor is copied
-    r.input_shape[:] = shape
-    for tensor, data in ((r.min, lo_bytes), (r.max, hi_bytes)):
-        tensor.dtype, tensor.data = dtype, data
-        tensor.shape[:] = counts
+    if not fill_range(request.range, x.shape, lo, hi, counts, dtype):
+        return tensor_request(name, x, dtype)
     return request

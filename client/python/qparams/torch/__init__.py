@@ -62,20 +62,40 @@ block ranges) and inputs into NVFP4 sessions with GLOBAL_AMAX groups of those, a
 writes the compressed-tensors or ModelOpt checkpoint of the server's export
 (read_checkpoint dequantizes one).
 
+Quantization-aware training on data-parallel ranks: RemoteFakeQuantize is a torch.ao
+fake-quantize module (FakeQuantize's contract, for prepare_qat and prepare_qat_fx)
+whose running range is a step-merged session; QATRun drives a training loop's modules
+with one Step call per rank per step, so that every rank fake-quantizes with the same
+qparams, bit for bit one process's on the global batch, and restarts from a
+checkpoint bit-identically (docs/qat.md, "Training with RemoteFakeQuantize"):
+
+    qconfig = QConfig(activation=RemoteFakeQuantize.with_args(dtype=torch.quint8),
+                      weight=RemoteFakeQuantize.with_args(
+                          dtype=torch.qint8, qscheme=torch.per_tensor_symmetric))
+    prepared = prepare_qat(model)              # model.qconfig = qconfig
+    run = QATRun(client, prepared, prefix="job42/", lag=1)
+    for s, batch in enumerate(batches):
+        run.step(s)                            # before the step's forward
+        ...                                    # forward, backward, optimizer step
+    run.finish()
+    quantized = convert(prepared.eval())
+
 Errors of background observations are raised by the next forward, flush or
 calculate_qparams of an observer using the same client, once, naming the session.
 """
 
+from qparams.torch._fake_quantize import RemoteFakeQuantize
 from qparams.torch._fused import (EXPERT_INPUTS, FUSED_SIBLINGS, FusedGroup, FusedGroups,
                                   find_fused_groups)
 from qparams.torch._naming import parameter_names
 from qparams.torch._nvfp4 import NVFP4Calibration, NVFP4Checkpoint, read_checkpoint
 from qparams.torch._observer import RemoteObserver, name_observers
 from qparams.torch._onnx import onnx_tensor_names
+from qparams.torch._qat_run import QATRun
 from qparams.torch._registry import (close_clients, default_run, delete_run, flush_all,
                                      shared_client)
 
-__all__ = ["RemoteObserver", "name_observers", "onnx_tensor_names", "parameter_names",
+__all__ = ["RemoteObserver", "name_observers", "RemoteFakeQuantize", "QATRun", "onnx_tensor_names", "parameter_names",
            "shared_client", "flush_all", "close_clients", "default_run", "delete_run",
            "find_fused_groups", "FusedGroup", "FusedGroups", "FUSED_SIBLINGS", "EXPERT_INPUTS",
            "NVFP4Calibration", "NVFP4Checkpoint", "read_checkpoint"]

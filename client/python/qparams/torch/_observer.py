@@ -680,51 +680,66 @@ class RemoteObserver(UniformQuantizationObserverBase):
 
     def _check(self, session: pb.Session, rank: int | None) -> None:
         """Raises AlreadyExists if the existing `session` is not the one asked for."""
-        want, have = self._spec, session.spec
-        diffs: list[tuple[str, Any, Any]] = []
-        calculator = self._resolved_calculator()
-        if session.calculator != calculator:
-            diffs.append(("calculator", session.calculator, calculator))
-        if have.dtype != _canonical_dtype(want.dtype):
-            diffs.append(("dtype", have.dtype, _canonical_dtype(want.dtype)))
-        if have.qscheme != (want.qscheme or pb.SYMMETRIC):
-            diffs.append(("qscheme", pb.QScheme.Name(have.qscheme).lower(),
-                          pb.QScheme.Name(want.qscheme or pb.SYMMETRIC).lower()))
-        if not _same_granularity(want.granularity, have.granularity, rank):
-            diffs.append(("granularity", granularity_text(have.granularity),
-                          granularity_text(want.granularity)))
-        if have.target != (want.target or pb.WEIGHT):
-            diffs.append(("target", pb.Target.Name(have.target).lower(),
-                          pb.Target.Name(want.target or pb.WEIGHT).lower()))
-        if want.HasField("quant_min") and \
-                (have.quant_min, have.quant_max) != (want.quant_min, want.quant_max):
-            diffs.append(("quant_min/quant_max", (have.quant_min, have.quant_max),
-                          (want.quant_min, want.quant_max)))
-        if want.float_range != have.float_range:
-            diffs.append(("float_range", str(have.float_range).strip() or "unset",
-                          str(want.float_range).strip() or "unset"))
-        if want.scale_dtype and _SCALE_ALIASES.get(want.scale_dtype, want.scale_dtype) \
-                != have.scale_dtype:
-            diffs.append(("scale_dtype", have.scale_dtype or "unset", want.scale_dtype))
-        if want.range_calculator and want.range_calculator != have.range_calculator:
-            diffs.append(("range_calculator", have.range_calculator, want.range_calculator))
-        if calculator == "moving_average" and self.averaging_constant is not None \
-                and session.averaging_constant != float(self.averaging_constant):
-            diffs.append(("averaging_constant", session.averaging_constant,
-                          self.averaging_constant))
-        if self.histogram is not None:
-            for key, value in histogram_params(self.histogram).ListFields():
-                if getattr(session.histogram, key.name) != value:
-                    diffs.append((f"histogram {key.name}", getattr(session.histogram, key.name),
-                                  value))
+        diffs = spec_differences(session, self._spec, self._resolved_calculator(),
+                                 self.averaging_constant, self.histogram, rank)
         if diffs:
-            text = "; ".join(f"{field} is {h!r}, not the requested {w!r}" for field, h, w in diffs)
-            error = AlreadyExists(
-                f"session {self._name!r} already exists with another spec: {text}. Delete it "
-                "(Client.delete_session), or give this observer another name or run")
-            error.session = self._name
-            raise error
+            raise already_exists_with_another_spec(self._name, diffs)
 
+
+def spec_differences(session: pb.Session, want: pb.QuantSpec, calculator: str,
+                     averaging_constant: float | None, histogram: Mapping[str, Any] | None,
+                     rank: int | None) -> list[tuple[str, Any, Any]]:
+    """(field, the session's, the requested) for every way the existing `session`
+    differs from the one asked for: the spec `want` (its unset fields are the
+    server's to default), the resolved `calculator`, moving_average's constant and a
+    histogram calculator's parameters; `rank`, the input's rank if known, relates
+    negative axes to positive ones."""
+    have = session.spec
+    diffs: list[tuple[str, Any, Any]] = []
+    if session.calculator != calculator:
+        diffs.append(("calculator", session.calculator, calculator))
+    if have.dtype != _canonical_dtype(want.dtype):
+        diffs.append(("dtype", have.dtype, _canonical_dtype(want.dtype)))
+    if have.qscheme != (want.qscheme or pb.SYMMETRIC):
+        diffs.append(("qscheme", pb.QScheme.Name(have.qscheme).lower(),
+                      pb.QScheme.Name(want.qscheme or pb.SYMMETRIC).lower()))
+    if not _same_granularity(want.granularity, have.granularity, rank):
+        diffs.append(("granularity", granularity_text(have.granularity),
+                      granularity_text(want.granularity)))
+    if have.target != (want.target or pb.WEIGHT):
+        diffs.append(("target", pb.Target.Name(have.target).lower(),
+                      pb.Target.Name(want.target or pb.WEIGHT).lower()))
+    if want.HasField("quant_min") and \
+            (have.quant_min, have.quant_max) != (want.quant_min, want.quant_max):
+        diffs.append(("quant_min/quant_max", (have.quant_min, have.quant_max),
+                      (want.quant_min, want.quant_max)))
+    if want.float_range != have.float_range:
+        diffs.append(("float_range", str(have.float_range).strip() or "unset",
+                      str(want.float_range).strip() or "unset"))
+    if want.scale_dtype and _SCALE_ALIASES.get(want.scale_dtype, want.scale_dtype) \
+            != have.scale_dtype:
+        diffs.append(("scale_dtype", have.scale_dtype or "unset", want.scale_dtype))
+    if want.range_calculator and want.range_calculator != have.range_calculator:
+        diffs.append(("range_calculator", have.range_calculator, want.range_calculator))
+    if calculator == "moving_average" and averaging_constant is not None \
+            and session.averaging_constant != float(averaging_constant):
+        diffs.append(("averaging_constant", session.averaging_constant, averaging_constant))
+    if histogram is not None:
+        for key, value in histogram_params(histogram).ListFields():
+            if getattr(session.histogram, key.name) != value:
+                diffs.append((f"histogram {key.name}", getattr(session.histogram, key.name),
+                              value))
+    return diffs
+
+
+def already_exists_with_another_spec(name: str, diffs: list[tuple[str, Any, Any]]
+                                     ) -> AlreadyExists:
+    """The AlreadyExists of a session `name` that exists with another spec (`diffs`,
+    as spec_differences gives them)."""
+    text = "; ".join(f"{field} is {h!r}, not the requested {w!r}" for field, h, w in diffs)
+    return AlreadyExists(
+        f"session {name!r} already exists with another spec: {text}. Delete it "
+        "(Client.delete_session), or give this observer another name or run", session=name)
 
 
 def name_observers(model: torch.nn.Module, run: str | None = None) -> dict[str, RemoteObserver]:
