@@ -85,6 +85,33 @@ absl::StatusOr<StepMerge::Outcome> StepMerge::Contribute(StepContribution c, App
   return Outcome{/*duplicate=*/false, last_applied_};
 }
 
+struct StepMerge::SavedStep::Entry {
+  StepMerge::Pending pending;
+};
+
+bool StepMerge::MayApply(const StepContribution& c) const {
+  if (c.step != last_applied_ + 1) return false;  // later steps wait for this one
+  auto it = pending_.find(c.step);
+  return it == pending_.end() ? c.world_size <= 1 : it->second.count + 1 >= it->second.world_size;
+}
+
+StepMerge::SavedStep StepMerge::Save(int64_t step) const {
+  SavedStep saved;
+  saved.step = step;
+  if (auto it = pending_.find(step); it != pending_.end()) {
+    saved.entry = std::make_shared<const SavedStep::Entry>(SavedStep::Entry{it->second});
+  }
+  return saved;
+}
+
+void StepMerge::Restore(const SavedStep& saved) {
+  if (saved.entry == nullptr) {
+    pending_.erase(saved.step);
+  } else {
+    pending_[saved.step] = saved.entry->pending;
+  }
+}
+
 absl::Status StepMerge::Close(int64_t step, Apply apply) {
   while (last_applied_ < step) {
     auto it = pending_.find(last_applied_ + 1);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -94,8 +95,29 @@ class StepMerge {
   // kMaxStepsAhead ahead of the last applied one, a world size other than the one
   // the step's first contribution declared, a range of another dtype or block count
   // than the step's others, a step already applied that was closed without the rank
-  // (of the last kKeptIncomplete closed incomplete). Apply's error as it is.
+  // (of the last kKeptIncomplete closed incomplete): each checked before anything
+  // changes, so such a refusal changes nothing. Apply's error as it is (the steps
+  // applied before it stay applied: a caller that must not change then works on a
+  // copy).
   absl::StatusOr<Outcome> Contribute(StepContribution c, Apply apply);
+
+  // Whether contributing `c` may apply a step (it may complete the step after the
+  // last applied one). One that may not changes only its own step's open entry, so
+  // a caller can add it in place and take it back with Restore(Save(c.step)) rather
+  // than work on a copy of the whole merge (W - 1 of every W contributions).
+  bool MayApply(const StepContribution& c) const;
+  // Step `step`'s open entry as it is now (none if it is not open), for Restore.
+  class SavedStep {
+   private:
+    friend class StepMerge;
+    struct Entry;
+    int64_t step = 0;
+    std::shared_ptr<const Entry> entry;  // null: the step was not open
+  };
+  SavedStep Save(int64_t step) const;
+  // Puts the saved entry back (removes the step's entry if it was not open). Valid
+  // only while no step has been applied since Save.
+  void Restore(const SavedStep& saved);
 
   // Closes every step up to `step` that is not applied yet with what it has (the
   // timeout: IncompleteStep records the missing ranks; a step nobody contributed to

@@ -424,7 +424,7 @@ class Engine {
   // The step timer's callback: closes the session's steps up to `step` if its slot
   // takes writes (else tries again after `timeout`), then arms its next open step.
   void ExpireStep(const SessionKey& key, int64_t step, absl::Duration timeout);
-  void ArmFirstPending(const SessionKey& key, const Session& session, absl::Duration timeout);
+  void ArmFirstPending(const SessionKey& key, Session& session, absl::Duration timeout);
   // INVALID_ARGUMENT unless 0 <= low <= high < kSlotCount.
   static absl::Status CheckSlotRange(int low, int high);
   // Open's restore of kSlotMovesFile; FAILED_PRECONDITION for a file that does not

@@ -98,10 +98,14 @@ absl::StatusOr<std::optional<StepState>> Engine::Steps(absl::string_view tenant,
   return session->Steps();
 }
 
-void Engine::ArmFirstPending(const SessionKey& key, const Session& session,
-                             absl::Duration timeout) {
-  if (std::optional<int64_t> first = session.FirstPendingStep(); first.has_value()) {
+void Engine::ArmFirstPending(const SessionKey& key, Session& session, absl::Duration timeout) {
+  // The timer's lock is taken only when the session's lowest open step changed.
+  const std::optional<int64_t> first = session.FirstPendingStep();
+  if (!session.ExchangeArmedStep(first)) return;
+  if (first.has_value()) {
     step_timer_->Arm(key, *first, timeout);
+  } else {
+    step_timer_->Disarm(key);
   }
 }
 

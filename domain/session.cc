@@ -80,10 +80,9 @@ absl::Status Session::MutateLocked(
     next_dedupe->Record(*key, next->observation_count());
   }
   const absl::Time update_time = absl::Now();
-  QPARAMS_ASSIGN_OR_RETURN(
-      const uint64_t sequence,
-      log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
-                     next_dedupe ? *next_dedupe : dedupe_, StepsLocked()));
+  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
+                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
+                                          next_dedupe ? *next_dedupe : dedupe_, StepsLocked()));
   QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
   calculator_ = std::move(next);
   if (next_dedupe) dedupe_ = *std::move(next_dedupe);
@@ -97,9 +96,10 @@ absl::StatusOr<ObserveResult> Session::Observe(const Observation& x, bool omit_q
   absl::MutexLock lock(&mu_);
   if (absl::Status live = CheckLive(); !live.ok()) return live;
   if (steps_.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session ", key_.name, " takes step contributions (it is step-merged, docs/qat.md): "
-        "an ordinary observation would make its state depend on arrival order"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", key_.name,
+                     " takes step contributions (it is step-merged, docs/qat.md): "
+                     "an ordinary observation would make its state depend on arrival order"));
   }
   ObserveResult result;
   if (key) {
@@ -243,10 +243,10 @@ absl::StatusOr<StepMerge::Outcome> Session::Contribute(int64_t step, int32_t ran
   absl::MutexLock lock(&mu_);
   QPARAMS_RETURN_IF_ERROR(CheckLive());
   if (AsHistogram(*calculator_) != nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session ", key_.name, " is a ", calculator_->key(),
-        " session; step contributions merge ranges, for static, moving_average and "
-        "global_minmax sessions"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", key_.name, " is a ", calculator_->key(),
+                     " session; step contributions merge ranges, for static, moving_average and "
+                     "global_minmax sessions"));
   }
   if (calculator_->export_mode()) {
     return absl::FailedPreconditionError(
@@ -255,6 +255,26 @@ absl::StatusOr<StepMerge::Outcome> Session::Contribute(int64_t step, int32_t ran
   StepContribution contribution{step, rank, world_size, std::nullopt};
   if (x.has_value()) {
     QPARAMS_ASSIGN_OR_RETURN(contribution.range, calculator_->ReduceRange(*x));
+  }
+  if (steps_.has_value() && !steps_->MayApply(contribution)) {
+    // W - 1 of every W contributions apply nothing: merged in place, and taken back
+    // if the record cannot be written (a refused contribution changes nothing
+    // itself: StepMerge checks before it merges).
+    std::optional<StepMerge::SavedStep> saved;
+    if (log_.keeps_records()) saved = steps_->Save(step);
+    auto nothing_applies = [](int64_t,
+                              const std::optional<ReducedRange>&) -> absl::StatusOr<QParams> {
+      return absl::InternalError("a step applied in place");
+    };
+    absl::StatusOr<StepMerge::Outcome> outcome =
+        steps_->Contribute(std::move(contribution), nothing_applies);
+    if (outcome.ok() && !outcome->duplicate) {
+      if (absl::Status journaled = Journal(*calculator_, *steps_); !journaled.ok()) {
+        outcome = journaled;
+      }
+    }
+    if (!outcome.ok() && saved.has_value()) steps_->Restore(*saved);
+    return outcome;
   }
   // On copies, which replace the session's only once journaled.
   StepMerge next_steps = steps_.value_or(StepMerge());
@@ -290,31 +310,45 @@ std::optional<int64_t> Session::FirstPendingStep() const {
   return steps_->first_pending();
 }
 
+bool Session::ExchangeArmedStep(std::optional<int64_t> step) {
+  const int64_t value = step.value_or(kNoArmedStep);
+  return armed_step_.exchange(value, std::memory_order_relaxed) != value;
+}
+
 std::function<absl::StatusOr<QParams>(int64_t, const std::optional<ReducedRange>&)>
 Session::ApplyTo(StatefulQParamsCalculatorBase& calculator) {
-  return [&calculator](int64_t, const std::optional<ReducedRange>& range)
-             -> absl::StatusOr<QParams> {
-    if (range.has_value()) {
-      QPARAMS_RETURN_IF_ERROR(calculator
-                                  .Forward(Observation::FromRange(range->input_shape,
-                                                                  range->range.min.view(),
-                                                                  range->range.max.view()))
-                                  .status());
-    }
-    return calculator.GetQParams();
-  };
+  return
+      [&calculator](int64_t, const std::optional<ReducedRange>& range) -> absl::StatusOr<QParams> {
+        if (range.has_value()) {
+          QPARAMS_RETURN_IF_ERROR(
+              calculator
+                  .Forward(Observation::FromRange(range->input_shape, range->range.min.view(),
+                                                  range->range.max.view()))
+                  .status());
+        }
+        return calculator.GetQParams();
+      };
+}
+
+absl::Status Session::Journal(const StatefulQParamsCalculatorBase& calculator,
+                              const StepMerge& steps) {
+  const absl::Time update_time = absl::Now();
+  // A log that keeps nothing needs no state exported.
+  if (log_.keeps_records()) {
+    QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
+                             log_.AppendPut(key_, calculator.ExportState(), create_time_,
+                                            update_time, dedupe_, steps.ExportState()));
+    QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
+  }
+  update_time_ = update_time;
+  return absl::OkStatus();
 }
 
 absl::Status Session::CommitSteps(std::unique_ptr<StatefulQParamsCalculatorBase> next,
                                   StepMerge next_steps) {
-  const absl::Time update_time = absl::Now();
-  QPARAMS_ASSIGN_OR_RETURN(const uint64_t sequence,
-                           log_.AppendPut(key_, next->ExportState(), create_time_, update_time,
-                                          dedupe_, next_steps.ExportState()));
-  QPARAMS_RETURN_IF_ERROR(log_.Sync(sequence));
+  QPARAMS_RETURN_IF_ERROR(Journal(*next, next_steps));
   calculator_ = std::move(next);
   steps_ = std::move(next_steps);
-  update_time_ = update_time;
   steps_applied_.SignalAll();
   return absl::OkStatus();
 }
@@ -347,10 +381,9 @@ absl::StatusOr<Session::StepRead> Session::AwaitStep(int64_t step, absl::Time de
   while (!ready() && !steps_applied_.WaitWithDeadline(&mu_, deadline)) {
   }
   if (!ready()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("step ", step, " of session ", key_.name,
-                     " is not applied yet (the last applied is ", steps_->last_applied(),
-                     "); a rank may be late, or gone until its step timeout"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "step ", step, " of session ", key_.name, " is not applied yet (the last applied is ",
+        steps_->last_applied(), "); a rank may be late, or gone until its step timeout"));
   }
   return ReadLocked(step);
 }
@@ -394,10 +427,10 @@ absl::StatusOr<std::string> Session::Checkpoint(int64_t step) const {
   absl::ReaderMutexLock lock(&mu_);
   QPARAMS_RETURN_IF_ERROR(CheckLive());
   if (!steps_.has_value() || steps_->last_applied() != step) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session ", key_.name, ": a checkpoint is of the last applied step (",
-        steps_.has_value() ? steps_->last_applied() : -1, "), not step ", step,
-        "; take it before any rank contributes to the next step"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", key_.name, ": a checkpoint is of the last applied step (",
+                     steps_.has_value() ? steps_->last_applied() : -1, "), not step ", step,
+                     "; take it before any rank contributes to the next step"));
   }
   return EncodeSession(key_, calculator_->ExportState(), create_time_, update_time_)
       .SerializeAsString();
@@ -417,8 +450,7 @@ absl::Status Session::Resume(int64_t next_step, absl::string_view checkpoint) {
     }
     absl::StatusOr<DecodedSession> decoded = DecodeSession(record);
     if (!decoded.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint: ", decoded.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: ", decoded.status().message()));
     }
     if (decoded->key.name != key_.name) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -429,9 +461,9 @@ absl::Status Session::Resume(int64_t next_step, absl::string_view checkpoint) {
   absl::MutexLock lock(&mu_);
   QPARAMS_RETURN_IF_ERROR(CheckLive());
   if (AsHistogram(*calculator_) != nullptr || calculator_->export_mode()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session ", key_.name, " takes no steps (a ", calculator_->key(),
-        calculator_->export_mode() ? " session in export mode)" : " session)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", key_.name, " takes no steps (a ", calculator_->key(),
+                     calculator_->export_mode() ? " session in export mode)" : " session)"));
   }
   CalculatorState current = calculator_->ExportState();
   if (restored == nullptr) {

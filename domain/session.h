@@ -137,6 +137,10 @@ class Session {
   absl::StatusOr<int> CloseSteps(int64_t step, Counter* closed_incomplete = nullptr);
   // The lowest step with a contribution not applied yet, if any.
   std::optional<int64_t> FirstPendingStep() const;
+  // Records `step` as the one the engine's step timer holds for the session (unset:
+  // none); whether that changed it. The engine's bookkeeping, kept here so that a
+  // contribution that leaves the lowest open step as it was takes no timer lock.
+  bool ExchangeArmedStep(std::optional<int64_t> step);
   // The qparams as of step `step` (unset: the latest applied), and the step they
   // follow; qparams unset if that step is not applied yet (or none is).
   // FAILED_PRECONDITION for a step older than the kept ones, or a session that never
@@ -222,6 +226,10 @@ class Session {
   // A step's application to `calculator` (a copy): the forward of its merged range.
   static std::function<absl::StatusOr<QParams>(int64_t, const std::optional<ReducedRange>&)>
   ApplyTo(StatefulQParamsCalculatorBase& calculator);
+  // Appends the session's record with `calculator` and `steps` (if the log keeps
+  // records) as durably as the log promises, and sets the update time.
+  absl::Status Journal(const StatefulQParamsCalculatorBase& calculator, const StepMerge& steps)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Journals `next` and `next_steps` and puts them in place.
   absl::Status CommitSteps(std::unique_ptr<StatefulQParamsCalculatorBase> next,
                            StepMerge next_steps) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -244,6 +252,8 @@ class Session {
   const absl::Time create_time_;
   SessionLog& log_;
   mutable std::atomic<int64_t> last_access_ns_;
+  std::atomic<int64_t> armed_step_{kNoArmedStep};  // ExchangeArmedStep
+  static constexpr int64_t kNoArmedStep = -1;
   mutable absl::Mutex mu_;
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator_ ABSL_GUARDED_BY(mu_);
   absl::Time update_time_ ABSL_GUARDED_BY(mu_);

@@ -19,9 +19,34 @@ StepTimer::~StepTimer() {
 void StepTimer::Arm(const SessionKey& key, int64_t step, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + timeout;
-  if (!armed_.try_emplace(std::make_tuple(key.tenant, key.name, step), deadline).second) return;
+  Key session(key.tenant, key.name);
+  auto [it, fresh] = armed_.try_emplace(session, Armed{step, deadline});
+  if (!fresh) {
+    if (it->second.step == step) return;
+    EraseDue(session, it->second.deadline);
+    it->second = Armed{step, deadline};
+  }
   due_.emplace(deadline, Entry{key, step, timeout});
   cv_.Signal();  // it may be the earliest now
+}
+
+void StepTimer::Disarm(const SessionKey& key) {
+  absl::MutexLock lock(&mu_);
+  Key session(key.tenant, key.name);
+  auto it = armed_.find(session);
+  if (it == armed_.end()) return;
+  EraseDue(session, it->second.deadline);
+  armed_.erase(it);
+}
+
+void StepTimer::EraseDue(const Key& key, absl::Time deadline) {
+  auto [first, last] = due_.equal_range(deadline);
+  for (auto it = first; it != last; ++it) {
+    if (it->second.key.tenant == key.first && it->second.key.name == key.second) {
+      due_.erase(it);
+      return;
+    }
+  }
 }
 
 int64_t StepTimer::armed() const {
@@ -47,7 +72,7 @@ void StepTimer::Run() {
     while (!due_.empty() && due_.begin()->first <= now) {
       Entry entry = std::move(due_.begin()->second);
       due_.erase(due_.begin());
-      armed_.erase(std::make_tuple(entry.key.tenant, entry.key.name, entry.step));
+      armed_.erase(Key(entry.key.tenant, entry.key.name));
       expired.push_back(std::move(entry));
     }
     mu_.Unlock();

@@ -15,7 +15,7 @@
 #include <map>
 #include <string>
 #include <thread>
-#include <tuple>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -36,11 +36,15 @@ class StepTimer {
   StepTimer(const StepTimer&) = delete;
   StepTimer& operator=(const StepTimer&) = delete;
 
-  // Closes step `step` of `key` at now + `timeout` unless armed already (the first
-  // arming of a step wins: its timeout runs from the step's first contribution).
+  // Closes step `step` of `key` at now + `timeout` unless that step is armed already
+  // (the first arming of a step wins: its timeout runs from the step's first
+  // contribution). A session has at most one armed step, its lowest open one: arming
+  // another replaces it, so a run's applied steps leave nothing behind.
   void Arm(const SessionKey& key, int64_t step, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets `key`'s armed step, if any (it has no open step left).
+  void Disarm(const SessionKey& key) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Armed steps not expired yet (for tests and metrics).
+  // Sessions with an armed step (for tests and metrics).
   int64_t armed() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -49,16 +53,22 @@ class StepTimer {
     int64_t step;
     absl::Duration timeout;
   };
+  struct Armed {
+    int64_t step;
+    absl::Time deadline;
+  };
+  using Key = std::pair<std::string, std::string>;  // (tenant, name)
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes `key`'s entry of due_ due at `deadline`.
+  void EraseDue(const Key& key, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Expire expire_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // an earlier deadline, or stopping
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::multimap<absl::Time, Entry> due_ ABSL_GUARDED_BY(mu_);
-  // (tenant, name, step) of every armed entry, so that a step is armed once.
-  absl::flat_hash_map<std::tuple<std::string, std::string, int64_t>, absl::Time> armed_
-      ABSL_GUARDED_BY(mu_);
+  // Each session's armed step and its deadline (its entry of due_).
+  absl::flat_hash_map<Key, Armed> armed_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -124,6 +124,7 @@ QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
   SetMessageAllocatorFor_Observe(&observe_allocator_);
   SetMessageAllocatorFor_ObserveBatch(&observe_batch_allocator_);
   SetMessageAllocatorFor_Compute(&compute_allocator_);
+  SetMessageAllocatorFor_Step(&step_allocator_);
 }
 
 void QParamsServiceImpl::LogFailure(grpc::CallbackServerContext* context,

@@ -187,6 +187,7 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   ArenaMessageAllocator<v1::ObserveRequest, v1::ObserveResponse> observe_allocator_;
   ArenaMessageAllocator<v1::ObserveBatchRequest, v1::ObserveBatchResponse> observe_batch_allocator_;
   ArenaMessageAllocator<v1::ComputeRequest, v1::ComputeResponse> compute_allocator_;
+  ArenaMessageAllocator<v1::StepRequest, v1::StepResponse> step_allocator_;
 };
 
 }  // namespace qparams

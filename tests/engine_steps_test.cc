@@ -17,7 +17,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "core/registry.h"
 #include "domain/engine.h"
+#include "domain/session.h"
 #include "gtest/gtest.h"
 #include "metrics/metrics.h"
 #include "tests/test_util.h"
@@ -162,6 +164,69 @@ TEST_F(EngineSteps, KindsAndStatesThatCannotMergeStepsRefuseAndChangeNothing) {
   EXPECT_FALSE(steps.has_value()) << "a refused first contribution leaves the session as it was";
   ASSERT_OK(engine->Observe("", "qat/bad", Observation::FromTensor(Vec({1}).view())).status);
   EXPECT_EQ(contributions_.value(), 0u);
+}
+
+// A log whose appends fail on demand (a full disk), counting what it took.
+class FailingLog final : public SessionLog {
+ public:
+  bool fail = false;
+  int puts = 0;
+  bool keeps_records() const override { return true; }
+  absl::StatusOr<uint64_t> AppendPut(const SessionKey&, const CalculatorState&, absl::Time,
+                                     absl::Time, const DedupeWindow&,
+                                     const std::optional<StepState>&) override {
+    if (fail) return absl::UnavailableError("the disk is full");
+    return ++puts;
+  }
+  absl::StatusOr<uint64_t> AppendErase(const SessionKey&) override { return 0; }
+  absl::StatusOr<uint64_t> AppendEviction(const SessionKey&, absl::Time) override { return 0; }
+  absl::StatusOr<uint64_t> AppendGroupCreate(absl::string_view, const ScaleGroupInfo&) override {
+    return 0;
+  }
+  absl::StatusOr<uint64_t> AppendGroupDelete(absl::string_view, absl::string_view) override {
+    return 0;
+  }
+  absl::Status Sync(uint64_t) override { return absl::OkStatus(); }
+  absl::Status health() const override { return absl::OkStatus(); }
+  absl::Status Close() override { return absl::OkStatus(); }
+};
+
+// A contribution whose record cannot be written changes nothing, whether it merged
+// in place (it applies no step) or on a copy (it completes one).
+TEST(SessionSteps, AContributionTheLogRefusesChangesNothing) {
+  FailingLog log;
+  CalculatorOptions options;
+  options.averaging_constant = 0.5;
+  auto calculator = QParamsCalculatorRegistry::Global().CreateStateful(
+      "moving_average", MakeSpec("int8", QScheme::kAsymmetric), options);
+  ASSERT_TRUE(calculator.ok()) << calculator.status();
+  Session session(SessionKey{"", "s"}, *std::move(calculator), log, absl::Now(), absl::Now());
+  auto put = [&](int64_t step, int32_t rank, std::vector<double> values) {
+    const Tensor x = Vec(values);
+    return session.Contribute(step, rank, 3, Observation::FromTensor(x.view()));
+  };
+  ASSERT_TRUE(put(0, 0, {-1, 2}).ok());  // the first: on a copy
+  const std::optional<StepState> one = session.Steps();
+  log.fail = true;
+  for (const auto& [rank, values] :
+       std::vector<std::pair<int32_t, std::vector<double>>>{{1, {-5, 9}}, {1, {0, 1}}}) {
+    EXPECT_EQ(put(0, rank, values).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(put(1, rank, values).status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(session.Steps()->pending.size(), one->pending.size());
+    EXPECT_EQ(session.Steps()->pending[0].contributed, one->pending[0].contributed);
+  }
+  log.fail = false;
+  ASSERT_TRUE(put(0, 1, {-3, 1}).ok());  // in place
+  log.fail = true;
+  EXPECT_EQ(put(0, 2, {-7, 7}).status().code(), absl::StatusCode::kUnavailable);  // on a copy
+  EXPECT_EQ(session.Steps()->last_applied, -1);
+  log.fail = false;
+  ASSERT_TRUE(put(0, 2, {0.5, 0.5}).ok());
+  // Step 0's range is (-3, 2): the refused contributions left nothing behind.
+  const SessionInfo info = session.Info();
+  EXPECT_EQ(info.running_min, std::vector<float>{-3});
+  EXPECT_EQ(info.running_max, std::vector<float>{2});
+  EXPECT_EQ(log.puts, 3);
 }
 
 }  // namespace
