@@ -13,6 +13,9 @@
 // against ones that do not.
 // `--mode group` times GetGroupQParams of a GLOBAL_AMAX group of --members NVFP4
 // weight sessions against a one-member group (bench/group_latency.h).
+// `--mode steps` measures the rate one pinned server core applies step contributions
+// of --ranks ranks to --sessions step-merged sessions, in memory and journaled
+// (bench/step_bench.h).
 
 #include <algorithm>
 #include <filesystem>
@@ -37,6 +40,7 @@
 #include "bench/load_generator.h"
 #include "bench/restart.h"
 #include "bench/session_fill.h"
+#include "bench/step_bench.h"
 #include "client/cli.h"
 #include "common/flags.h"
 #include "domain/engine.h"
@@ -44,7 +48,7 @@
 #include "server/server.h"
 
 ABSL_FLAG(std::string, mode, "observe",
-          "compute, observe, stream, range, memory, restart or group");
+          "compute, observe, stream, range, memory, restart, group or steps");
 ABSL_FLAG(std::string, target, "",
           "host:port of the server to load; empty starts a qparams server in this process");
 ABSL_FLAG(int, concurrency, 1, "Workers, each with its own session, calling back to back");
@@ -86,15 +90,35 @@ ABSL_FLAG(std::string, compare_target, "",
 ABSL_FLAG(bool, compare_full, false,
           "Range mode: also measure Observe of the whole tensor, and the ratio of covered bytes");
 ABSL_FLAG(bool, json, false, "Print one JSON object instead of a table");
-ABSL_FLAG(int64_t, sessions, 100000, "Memory and restart modes: sessions to create");
+ABSL_FLAG(int64_t, sessions, 100000,
+          "Memory and restart modes: sessions to create; steps mode: step-merged sessions "
+          "(modules), at most 10000 (e.g. 200)");
 ABSL_FLAG(int64_t, channels, 1024, "Memory and restart modes: channels of each session");
 ABSL_FLAG(std::string, server_binary, "",
           "Restart mode: the qparams-server binary to fill, kill and restart");
 ABSL_FLAG(int, members, 64, "Group mode: members of the measured GLOBAL_AMAX group");
 ABSL_FLAG(int64_t, calls, 2000, "Group mode: GetGroupQParams calls per group (over --rounds)");
 ABSL_FLAG(std::string, scratch_dir, "/var/tmp",
-          "Restart mode: where the data directory is made (on disk, not tmpfs; it is "
-          "removed afterwards)");
+          "Restart and steps modes: where the data directory is made (on disk, not tmpfs; "
+          "it is removed afterwards)");
+ABSL_FLAG(int, ranks, 8, "Steps mode: the job's ranks (W), each one Step call per step");
+ABSL_FLAG(int, lag, 1,
+          "Steps mode: the call at the start of training step s carries the ranges of "
+          "step s - 1 and reads as of step s - lag (docs/reference/qat.md section 5)");
+ABSL_FLAG(std::string, input_shape, "64,128",
+          "Steps mode: the module input each per_tensor range stands for");
+ABSL_FLAG(std::string, server_cpus, "0",
+          "Steps mode: the CPUs the server process is pinned to (e.g. 0 or 0-1; empty: "
+          "unpinned)");
+ABSL_FLAG(std::string, client_cpus, "1",
+          "Steps mode: the CPUs this process (the ranks) is pinned to; empty: unpinned");
+ABSL_FLAG(std::string, durabilities, "none,batched",
+          "Steps mode: a server per durability, taking turns: none (memory), batched or "
+          "always (journaled to a directory under --scratch_dir)");
+ABSL_FLAG(absl::Duration, step_timeout, absl::ZeroDuration(),
+          "Steps mode: StepRequest.step_timeout; 0 leaves it to the server's --step_timeout");
+ABSL_FLAG(int64_t, engine_steps, 100,
+          "Steps mode: steps of the engine-alone measurement (no gRPC), per durability");
 
 namespace qparams::bench {
 namespace {
@@ -604,13 +628,36 @@ absl::Status RunGroup() {
   return absl::OkStatus();
 }
 
+absl::Status RunSteps() {
+  StepBenchSpec spec;
+  spec.server_binary = absl::GetFlag(FLAGS_server_binary);
+  spec.scratch_dir = absl::GetFlag(FLAGS_scratch_dir);
+  spec.sessions = absl::GetFlag(FLAGS_sessions);
+  spec.ranks = absl::GetFlag(FLAGS_ranks);
+  spec.lag = absl::GetFlag(FLAGS_lag);
+  absl::StatusOr<Shape> shape = ParseShape(absl::GetFlag(FLAGS_input_shape));
+  if (!shape.ok()) return shape.status();
+  spec.input_shape = *shape;
+  spec.calculator = absl::GetFlag(FLAGS_calculator);
+  spec.server_cpus = absl::GetFlag(FLAGS_server_cpus);
+  spec.client_cpus = absl::GetFlag(FLAGS_client_cpus);
+  spec.durabilities = absl::StrSplit(absl::GetFlag(FLAGS_durabilities), ',', absl::SkipEmpty());
+  spec.duration = absl::GetFlag(FLAGS_duration);
+  spec.warmup = absl::GetFlag(FLAGS_warmup);
+  spec.rounds = absl::GetFlag(FLAGS_rounds);
+  spec.engine_steps = absl::GetFlag(FLAGS_engine_steps);
+  spec.step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  return RunStepBench(spec, absl::GetFlag(FLAGS_json));
+}
+
 }  // namespace
 }  // namespace qparams::bench
 
 int main(int argc, char** argv) {
   qparams::TuneProcessForServing();
   absl::SetProgramUsageMessage(
-      "qparams-bench --mode=observe|compute|stream|range|memory|restart|group [--target=HOST:PORT] "
+      "qparams-bench --mode=observe|compute|stream|range|memory|restart|group|steps "
+      "[--target=HOST:PORT] "
       "[--compare-echo] ...");
   // Accepts --compare-echo for --compare_echo (and so on) as ghz-style spellings.
   std::vector<std::string> args(argv, argv + argc);
@@ -632,6 +679,8 @@ int main(int argc, char** argv) {
     status = qparams::bench::RunRestart();
   } else if (mode == "group") {
     status = qparams::bench::RunGroup();
+  } else if (mode == "steps") {
+    status = qparams::bench::RunSteps();
   } else if (absl::StatusOr<qparams::bench::Mode> load = qparams::bench::ParseMode(mode);
              load.ok()) {
     status = qparams::bench::RunLoad(*load);

@@ -1,11 +1,7 @@
 #include "bench/restart.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -20,86 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/child_process.h"
 #include "core/status_macros.h"
-
-extern char** environ;
 
 namespace qparams::bench {
 namespace {
-
-// A child process spawned with `argv`; its stderr can be read line by line
-// (`capture_stderr`) and its stdout can go to /dev/null. Killed (SIGKILL) and reaped
-// when destroyed, if still running.
-class Child {
- public:
-  static absl::StatusOr<std::unique_ptr<Child>> Spawn(std::vector<std::string> argv,
-                                                      bool capture_stderr, bool stdout_to_null) {
-    std::unique_ptr<Child> child(new Child());
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    int fds[2] = {-1, -1};
-    if (capture_stderr && pipe2(fds, O_CLOEXEC) != 0) {
-      return absl::ErrnoToStatus(errno, "cannot make a pipe");
-    }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    if (capture_stderr) posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-    if (stdout_to_null) {
-      posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-    }
-    const int spawned = posix_spawn(&child->pid_, args[0], &actions, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (capture_stderr) {
-      close(fds[1]);
-      child->log_ = fdopen(fds[0], "r");
-    }
-    if (spawned != 0) {
-      child->pid_ = -1;
-      return absl::ErrnoToStatus(spawned, absl::StrCat("cannot start ", argv[0]));
-    }
-    return child;
-  }
-
-  ~Child() {
-    if (pid_ > 0) Stop(SIGKILL).IgnoreError();
-    if (log_ != nullptr) fclose(log_);
-  }
-
-  pid_t pid() const { return pid_; }
-
-  // Reads the log up to the first line containing `text`, and returns that line.
-  // Errors: the log ends first (the process exited), with the last lines read.
-  absl::StatusOr<std::string> WaitForLine(absl::string_view text) {
-    char buffer[4096];
-    std::string seen;
-    while (fgets(buffer, sizeof buffer, log_) != nullptr) {
-      if (absl::StrContains(buffer, text)) return std::string(buffer);
-      seen = buffer;
-    }
-    return absl::UnavailableError(
-        absl::StrCat("the server exited before logging \"", text, "\"; last line: ", seen));
-  }
-
-  // Sends `signal` and reaps the process; its exit code (or 128 + the signal).
-  absl::StatusOr<int> Stop(int signal) {
-    if (pid_ <= 0) return absl::FailedPreconditionError("not running");
-    kill(pid_, signal);
-    return Wait();
-  }
-
-  absl::StatusOr<int> Wait() {
-    int status = 0;
-    const pid_t pid = std::exchange(pid_, -1);
-    if (waitpid(pid, &status, 0) != pid) return absl::ErrnoToStatus(errno, "waitpid");
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  Child() = default;
-  pid_t pid_ = -1;
-  FILE* log_ = nullptr;
-};
 
 absl::StatusOr<std::unique_ptr<Child>> StartServer(const RestartSpec& spec,
                                                    const std::string& data_dir) {
@@ -107,12 +28,6 @@ absl::StatusOr<std::unique_ptr<Child>> StartServer(const RestartSpec& spec,
       {spec.server_binary, "--listen=127.0.0.1:0", absl::StrCat("--data_dir=", data_dir),
        absl::StrCat("--max_sessions=", spec.fill.sessions)},
       /*capture_stderr=*/true, /*stdout_to_null=*/false);
-}
-
-// "... listening on 127.0.0.1:PORT ..." -> "127.0.0.1:PORT".
-std::string AddressIn(absl::string_view line) {
-  absl::string_view rest = line.substr(line.find("listening on ") + 13);
-  return std::string(rest.substr(0, rest.find_first_of(" \n")));
 }
 
 // The directory removed however the scenario ends.

@@ -8,6 +8,8 @@
 # checked, then NVFP4 in torch (bench/nvfp4_bench.py on core_bench's weight) and the
 # GetGroupQParams latency of a 64-member GLOBAL_AMAX group (qparams-bench --mode group),
 # then the online move of a slot range of 10,000 sessions (bench/reshard_bench.py);
+# the steps scenario (qparams-bench --mode steps) runs a qparams-server pinned to CPU 0
+# for the rate of applied step contributions per core;
 # writes
 # OUT/RESULTS.md (tables), the raw outputs, and OUT/latency_vs_concurrency.png.
 #   bench/run.sh [BUILD_DIR [OUT_DIR]]   (defaults: build, BUILD_DIR/bench-results)
@@ -79,6 +81,16 @@ scenario memory --mode=memory --sessions=100000 --channels=1024 --concurrency=8
 # About 3 GB of data directory under SCRATCH_DIR (on disk, not tmpfs), removed after.
 scenario restart --mode=restart --server_binary="$build/server/qparams-server" \
   --scratch_dir="${SCRATCH_DIR:-/var/tmp}" --sessions=100000 --channels=1024 --concurrency=8
+
+# Step contributions (docs/qat.md, "Capacity"): 8 ranks x 200 per_tensor moving_average
+# sessions, one Step call per rank per step (lag 1), a qparams-server process pinned to
+# CPU 0 and the ranks to CPU 1 (unpinned on one core), in memory and journaled
+# (batched) under SCRATCH_DIR, the two servers taking turns.
+cpus=()
+[ "$(nproc)" -ge 2 ] || cpus=(--server_cpus= --client_cpus=)
+scenario steps --mode=steps --sessions=200 --ranks=8 --lag=1 \
+  --server_binary="$build/server/qparams-server" --scratch_dir="${SCRATCH_DIR:-/var/tmp}" \
+  --duration="$duration" --rounds=4 --warmup=300ms "${cpus[@]}"
 
 # One replica straight and through HAProxy, in turns: the balancer's hop (issue 16).
 DURATION="$duration" ROUNDS="$rounds" bench/haproxy_hop.sh "$build" "$out"
@@ -199,6 +211,17 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
   echo "| The same sessions journaled (--data_dir, $(get restart '.data_dir_bytes / 1e6 | floor') MB), the server killed: restart to serving vs reading the directory once (cat) | $(get restart .restart_seconds) s | cat: $(get restart .read_seconds) s | $r | <= 3 | $(verdict "$r" 3 '<=') |"
   r=$(get restart .rss_ratio)
   echo "| The restarted server's RSS / raw buffer bytes (before the kill: $(get restart .rss_before_ratio)) | $(get restart '.rss_bytes / 1e6 | floor') MB | raw: $(get restart '.raw_bytes / 1e6 | floor') MB | $r | <= 1.25 | $(verdict "$r" 1.25 '<=') |"
+  echo
+  echo "## Step contributions (qparams-bench --mode steps)"
+  echo
+  echo "$(get steps .ranks) ranks x $(get steps .sessions) $(get steps .calculator) per_tensor sessions (ranges of a ($(get steps .input_shape)) float32 input), one Step call per rank at the start of each training step s carrying its ranges of step s - 1 (one per session) and its reads as of step s - $(get steps .lag); a qparams-server process on CPU(s) $(get steps .memory_server_allowed_cpus), the ranks on CPU(s) $(get steps '.client_cpus | if . == "" then "any" else . end'); the two servers take $(get steps .rounds) turns. \"others\": the cores other processes kept busy meanwhile. Target: >= 200,000 applied contributions per second per server core."
+  echo
+  echo "| durability | applied contributions/s | per server CPU-second | server CPU | steps/s | Step calls per rank per step | call p50 / p99 | journal per contribution | engine alone: contribution / read | others | target | |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for d in memory journal; do
+    r=$(get steps ".${d}_contributions_per_s")
+    echo "| $(get steps ".${d}_durability") | $r | $(get steps ".${d}_contributions_per_cpu_s") | $(get steps ".${d}_server_cpu_util") | $(get steps ".${d}_steps_per_s") | $(get steps ".${d}_rpcs_per_rank_step") | $(get steps ".${d}_p50_ms") / $(get steps ".${d}_p99_ms") ms | $(get steps ".${d}_journal_bytes_per_contribution") B | $(get steps ".${d}_engine_contribution_ns") / $(get steps ".${d}_engine_read_ns") ns | $(get steps ".${d}_other_load") | >= 200000 | $(verdict "$r" 200000 '>=') |"
+  done
   echo
   echo "## One replica straight and through HAProxy (bench/haproxy_hop.sh)"
   echo

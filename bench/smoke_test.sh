@@ -2,7 +2,7 @@
 # ctest bench_smoke: every qparams-bench mode runs briefly against its in-process
 # servers and prints the JSON fields bench/run.sh reads; bad flags fail clearly. Given
 # a Python (with the qparams package on its PYTHONPATH) and qparams-server,
-# the restart mode and python_bench.py --quick run too, and print (write) the JSON
+# the restart and steps modes and python_bench.py --quick run too, and print (write) the JSON
 # fields run.sh reads; so do histogram_bench.py --quick and nvfp4_bench.py --quick.
 #   bench/smoke_test.sh QPARAMS_BENCH [PYTHON QPARAMS_SERVER]
 set -euo pipefail
@@ -38,13 +38,19 @@ if [ $# -ge 3 ]; then
   expect sessions_restored data_dir_bytes read_seconds restart_seconds restart_ratio rss_ratio \
     rss_before_ratio -- --mode=restart --server_binary="$3" --scratch_dir="${TMPDIR:-/tmp}" \
     --sessions=40 --channels=16 --concurrency=2 --json
+  expect memory_contributions_per_s memory_contributions_per_cpu_s memory_rpcs_per_rank_step \
+    memory_p50_ms memory_p99_ms memory_engine_contribution_ns journal_contributions_per_s \
+    journal_contributions_per_cpu_s journal_journal_bytes_per_contribution journal_p99_ms -- \
+    --mode=steps --server_binary="$3" --scratch_dir="${TMPDIR:-/tmp}" --sessions=8 --ranks=3 \
+    --server_cpus= --client_cpus= --engine_steps=4 "${short[@]}"
 fi
 
 help=$("$qb" --help) || { echo "FAIL: --help exits $?"; exit 1; }
 grep -q -- "--mode" <<<"$help" || { echo "FAIL: --help does not name --mode: $help"; exit 1; }
 echo "ok: --help exits 0"
 
-for bad in --mode=nope --granularity=per_row --shape=4,0 --concurrency=0 --mode=restart; do
+for bad in --mode=nope --granularity=per_row --shape=4,0 --concurrency=0 --mode=restart \
+    --mode=steps; do
   if err=$("$qb" "$bad" --duration=100ms 2>&1); then
     echo "FAIL: $bad was accepted"; exit 1
   fi
