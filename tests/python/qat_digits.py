@@ -8,12 +8,13 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
+import sys
 from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.ao.quantization import (DeQuantStub, QConfig, QuantStub, convert,
-                                   fuse_modules_qat, get_default_qat_qconfig, prepare_qat)
+from torch.ao.quantization import (QConfig, convert, fuse_modules_qat, get_default_qat_qconfig,
+                                   prepare_qat)
 
 import qparams
 from qparams.torch import QATRun, RemoteFakeQuantize
@@ -22,38 +23,9 @@ BATCH = 64       # the global batch; each of W ranks takes BATCH / W of it
 SEED = 0
 
 
-def digits() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(x_train, y_train, x_test, y_test): 8x8 images, centred and scaled, half each."""
-    from sklearn.datasets import load_digits
-    data = load_digits()
-    x = (torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) - 5.0) / 6.0
-    y = torch.tensor(data.target, dtype=torch.long)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
-    x, y = x[order], y[order]
-    half = len(x) // 2
-    return x[:half], y[:half], x[half:], y[half:]
-
-
-class DigitsCNN(nn.Module):
-    """QuantStub -> Conv(1, 8) -> ReLU -> MaxPool -> Conv(8, 16) -> ReLU -> MaxPool
-    -> Linear(64, 10) -> DeQuantStub."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.quant = QuantStub()
-        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
-        self.relu1 = nn.ReLU()
-        self.pool1 = nn.MaxPool2d(2)
-        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
-        self.relu2 = nn.ReLU()
-        self.pool2 = nn.MaxPool2d(2)
-        self.fc = nn.Linear(64, 10)
-        self.dequant = DeQuantStub()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool1(self.relu1(self.conv1(self.quant(x))))
-        x = self.pool2(self.relu2(self.conv2(x)))
-        return self.dequant(self.fc(x.flatten(1)))
+# The example's model and data, so that the test trains what the docs show.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+from qat_torchrun import DigitsCNN, digits  # noqa: E402
 
 
 def remote_qconfig() -> QConfig:
