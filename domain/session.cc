@@ -22,6 +22,11 @@ HistogramQParamsCalculator* AsHistogram(StatefulQParamsCalculatorBase& calculato
   return dynamic_cast<HistogramQParamsCalculator*>(&calculator);
 }
 
+// The Apply of a contribution merged in place, which cannot apply a step (MayApply).
+absl::StatusOr<QParams> NothingApplies(int64_t step, const std::optional<ReducedRange>&) {
+  return absl::InternalError(absl::StrCat("step ", step, " applied by a contribution in place"));
+}
+
 }  // namespace
 
 Session::Session(SessionKey key, std::unique_ptr<StatefulQParamsCalculatorBase> calculator,
@@ -260,18 +265,23 @@ absl::StatusOr<StepMerge::Outcome> Session::Contribute(int64_t step, int32_t ran
     // W - 1 of every W contributions apply nothing: merged in place, and taken back
     // if the record cannot be written (a refused contribution changes nothing
     // itself: StepMerge checks before it merges).
+    // Its record is the contribution alone (AppendContribution), not the state.
     std::optional<StepMerge::SavedStep> saved;
-    if (log_.keeps_records()) saved = steps_->Save(step);
-    auto nothing_applies = [](int64_t,
-                              const std::optional<ReducedRange>&) -> absl::StatusOr<QParams> {
-      return absl::InternalError("a step applied in place");
-    };
+    std::optional<StepContribution> record;
+    if (log_.keeps_records()) {
+      saved = steps_->Save(step);
+      record = contribution;
+    }
     absl::StatusOr<StepMerge::Outcome> outcome =
-        steps_->Contribute(std::move(contribution), nothing_applies);
+        steps_->Contribute(std::move(contribution), NothingApplies);
     if (outcome.ok() && !outcome->duplicate) {
-      if (absl::Status journaled = Journal(*calculator_, *steps_); !journaled.ok()) {
-        outcome = journaled;
+      const absl::Time update_time = absl::Now();
+      if (record.has_value()) {
+        absl::StatusOr<uint64_t> sequence = log_.AppendContribution(key_, *record, update_time);
+        absl::Status journaled = sequence.ok() ? log_.Sync(*sequence) : sequence.status();
+        if (!journaled.ok()) outcome = journaled;
       }
+      if (outcome.ok()) update_time_ = update_time;
     }
     if (!outcome.ok() && saved.has_value()) steps_->Restore(*saved);
     return outcome;
@@ -284,6 +294,19 @@ absl::StatusOr<StepMerge::Outcome> Session::Contribute(int64_t step, int32_t ran
   if (outcome.duplicate) return outcome;
   QPARAMS_RETURN_IF_ERROR(CommitSteps(std::move(next), std::move(next_steps)));
   return outcome;
+}
+
+absl::Status Session::ReplayContribution(const StepContribution& c, absl::Time update_time) {
+  absl::MutexLock lock(&mu_);
+  QPARAMS_RETURN_IF_ERROR(CheckLive());
+  if (!steps_.has_value() || steps_->MayApply(c)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a contribution of rank ", c.rank, " to step ", c.step,
+                     " does not follow the session's record (no steps, or it would apply one)"));
+  }
+  QPARAMS_RETURN_IF_ERROR(steps_->Contribute(c, NothingApplies).status());
+  update_time_ = update_time;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> Session::CloseSteps(int64_t step, Counter* closed_incomplete) {

@@ -130,6 +130,11 @@ class Session {
   // mode; the log's error. A failure changes nothing; a retry (duplicate) neither.
   absl::StatusOr<StepMerge::Outcome> Contribute(int64_t step, int32_t rank, int32_t world_size,
                                                 const std::optional<Observation>& x);
+  // Replays a journaled contribution that applied no step (storage's
+  // EncodeContribution) onto the state the session's record restored; nothing is
+  // journaled. INVALID_ARGUMENT for one that does not follow that state (the session
+  // never stepped, or it would apply a step); the merge's refusals.
+  absl::Status ReplayContribution(const StepContribution& c, absl::Time update_time);
   // Closes every step up to `step` that is still open (its timeout expired), applying
   // it with what it has and recording the missing ranks; journaled. Returns how many
   // steps closed with ranks missing, and adds them to `closed_incomplete` (if not

@@ -14,8 +14,8 @@ constexpr size_t kMaxNameLength = 128;
 // Evictions remembered for their NOT_FOUND message; older ones are forgotten.
 
 bool IsNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '.' || c == '_' || c == '-' || c == '/' || c == '{' || c == '}';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-' || c == '/' || c == '{' || c == '}';
 }
 
 absl::Status NotFound(const SessionKey& key) {
@@ -23,22 +23,22 @@ absl::Status NotFound(const SessionKey& key) {
 }
 
 absl::Status Evicted(const SessionKey& key, absl::Time when) {
-  return absl::NotFoundError(absl::StrCat(
-      "session \"", key.name, "\" was evicted at ",
-      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", when, absl::UTCTimeZone()),
-      " after being idle longer than --session_ttl; create it again"));
+  return absl::NotFoundError(
+      absl::StrCat("session \"", key.name, "\" was evicted at ",
+                   absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", when, absl::UTCTimeZone()),
+                   " after being idle longer than --session_ttl; create it again"));
 }
 
 }  // namespace
 
 absl::Status ValidateSessionName(absl::string_view name, absl::string_view field) {
   if (name.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " is empty; a session name is 1 to ",
-                                                   kMaxNameLength, " characters"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " is empty; a session name is 1 to ", kMaxNameLength, " characters"));
   }
   if (name.size() > kMaxNameLength) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " has ", name.size(),
-                                                   " characters; the limit is ", kMaxNameLength));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", name.size(), " characters; the limit is ", kMaxNameLength));
   }
   for (size_t i = 0; i < name.size(); ++i) {
     if (!IsNameChar(name[i])) {
@@ -239,9 +239,9 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
       } else {
         // The record's temporaries are gone: the buffers move out of their gaps.
         decoded->calculator->ReallocateBuffers();
-        session = std::make_shared<Session>(
-            std::move(decoded->key), std::move(decoded->calculator), log_, decoded->create_time,
-            decoded->update_time, std::move(decoded->dedupe), std::move(decoded->steps));
+        session = std::make_shared<Session>(std::move(decoded->key), std::move(decoded->calculator),
+                                            log_, decoded->create_time, decoded->update_time,
+                                            std::move(decoded->dedupe), std::move(decoded->steps));
       }
       absl::MutexLock lock(&mu_);
       Forget(key);
@@ -251,6 +251,25 @@ std::optional<std::string> SessionStore::Replay(const storage::v1::Record& recor
         EraseKey(key);
       }
       return problem;
+    }
+    case storage::v1::Record::kContributed: {
+      absl::StatusOr<DecodedContribution> decoded = DecodeContribution(record.contributed());
+      if (!decoded.ok()) {
+        return absl::StrCat("skipped a step contribution that does not decode: ",
+                            decoded.status().message());
+      }
+      absl::StatusOr<std::shared_ptr<Session>> session = Find(decoded->key);
+      if (!session.ok()) {
+        return absl::StrCat("skipped a step contribution to session ", decoded->key.name,
+                            ", which no record before it holds");
+      }
+      if (absl::Status replayed =
+              (*session)->ReplayContribution(decoded->contribution, decoded->update_time);
+          !replayed.ok()) {
+        return absl::StrCat("skipped a step contribution to session ", decoded->key.name, ": ",
+                            replayed.message());
+      }
+      return std::nullopt;
     }
     case storage::v1::Record::kErase: {
       const std::string key = MapKey(DecodeKey(record.erase()));
@@ -297,22 +316,21 @@ absl::StatusOr<uint64_t> SessionStore::Import(const storage::v1::SessionState& r
   if (decoded->steps.has_value()) steps = decoded->steps->ExportState();
   // The dedupe window and the steps travel with the session: a retry of an
   // observation or a contribution the source applied is answered here as a duplicate.
-  auto session = std::make_shared<Session>(key, std::move(decoded->calculator), log_,
-                                           decoded->create_time, decoded->update_time,
-                                           decoded->dedupe, std::move(decoded->steps));
+  auto session =
+      std::make_shared<Session>(key, std::move(decoded->calculator), log_, decoded->create_time,
+                                decoded->update_time, decoded->dedupe, std::move(decoded->steps));
   const std::string map_key = MapKey(key);
   uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!sessions_.contains(map_key) &&
-        static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
+    if (!sessions_.contains(map_key) && static_cast<int64_t>(sessions_.size()) >= max_sessions_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the server holds ", sessions_.size(),
           " sessions, its limit (--max_sessions); session \"", key.name, "\" cannot be imported"));
     }
-    QPARAMS_ASSIGN_OR_RETURN(
-        sequence, log_.AppendPut(key, state, decoded->create_time, decoded->update_time,
-                                 decoded->dedupe, steps));
+    QPARAMS_ASSIGN_OR_RETURN(sequence,
+                             log_.AppendPut(key, state, decoded->create_time, decoded->update_time,
+                                            decoded->dedupe, steps));
     Forget(map_key);
     Insert(map_key, std::move(session));
   }

@@ -104,6 +104,9 @@ void MakeKeysValid(storage::v1::Record* record) {
     case storage::v1::Record::kGroupDelete:
       MakeKeyValid(record->mutable_group_delete());
       break;
+    case storage::v1::Record::kContributed:
+      MakeKeyValid(record->mutable_contributed()->mutable_key());
+      break;
     case storage::v1::Record::KIND_NOT_SET:
       break;
   }

@@ -51,9 +51,9 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const JournalOptions& opt
   absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(journal->PathOf("LOCK"));
   if (!lock.ok()) {
     if (absl::IsFailedPrecondition(lock.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the data directory ", dir, " is in use by another server (", lock.status().message(),
-          ")"));
+      return absl::FailedPreconditionError(absl::StrCat("the data directory ", dir,
+                                                        " is in use by another server (",
+                                                        lock.status().message(), ")"));
     }
     return AtStart("the data directory's lock", lock.status());
   }
@@ -171,9 +171,9 @@ bool Journal::Outgrown(int64_t journal_bytes, int64_t snapshot_bytes) const {
 
 absl::Status Journal::Break(absl::string_view what, const absl::Status& cause, bool* report) {
   if (broken_.ok()) {
-    broken_ = absl::UnavailableError(absl::StrCat(
-        "the journal cannot be ", what, " (", cause.message(),
-        "); the server refuses mutations until it restarts"));
+    broken_ =
+        absl::UnavailableError(absl::StrCat("the journal cannot be ", what, " (", cause.message(),
+                                            "); the server refuses mutations until it restarts"));
     *report = true;
   }
   return broken_;
@@ -259,6 +259,12 @@ absl::StatusOr<uint64_t> Journal::AppendErase(const SessionKey& key) {
 
 absl::StatusOr<uint64_t> Journal::AppendEviction(const SessionKey& key, absl::Time evict_time) {
   return Append(EncodeEviction(key, evict_time));
+}
+
+absl::StatusOr<uint64_t> Journal::AppendContribution(const SessionKey& key,
+                                                     const StepContribution& contribution,
+                                                     absl::Time update_time) {
+  return Append(EncodeContribution(key, contribution, update_time));
 }
 
 absl::StatusOr<uint64_t> Journal::AppendGroupCreate(absl::string_view tenant,

@@ -145,6 +145,9 @@ class Journal final : public SessionLog {
                                      const std::optional<StepState>& steps) override;
   absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) override;
   absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key, absl::Time evict_time) override;
+  absl::StatusOr<uint64_t> AppendContribution(const SessionKey& key,
+                                              const StepContribution& contribution,
+                                              absl::Time update_time) override;
   absl::StatusOr<uint64_t> AppendGroupCreate(absl::string_view tenant,
                                              const ScaleGroupInfo& group) override;
   absl::StatusOr<uint64_t> AppendGroupDelete(absl::string_view tenant,

@@ -308,6 +308,24 @@ absl::StatusOr<WorkingRange> DecodeRange(const sv1::RunningRange& r, absl::strin
 
 namespace {
 
+void EncodeStepRange(const ReducedRange& r, sv1::StepRange& out) {
+  out.mutable_input_shape()->Assign(r.input_shape.begin(), r.input_shape.end());
+  out.set_dtype(EncodeDType(r.range.min.dtype));
+  out.mutable_shape()->Assign(r.range.min.shape.begin(), r.range.min.shape.end());
+  out.set_min(std::string(r.range.min.data.view()));
+  out.set_max(std::string(r.range.max.data.view()));
+}
+
+// Its values are checked where the range is used (StepMerge::FromState, the merge).
+absl::StatusOr<ReducedRange> DecodeStepRange(const sv1::StepRange& m, absl::string_view field) {
+  QPARAMS_ASSIGN_OR_RETURN(const DType dtype,
+                           DecodeDType(m.dtype(), absl::StrCat(field, ".dtype")));
+  const Shape shape(m.shape().begin(), m.shape().end());
+  return ReducedRange{
+      {m.input_shape().begin(), m.input_shape().end()},
+      BlockRange{Tensor{dtype, shape, Bytes(m.min())}, Tensor{dtype, shape, Bytes(m.max())}}};
+}
+
 sv1::Steps EncodeSteps(const StepState& state) {
   sv1::Steps out;
   out.set_last_applied(state.last_applied);
@@ -320,16 +338,7 @@ sv1::Steps EncodeSteps(const StepState& state) {
       if (p.contributed[r]) bits[r / 8] = static_cast<char>(bits[r / 8] | (1 << (r % 8)));
     }
     step->set_contributed(std::move(bits));
-    if (p.merged) {
-      sv1::StepRange* range = step->mutable_merged();
-      range->mutable_input_shape()->Assign(p.merged->input_shape.begin(),
-                                           p.merged->input_shape.end());
-      range->set_dtype(EncodeDType(p.merged->range.min.dtype));
-      range->mutable_shape()->Assign(p.merged->range.min.shape.begin(),
-                                     p.merged->range.min.shape.end());
-      range->set_min(std::string(p.merged->range.min.data.view()));
-      range->set_max(std::string(p.merged->range.max.data.view()));
-    }
+    if (p.merged) EncodeStepRange(*p.merged, *step->mutable_merged());
   }
   for (const StepState::Applied& a : state.applied) {
     sv1::AppliedStep* step = out.add_applied();
@@ -363,12 +372,7 @@ absl::StatusOr<StepMerge> DecodeSteps(const sv1::Steps& steps) {
       pending.contributed[r] = (static_cast<uint8_t>(p.contributed()[r / 8]) >> (r % 8)) & 1;
     }
     if (p.has_merged()) {
-      const sv1::StepRange& m = p.merged();
-      QPARAMS_ASSIGN_OR_RETURN(const DType dtype, DecodeDType(m.dtype(), "steps.merged.dtype"));
-      const Shape shape(m.shape().begin(), m.shape().end());
-      pending.merged = ReducedRange{
-          {m.input_shape().begin(), m.input_shape().end()},
-          BlockRange{Tensor{dtype, shape, Bytes(m.min())}, Tensor{dtype, shape, Bytes(m.max())}}};
+      QPARAMS_ASSIGN_OR_RETURN(pending.merged, DecodeStepRange(p.merged(), "steps.merged"));
     }
   }
   for (const sv1::AppliedStep& a : steps.applied()) {
@@ -501,6 +505,32 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
   out.key = key;
   out.calculator = *std::move(calculator);
   out.create_time = TimeFromTimestamp(record.create_time());
+  out.update_time = TimeFromTimestamp(record.update_time());
+  return out;
+}
+
+sv1::Record EncodeContribution(const SessionKey& key, const StepContribution& c,
+                               absl::Time update_time) {
+  sv1::Record record;
+  sv1::StepContributed& out = *record.mutable_contributed();
+  *out.mutable_key() = EncodeKey(key);
+  out.set_step(c.step);
+  out.set_rank(c.rank);
+  out.set_world_size(c.world_size);
+  if (c.range) EncodeStepRange(*c.range, *out.mutable_range());
+  *out.mutable_update_time() = TimestampFromTime(update_time);
+  return record;
+}
+
+absl::StatusOr<DecodedContribution> DecodeContribution(const sv1::StepContributed& record) {
+  DecodedContribution out;
+  out.key = DecodeKey(record.key());
+  out.contribution.step = record.step();
+  out.contribution.rank = record.rank();
+  out.contribution.world_size = record.world_size();
+  if (record.has_range()) {
+    QPARAMS_ASSIGN_OR_RETURN(out.contribution.range, DecodeStepRange(record.range(), "range"));
+  }
   out.update_time = TimeFromTimestamp(record.update_time());
   return out;
 }

@@ -60,6 +60,20 @@ struct DecodedSession {
 // consistent stateful calculator and dedupe window.
 absl::StatusOr<DecodedSession> DecodeSession(const storage::v1::SessionState& record);
 
+// A step contribution that applied no step, as a record of its own: far smaller than
+// the session's whole state, and replayed onto the state its session's last put
+// left (Session::ReplayContribution).
+storage::v1::Record EncodeContribution(const SessionKey& key, const StepContribution& c,
+                                       absl::Time update_time);
+struct DecodedContribution {
+  SessionKey key;
+  StepContribution contribution;
+  absl::Time update_time;
+};
+// INVALID_ARGUMENT for a range of an unknown dtype; the rest is the merge's to check.
+absl::StatusOr<DecodedContribution> DecodeContribution(
+    const storage::v1::StepContributed& record);
+
 }  // namespace qparams
 
 #endif  // QPARAMS_STORAGE_SESSION_CODEC_H_

@@ -44,6 +44,11 @@ class SessionLog {
       const SessionKey& key, const CalculatorState& state, absl::Time create_time,
       absl::Time update_time, const DedupeWindow& dedupe,
       const std::optional<StepState>& steps) = 0;
+  // Appends a step contribution that applied no step (EncodeContribution), which
+  // replays onto the session's last put; as AppendPut otherwise.
+  virtual absl::StatusOr<uint64_t> AppendContribution(const SessionKey& key,
+                                                      const StepContribution& contribution,
+                                                      absl::Time update_time) = 0;
   virtual absl::StatusOr<uint64_t> AppendErase(const SessionKey& key) = 0;
   virtual absl::StatusOr<uint64_t> AppendEviction(const SessionKey& key,
                                                   absl::Time evict_time) = 0;
@@ -75,6 +80,10 @@ class NullSessionLog final : public SessionLog {
   absl::StatusOr<uint64_t> AppendPut(const SessionKey&, const CalculatorState&, absl::Time,
                                      absl::Time, const DedupeWindow&,
                                      const std::optional<StepState>&) override {
+    return 0;
+  }
+  absl::StatusOr<uint64_t> AppendContribution(const SessionKey&, const StepContribution&,
+                                              absl::Time) override {
     return 0;
   }
   absl::StatusOr<uint64_t> AppendErase(const SessionKey&) override { return 0; }

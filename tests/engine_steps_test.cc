@@ -171,12 +171,19 @@ class FailingLog final : public SessionLog {
  public:
   bool fail = false;
   int puts = 0;
+  int contributions = 0;
   bool keeps_records() const override { return true; }
   absl::StatusOr<uint64_t> AppendPut(const SessionKey&, const CalculatorState&, absl::Time,
                                      absl::Time, const DedupeWindow&,
                                      const std::optional<StepState>&) override {
     if (fail) return absl::UnavailableError("the disk is full");
     return ++puts;
+  }
+  absl::StatusOr<uint64_t> AppendContribution(const SessionKey&, const StepContribution&,
+                                              absl::Time) override {
+    if (fail) return absl::UnavailableError("the disk is full");
+    ++contributions;
+    return 0;
   }
   absl::StatusOr<uint64_t> AppendErase(const SessionKey&) override { return 0; }
   absl::StatusOr<uint64_t> AppendEviction(const SessionKey&, absl::Time) override { return 0; }
@@ -226,7 +233,8 @@ TEST(SessionSteps, AContributionTheLogRefusesChangesNothing) {
   const SessionInfo info = session.Info();
   EXPECT_EQ(info.running_min, std::vector<float>{-3});
   EXPECT_EQ(info.running_max, std::vector<float>{2});
-  EXPECT_EQ(log.puts, 3);
+  EXPECT_EQ(log.puts, 2);  // the first contribution, and the one that applied step 0
+  EXPECT_EQ(log.contributions, 1);
 }
 
 }  // namespace
