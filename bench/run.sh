@@ -2,7 +2,8 @@
 # make bench: the core benchmark, then the service against the in-process echo server
 # (qparams-bench), then one replica straight and through HAProxy (bench/haproxy_hop.sh),
 # then the Python client (bench/python_bench.py, on Debian's Python
-# with the package built into BUILD_DIR/python), then the histogram calculators'
+# with the package built into BUILD_DIR/python) and QAT training (bench/qat_bench.py:
+# RemoteFakeQuantize against torch.ao, W = 2), then the histogram calculators'
 # Python side (bench/histogram_bench.py: torch.histc and torch.bincount on core_bench's
 # binning data, the client's local histogram against sending the tensor), each target
 # checked, then NVFP4 in torch (bench/nvfp4_bench.py on core_bench's weight) and the
@@ -100,6 +101,14 @@ PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/python_be
   --server-binary="$build/server/qparams-server" --rounds="${PY_ROUNDS:-5}" \
   --json="$out/python_bench.json" | tee "$out/python_bench.txt"
 jq -c '. + {scenario: "python"}' "$out/python_bench.json" | tee -a "$out/service.jsonl"
+
+# QAT training (docs/qat.md, "Training with RemoteFakeQuantize"): W = 2 gloo ranks, each
+# model trained with RemoteFakeQuantize + QATRun (lag 1) and with torch.ao's default QAT
+# qconfig, in turns: the step-time ratio and the RPCs per rank per step.
+echo "== QAT training: bench/qat_bench.py" >&2
+PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/qat_bench.py \
+  --server="$build/server/qparams-server" --json="$out/qat_bench.json" | tee "$out/qat_bench.txt"
+jq -c '. + {scenario: "qat"}' "$out/qat_bench.json" | tee -a "$out/service.jsonl"
 
 echo "== Histograms: bench/histogram_bench.py" >&2
 PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/histogram_bench.py \
@@ -250,6 +259,20 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
   echo "- Scales and zero points of RemoteObserver and PerChannelMinMaxObserver equal: $(get python 'if .calib_qparams_match then "yes" else "NO" end')."
   echo "- Client.observe with the default reduce=\"auto\" (sends the min and max): $(get python .observe_auto_cps) calls/s, $(get python .observe_auto_ratio) of the stub (information)."
   echo "- The observers alone, without the model (information): PerChannelMinMaxObserver $(get python .observers_only_inprocess_us_per_observation) µs per observation, RemoteObserver $(get python .observers_only_remote_us_per_observation) µs (forward, queue, ObserveBatch calls and final flush)."
+  echo
+  echo "## QAT training (bench/qat_bench.py)"
+  echo
+  echo "W = $(get qat .world) ranks (gloo, 1 torch thread each), global batch $(get qat .batch), DDP defaults, lag $(get qat .lag); $(get qat .rounds) rounds x $(get qat .steps) steps of each variant, in turns; a ratio is the median of the per-round ratios. Load average before: $(get qat '.load_before[0]'); other processes: $(get qat .other_processes_cores) cores."
+  echo
+  echo "| model (fake-quantize modules) | RemoteFakeQuantize + QATRun | torch.ao default QAT qconfig | ratio | target | | RPCs per rank per step | target | |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for m in digits cnn deep; do
+    r=$(get qat ".${m}_ratio_remote_vs_torch")
+    n=$(get qat ".${m}_remote_rpcs_per_rank_step")
+    echo "| $m ($(get qat ".${m}_modules")) | $(get qat ".${m}_remote_ms") ms | $(get qat ".${m}_torch_ms") ms | $r | <= 1.10 | $(verdict "$r" 1.10 '<=') | $n | 1 | $(verdict "$n" 1 '<=') |"
+  done
+  echo
+  echo "- run.step (cnn): $(get qat .cnn_remote_run_step_ms) ms, of which the Step RPC $(get qat .cnn_remote_rpc_ms) ms; a Health.Check after 20 ms idle: $(get qat .cnn_health_cold_ms) ms. vs classic FakeQuantize: $(get qat .cnn_ratio_remote_vs_torch_fq)."
   echo
   echo "## Online move of a slot range (bench/reshard_bench.py)"
   echo

@@ -199,15 +199,23 @@ def _calls(client: "Client", method: str, names: Sequence[str], groups: Mapping[
     Returns each item's answer or QParamsError by index and, if `follow`, the items
     refused naming another owner, by that owner (else those are errors too)."""
     stub = getattr(client._stub, method)
-    futures = {replica: stub.future(build(indexes), timeout=timeout or client.timeout,
-                                    metadata=client._addressed(replica, metadata))
-               for replica, indexes in groups.items()}
+
+    def call(replica: Any) -> Callable[[], Any]:
+        request = build(groups[replica])
+        options = {"timeout": timeout or client.timeout,
+                   "metadata": client._addressed(replica, metadata)}
+        if len(groups) == 1:
+            # One call: made blocking, which saves the thread a future starts.
+            return lambda: stub(request, **options)
+        return stub.future(request, **options).result
+
+    results = {replica: call(replica) for replica in groups}
     out: dict[int, Any] = {}
     moved: dict[str, list[int]] = {}
-    for replica, future in futures.items():
+    for replica, result in results.items():
         indexes = groups[replica]
         try:
-            response = future.result()
+            response = result()
         except grpc.RpcError as e:
             error = error_from_rpc(e, replica)
             for i in indexes:

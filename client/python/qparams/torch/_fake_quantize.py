@@ -3,6 +3,8 @@ step-merged qparams session (docs/qat.md), shared by every data-parallel rank.""
 
 from __future__ import annotations
 
+import struct
+
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -229,12 +231,18 @@ class RemoteFakeQuantize(FakeQuantizeBase):
     def quant_spec(self, target: str) -> pb.QuantSpec:
         """The session's spec for this module: its dtype, qscheme, channel axis and
         integer range, for `target` "weight" or "activation"."""
-        qscheme, per_channel = _QSCHEMES[self.qscheme]
-        return quant_spec(dtype="uint8" if self.dtype == torch.quint8 else "int8",
-                          qscheme=qscheme, target=target, quant_min=self.quant_min,
-                          quant_max=self.quant_max,
-                          granularity=f"per_channel:{self.ch_axis}" if per_channel
-                          else "per_tensor")
+        # Asked for on every forward: built once per set of the attributes it reads.
+        key = (target, self.dtype, self.qscheme, self.quant_min, self.quant_max, self.ch_axis)
+        cached = self.__dict__.get("_quant_spec")
+        if cached is None or cached[0] != key:
+            qscheme, per_channel = _QSCHEMES[self.qscheme]
+            spec = quant_spec(dtype="uint8" if self.dtype == torch.quint8 else "int8",
+                              qscheme=qscheme, target=target, quant_min=self.quant_min,
+                              quant_max=self.quant_max,
+                              granularity=f"per_channel:{self.ch_axis}" if per_channel
+                              else "per_tensor")
+            cached = self.__dict__["_quant_spec"] = (key, spec)
+        return cached[1]
 
     # ------------------------------------------------------------------ fake-quantize API
 
@@ -372,5 +380,14 @@ def range_observation(reduced: tuple[tuple[int, ...], torch.Tensor, torch.Tensor
     values go as they are: the server refuses them, naming the value."""
     shape, lo, hi, counts = reduced
     message = pb.RangeObservation()
+    if lo.dtype == torch.float32 and lo.numel() == 1 and list(counts) == [1]:
+        # Per tensor, the common case, without fill_range's general tensor encoding
+        # (the same bytes: one little-endian float32 each).
+        message.input_shape[:] = [int(s) for s in shape]
+        for field, value in ((message.min, lo), (message.max, hi)):
+            field.dtype = pb.FLOAT32
+            field.shape[:] = [1]
+            field.data = struct.pack("<f", float(value))
+        return message
     fill_range(message, shape, lo, hi, counts)
     return message

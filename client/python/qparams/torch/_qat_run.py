@@ -348,6 +348,11 @@ class QATRun:
             module.scale.resize_(0)
             module.zero_point.resize_(0)
             return
+        if len(q.scale) == 1 and len(q.zero_point) == 1 and module.scale.numel() == 1:
+            # Per tensor, in place: a module's buffers change every step.
+            module.scale.fill_(q.scale[0])
+            module.zero_point.fill_(q.zero_point[0])
+            return
         module.set_qparams(torch.from_numpy(np.asarray(q.scale, np.float32)),
                            torch.from_numpy(np.asarray(q.zero_point, np.int32)))
 
