@@ -64,7 +64,11 @@ class StorageFaultTest : public ::testing::TestWithParam<Durability> {
     options.storage_probe_max_age = absl::ZeroDuration();  // every health check probes
     server_ = TestServer::Start(options);
     if (server_ == nullptr) return false;
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(server_->address());
+    // No retries: the refusals are what these tests check, and a client would otherwise
+    // send each refused mutation again for retry_total (30 s) before giving up.
+    ClientOptions no_retry;
+    no_retry.retry_total = absl::ZeroDuration();
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(server_->address(), no_retry);
     if (!client.ok()) return false;
     client_ = *std::move(client);
     return true;
