@@ -603,7 +603,10 @@ def test_every_call_takes_timeout_and_metadata() -> None:
     server.start()
     x = np.ones(3, np.float32)
     try:
-        with qparams.Client(f"127.0.0.1:{port}", metadata=[("x-client", "c")]) as c:
+        # No retries: every call is answered Unavailable, which the client would
+        # otherwise send again for retry_total (30 s) before raising.
+        with qparams.Client(f"127.0.0.1:{port}", metadata=[("x-client", "c")],
+                            retry_total=0) as c:
             calls = {
                 "ListCalculators": lambda **k: c.list_calculators(**k),
                 "Compute": lambda **k: c.compute(x, reduce="never", **k),
