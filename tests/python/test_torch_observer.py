@@ -364,7 +364,9 @@ def test_nan_input_raises_invalid_argument_once_at_the_next_call(server, name, w
 
 def test_broken_stream_raises_at_flush_and_recovers(start_server, name) -> None:
     s = start_server("--shutdown_grace=1s")
-    obs = RemoteObserver(server=s.target, name=name)
+    # No retries: the client would send the flush to the stopped server again for
+    # retry_total (30 s) before raising what this test checks.
+    obs = RemoteObserver(server=s.target, name=name, client_options={"retry_total": 0})
     obs(torch.randn(4, 4))
     obs.flush()
     s.stop()
