@@ -14,11 +14,11 @@ Each page runs in document order, in a fresh temporary directory of its own:
     server with other flags, torchrun, a build tree's binaries) is fenced with an info
     string holding `norun` (```sh norun) and is only counted; any other ```sh block
     fails the test, and so does a ```console, ```bash or ```shell block;
-  * a ```sh sharded block is a command of the README's operator section for a sharded
-    deployment: it is counted here, and tests/python/test_readme_sharded.py runs the
-    README's sharded blocks in order, as printed, against three replicas behind
-    HAProxy (its commands start with `qparams-cli` too, and only the README may hold
-    such blocks, since nothing else runs them);
+  * a ```sh sharded block is a command of the operator's runbook for a sharded
+    deployment, docs/runbook.md: it is counted here, and tests/python/test_runbook.py
+    runs the runbook's sharded blocks in order, as printed, against three replicas
+    behind HAProxy (its commands start with `qparams-cli` too, and only the runbook
+    may hold such blocks, since nothing else runs them);
   * a ```python NAME block is the script NAME, not run with the page: the data-parallel
     script of docs/python.md runs under torchrun with two ranks, as its command says.
     docs/qat.md's torchrun command runs examples/qat_torchrun.py likewise, and again
@@ -40,6 +40,9 @@ from torch.ao.quantization import MinMaxObserver
 
 import qparams
 from conftest import REPO
+
+# The one page whose ```sh sharded blocks a test runs (test_runbook.py).
+RUNBOOK = REPO / "docs/runbook.md"
 
 FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
@@ -128,9 +131,9 @@ def test_sh_blocks_run_or_say_norun(page) -> None:
             "output in a ```text block after them), or ```sh norun")
     for block in blocks(page):
         if block["kind"] == "sharded":
-            assert page == REPO / "README.md", (
-                f"{relative(page)}:{block['line']}: a ```sh sharded block outside README.md, "
-                "which no test runs; use ```sh norun")
+            assert page == RUNBOOK, (
+                f"{relative(page)}:{block['line']}: a ```sh sharded block outside "
+                f"{relative(RUNBOOK)}, which no test runs; use ```sh norun")
         if block["kind"] in ("sh", "sharded"):
             for command in commands(block["body"]):
                 assert command.startswith("qparams-cli"), (
@@ -146,7 +149,7 @@ def test_page_runs_as_printed(page, server, client, tmp_path) -> None:
     compared = sum(b["expected"] is not None for b in runnable)
     print(f"{relative(page)}: {counts['python']} python, {counts['sh']} sh, "
           f"{compared} compared with their text, {counts['norun']} norun, "
-          f"{counts['script']} scripts, {counts['sharded']} sharded (test_readme_sharded.py)")
+          f"{counts['script']} scripts, {counts['sharded']} sharded (test_runbook.py)")
     if not runnable:
         return
     before = {s.name for s in client.list_sessions("")}

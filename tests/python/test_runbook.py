@@ -1,17 +1,18 @@
-"""README.md's operator section for a sharded deployment runs as printed (issue 27):
-its ```sh sharded blocks, in document order, through bash as test_docs.py runs `sh`
-blocks, against test_sharded.py's Cluster (three replicas r0, r1, r2 with data
-directories behind Debian's HAProxy on a UNIX socket, its runtime API on another).
+"""The operator's runbook, docs/runbook.md (issue 27, once README.md's operator
+section), runs as printed: its ```sh sharded blocks, in document order, through bash
+as test_docs.py runs `sh` blocks, against test_sharded.py's Cluster (three replicas
+r0, r1, r2 with data directories behind Debian's HAProxy on a UNIX socket, its
+runtime API on another).
 
-The blocks get the environment the README has the operator set in its `norun` lines:
+The blocks get the environment the runbook has the operator set in its `norun` lines:
 QPARAMS_TARGET the balancer, HAPROXY_ADMIN HAProxy's runtime API socket, and R3 once
-r3 runs; and QPARAMS_TOKEN, the admin token the README says its moves need, one of
-the replicas' --admin_tokens_file. r3 is started where the README starts it, from its
+r3 runs; and QPARAMS_TOKEN, the admin token the runbook says its moves need, one of
+the replicas' --admin_tokens_file. r3 is started where the runbook starts it, from its
 `norun` qparams-server command with the same flags, but loopback ports, a data
 directory of the test's and the others' --admin_tokens_file.
 
 Before the blocks, sessions are created and observed through HAProxy on every
-replica, most of them in the ranges the README moves. A block's commands run one at a
+replica, most of them in the ranges the runbook moves. A block's commands run one at a
 time, each through bash as printed, and its output is its ```text block's, if it has
 one (test_docs' normalisation). After each command: every replica serves one map, which HAProxy's `show map` lists range for range; each session lives on its
 owner alone, and a plain stub through HAProxy (no client that follows a refusal)
@@ -39,8 +40,8 @@ from qparams.v1 import qparams_pb2_grpc as pb_grpc
 from test_docs import blocks, cli_path, commands, normalised
 from test_sharded import METRICS_LINE, TIMEOUT, Cluster, cluster, local_names, wait_for  # noqa: F401
 
-README = REPO / "README.md"
-# The ranges the README's blocks move, each to hold sessions of its own.
+RUNBOOK = REPO / "docs/runbook.md"
+# The ranges the runbook's blocks move, each to hold sessions of its own.
 MOVED_RANGES = [(0, 20), (21, 40), (85, 105), (170, 190)]
 STAYING_RANGES = [(41, 84), (106, 169), (191, 255)]
 
@@ -73,7 +74,7 @@ def read_through_haproxy(target: str, name: str) -> tuple[bytes, bytes]:
 
 
 def start_r3_as_printed(cluster: Cluster, body: str, work: pathlib.Path) -> str:
-    """Starts the README's r3 (its qparams-server command's flags, with loopback ports,
+    """Starts the runbook's r3 (its qparams-server command's flags, with loopback ports,
     the test's data directory, and the other replicas' admin tokens and transport;
     --slot_map as printed, relative to where the commands run); returns R3, its
     HOST:PORT:CHECK_PORT."""
@@ -121,15 +122,15 @@ def check_deployment(cluster: Cluster, target: str, names: list[str],
         assert read_through_haproxy(target, name) == before[name], f"{where}: {name}"
 
 
-def test_readme_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathlib.Path) -> None:
-    """The README's sharded blocks in order, r3 started where it says, checked throughout."""
-    found = blocks(README)
+def test_runbook_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """The runbook's sharded blocks in order, r3 started where it says, checked throughout."""
+    found = blocks(RUNBOOK)
     sharded = [b for b in found if b["kind"] == "sharded"]
-    assert len(sharded) >= 5, "the README's operator section lost its sharded blocks"
-    # Every variable the blocks use is one the README has the operator set.
+    assert len(sharded) >= 5, "the runbook (docs/runbook.md) lost its sharded blocks"
+    # Every variable the blocks use is one the runbook has the operator set.
     norun = "".join(b["body"] for b in found if b["kind"] == "norun")
     for variable in sorted({v for b in sharded for v in re.findall(r"\$(\w+)", b["body"])}):
-        assert re.search(rf"\b{variable}=", norun), f"the README never sets ${variable}"
+        assert re.search(rf"\b{variable}=", norun), f"the runbook never sets ${variable}"
 
     target = f"unix:{cluster.haproxy.socket}"
     names = session_names()
@@ -150,7 +151,7 @@ def test_readme_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathli
     env["QPARAMS_TOKEN"] = ADMIN_TOKEN  # for the moves, which need an admin token
     started_r3 = False
     for block in found:
-        where = f"README.md:{block['line']}"
+        where = f"{RUNBOOK.relative_to(REPO)}:{block['line']}"
         if block["kind"] == "norun" and "qparams-server --replica_id=r3" in block["body"]:
             env["R3"] = start_r3_as_printed(cluster, block["body"], work)
             started_r3 = True
@@ -167,6 +168,6 @@ def test_readme_sharded_blocks_run_as_printed(cluster: Cluster, tmp_path: pathli
         if block["expected"] is not None:
             assert normalised(output) == normalised(block["expected"]), \
                 f"{where}: the block\n{block['body']}\nprinted\n{output}"
-    assert started_r3, "the README no longer starts r3 (qparams-server --replica_id=r3)"
-    # The README added r3 and removed it again: it serves and holds nothing.
+    assert started_r3, "the runbook no longer starts r3 (qparams-server --replica_id=r3)"
+    # The runbook added r3 and removed it again: it serves and holds nothing.
     assert local_names(cluster.replicas["r3"], "r3") == set()
