@@ -21,11 +21,12 @@ that opens channels as usual (creating a channel object alone starts none). A fo
 made before qparams was imported is not seen: a child of a process that used gRPC
 before importing qparams must import it before forking, or use "spawn".
 
-The protocol: pickles on the helper's stdin and stdout. First the Client's keyword
-arguments; then, per call, (service, method, request or list of requests, timeout,
-metadata), answered by ("ok", response or list of responses, None) or ("error",
-responses so far, (code name, details, trailing metadata)). Streams are sent and
-answered whole: a forked child's observe_many is not pipelined.
+The protocol: pickles on the helper's stdin and stdout. First the arguments of the
+child's channel (target, TLS files, message size: qparams/_channel.py opens it);
+then, per call, (service, method, request or list of requests, timeout, metadata),
+answered by ("ok", response or list of responses, None) or ("error", responses so
+far, (code name, details, trailing metadata)). Streams are sent and answered whole:
+a forked child's observe_many is not pipelined.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ from typing import Any
 
 import grpc
 from grpc._cython import cygrpc
+
+from qparams._channel import channel_settings, open_channel
+from qparams._health.v1 import health_pb2_grpc
+from qparams.v1 import qparams_pb2_grpc as pb_grpc
 
 __all__ = ["ForkProxy", "needs_proxy"]
 
@@ -169,17 +174,21 @@ class ForkProxy:
     """The helper process of a forked child's Client: `stub(service)` gives its
     stubs, `close()` ends it. Calls are serialised (one pipe).
 
+    Args:
+        channel_args: the channel the helper opens: `target` and the keyword
+            arguments of qparams._channel.channel_settings.
+
     Raises:
         OSError: the helper could not be started.
     """
 
-    def __init__(self, client_kwargs: dict[str, Any]) -> None:
+    def __init__(self, channel_args: dict[str, Any]) -> None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self._process = subprocess.Popen(
             [sys.executable, "-m", "qparams._fork_proxy"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env)
         self._lock = threading.Lock()
-        pickle.dump(client_kwargs, self._process.stdin)
+        pickle.dump(channel_args, self._process.stdin)
         self._process.stdin.flush()
 
     def stub(self, service: str) -> ProxyStub:
@@ -219,12 +228,14 @@ class ForkProxy:
 
 
 def _serve() -> None:
-    """The helper: a Client made from the first pickle; then each call on its stubs."""
-    from qparams.client import Client
-
+    """The helper: a channel opened from the first pickle (the child's channel_args);
+    then each call on its stubs."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    client = Client(**pickle.load(stdin))
-    stubs = {_SERVICES[0]: client._service, _SERVICES[1]: client._health}
+    args = pickle.load(stdin)
+    target = args.pop("target")
+    channel = open_channel(target, *channel_settings(**args))
+    stubs = {_SERVICES[0]: pb_grpc.QParamsServiceStub(channel),
+             _SERVICES[1]: health_pb2_grpc.HealthStub(channel)}
     while True:
         try:
             service, method, payload, timeout, metadata = pickle.load(stdin)
@@ -247,7 +258,7 @@ def _serve() -> None:
                        (e.code().name, e.details() or "", tuple(e.trailing_metadata() or ())))
         pickle.dump(message, stdout)
         stdout.flush()
-    client.close()
+    channel.close()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ that fail with UNAVAILABLE or UNKNOWN are sent again under the client's retry
 policy: a repeated (session, step, rank) contribution is answered `duplicate` and
 applied once, and a read changes nothing, so a retry is always safe.
 DEADLINE_EXCEEDED is not sent again: it is a read's answer once `timeout` is over
-(as in the C++ client, client/client.h). Client's thin methods delegate here; the Client makes no Step call itself.
+(as in the C++ client, client/client.h). Client's thin methods (qparams/_client_steps.py)
+delegate here; the Client makes no Step call itself.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ import numpy as np
 from qparams._errors import (QParamsError, Unavailable, Unknown, error_from_rpc,
                              error_from_status)
 from qparams._results import QParams
-from qparams._tensors import TensorLike, is_torch_tensor, range_request, tensor_request
+from qparams._tensors import (TensorLike, check_reduce, is_torch_tensor, range_request,
+                              tensor_request)
 from qparams.v1 import qparams_pb2 as pb
 
 if TYPE_CHECKING:
-    from qparams.client import Client, Metadata
+    from qparams._client_core import ClientCore, Metadata
 
 __all__ = ["StepContribution", "StepRead", "StepContributionResult", "StepReadResult",
            "StepResult", "step", "resume_steps"]
@@ -151,7 +153,7 @@ def _as_read(item: ReadLike) -> StepRead:
                     f"a session name, not {item!r}")
 
 
-def _contribution_message(client: "Client", c: StepContribution, reduce: str
+def _contribution_message(client: "ClientCore", c: StepContribution, reduce: str
                           ) -> pb.StepContribution:
     """The wire contribution of `c`: its tensor reduced as Client.observe reduces one
     (by the session's spec, fetched once per name), or sent whole."""
@@ -191,8 +193,9 @@ Build = Callable[[list[int]], Any]
 Answers = Callable[[Any, int], list[Any]]
 
 
-def _calls(client: "Client", method: str, names: Sequence[str], groups: Mapping[Any, list[int]],
-           build: Build, answers: Answers, status: Callable[[Any], pb.RpcStatus],
+def _calls(client: "ClientCore", method: str, names: Sequence[str],
+           groups: Mapping[Any, list[int]], build: Build, answers: Answers,
+           status: Callable[[Any], pb.RpcStatus],
            timeout: float | None, metadata: "Metadata", follow: bool
            ) -> tuple[dict[int, Any], dict[str, list[int]]]:
     """One call per group (replica name, or None: unaddressed), made concurrently.
@@ -240,7 +243,7 @@ def _calls(client: "Client", method: str, names: Sequence[str], groups: Mapping[
     return out, moved
 
 
-def _deliver(client: "Client", method: str, names: Sequence[str], build: Build,
+def _deliver(client: "ClientCore", method: str, names: Sequence[str], build: Build,
              answers: Answers, status: Callable[[Any], pb.RpcStatus],
              timeout: float | None, metadata: "Metadata") -> list[Any]:
     """Every item's answer or QParamsError (naming its session), in order: sent in one
@@ -288,12 +291,11 @@ def _raise_first(outcomes: Sequence[Any]) -> None:
 # ---------------------------------------------------------------------- the calls
 
 
-def step(client: "Client", rank: int, world_size: int,
+def step(client: "ClientCore", rank: int, world_size: int,
          contributions: Iterable[ContributionLike] = (), reads: Iterable[ReadLike] = (), *,
          step_timeout: float | None = None, reduce: str = "auto",
          timeout: float | None = None, metadata: "Metadata" = None) -> StepResult:
     """Client.step: see there."""
-    from qparams.client import check_reduce
     check_reduce(reduce)
     rank = _int(rank, "rank")
     world_size = _int(world_size, "world_size")
@@ -342,7 +344,7 @@ def step(client: "Client", rank: int, world_size: int,
               for r, a in zip(read_messages, outcomes[count:])))
 
 
-def resume_steps(client: "Client", checkpoints: Mapping[str, bytes], next_step: int, *,
+def resume_steps(client: "ClientCore", checkpoints: Mapping[str, bytes], next_step: int, *,
                  timeout: float | None = None, metadata: "Metadata" = None) -> None:
     """Client.resume_steps: see there."""
     next_step = _int(next_step, "next_step")

@@ -18,7 +18,7 @@ from qparams._spec import block_shape
 from qparams.v1 import qparams_pb2 as pb
 
 __all__ = ["TensorLike", "is_torch_tensor", "fill_tensor", "block_ranges", "fill_range",
-           "range_request", "tensor_request"]
+           "range_request", "tensor_request", "check_reduce"]
 
 #: A numpy array (float32, float16, float64) or a torch tensor (float32, float16,
 #: bfloat16, float64; any device, any strides).
@@ -30,6 +30,7 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 _WIRE_NUMPY = {pb.FLOAT32: "<f4", pb.FLOAT16: "<f2", pb.FLOAT64: "<f8"}
 _NUMPY_NAMES = "float32, float16 or float64"
 _TORCH_NAMES = "float32, float16, bfloat16 or float64"
+_REDUCE = ("auto", "always", "never")
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -167,6 +168,12 @@ def fill_range(r: pb.RangeObservation, input_shape: Sequence[int], lo: Any, hi: 
         tensor.dtype, tensor.data = dtype, data
         tensor.shape[:] = counts
     return _finite(lo_bytes, dtype) and _finite(hi_bytes, dtype)
+
+
+def check_reduce(reduce: str) -> None:
+    """ValueError unless `reduce` is one of auto, always, never."""
+    if reduce not in _REDUCE:
+        raise ValueError(f"reduce {reduce!r} is not one of {', '.join(_REDUCE)}")
 
 
 def range_request(name: str, x: TensorLike, spec: pb.QuantSpec, reduce: str) -> pb.ObserveRequest:

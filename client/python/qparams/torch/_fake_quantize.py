@@ -7,7 +7,7 @@ import struct
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.ao.quantization.fake_quantize import FakeQuantizeBase
@@ -19,9 +19,6 @@ from torch.ao.quantization.utils import calculate_qmin_qmax
 from qparams._spec import quant_spec
 from qparams._tensors import block_ranges, fill_range
 from qparams.v1 import qparams_pb2 as pb
-
-if TYPE_CHECKING:
-    from qparams.torch._qat_run import QATRun
 
 __all__ = ["RemoteFakeQuantize"]
 
@@ -35,6 +32,17 @@ _QSCHEMES = {torch.per_tensor_affine: ("asymmetric", False),
              torch.per_channel_affine: ("asymmetric", True),
              torch.per_channel_symmetric: ("symmetric", True)}
 _DEFAULT_EPS = torch.finfo(torch.float32).eps
+
+
+class _StepRun(Protocol):
+    """What a RemoteFakeQuantize uses of the run that drives it (a QATRun): typed so,
+    since qparams/torch/_qat_run.py imports this module and not the reverse."""
+
+    lag: int
+    current_step: int | None
+
+    def _forward_at_lag_0(self, module: RemoteFakeQuantize, reduced: Any) -> None:
+        """Contributes `module`'s range `reduced` to the current step and reads as of it."""
 
 
 class _ObserverView:
@@ -210,7 +218,7 @@ class RemoteFakeQuantize(FakeQuantizeBase):
         self._auto_name = name is None
         # Set by a QATRun: its role for this module ("activation": observed in forward,
         # lag L; "weight": the parent's weight, reduced by the run at lag 0).
-        self._run: QATRun | None = None
+        self._run: _StepRun | None = None
         self._role = "activation"
         # This module's range of the current step: (input_shape, lo, hi, counts).
         self._pending: tuple[tuple[int, ...], torch.Tensor, torch.Tensor, list[int]] | None = None

@@ -16,7 +16,8 @@ from qparams._results import QParams
 from qparams._spec import GranularityLike
 from qparams._spec import granularity as _granularity
 from qparams._spec import granularity_text, quant_spec
-from qparams.client import Client, check_reduce
+from qparams._tensors import check_reduce
+from qparams.client import Client
 from qparams.torch import _naming, _registry
 from qparams.v1 import qparams_pb2 as pb
 
