@@ -188,6 +188,7 @@ Client::Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOption
       authorization_(options.bearer_token.empty() ? std::string()
                                                   : absl::StrCat("Bearer ", options.bearer_token)),
       stub_(v1::QParamsService::NewStub(channel)),
+      admin_stub_(v1::ClusterAdmin::NewStub(channel)),
       health_(grpc::health::v1::Health::NewStub(channel)),
       router_(std::make_unique<ReplicaRouter>(
           options.replica,
@@ -440,7 +441,7 @@ absl::StatusOr<v1::Topology> Client::SetSlotMap(const std::string& map_text) {
   v1::SetSlotMapRequest request;
   request.set_map(map_text);
   absl::StatusOr<v1::Topology> topology =
-      Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
+      Unary(*admin_stub_, &v1::ClusterAdmin::Stub::SetSlotMap, request, timeout_, authorization_,
             /*session=*/"", router_->replica());
   if (topology.ok()) router_->Offer(*topology);
   return topology;
@@ -748,8 +749,8 @@ absl::StatusOr<v1::SlotMoves> Client::SetSlotState(const std::string& replica,
                                                    const v1::SlotMove& move) {
   v1::SetSlotStateRequest request;
   *request.mutable_move() = move;
-  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotState, request, timeout_, authorization_,
-               /*session=*/"", replica);
+  return Unary(*admin_stub_, &v1::ClusterAdmin::Stub::SetSlotState, request, timeout_,
+               authorization_, /*session=*/"", replica);
 }
 
 absl::StatusOr<v1::DropSlotsResponse> Client::DropSlots(const std::string& replica, int low,
@@ -757,8 +758,8 @@ absl::StatusOr<v1::DropSlotsResponse> Client::DropSlots(const std::string& repli
   v1::DropSlotsRequest request;
   request.set_low(low);
   request.set_high(high);
-  return Unary(*stub_, &v1::QParamsService::Stub::DropSlots, request, timeout_, authorization_,
-               /*session=*/"", replica);
+  return Unary(*admin_stub_, &v1::ClusterAdmin::Stub::DropSlots, request, timeout_,
+               authorization_, /*session=*/"", replica);
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopologyOf(const std::string& replica) {
@@ -770,8 +771,8 @@ absl::StatusOr<v1::Topology> Client::SetSlotMapOf(const std::string& replica,
                                                   const std::string& map_text) {
   v1::SetSlotMapRequest request;
   request.set_map(map_text);
-  return Unary(*stub_, &v1::QParamsService::Stub::SetSlotMap, request, timeout_, authorization_,
-               /*session=*/"", replica);
+  return Unary(*admin_stub_, &v1::ClusterAdmin::Stub::SetSlotMap, request, timeout_,
+               authorization_, /*session=*/"", replica);
 }
 
 absl::StatusOr<v1::ImportSessionsResponse> Client::CopySlots(const std::string& source,
@@ -783,14 +784,14 @@ absl::StatusOr<v1::ImportSessionsResponse> Client::CopySlots(const std::string& 
   ReplicaRouter::AddHeaders(import_context, /*session=*/"", target);
   v1::ImportSessionsResponse imported;
   std::unique_ptr<grpc::ClientWriter<v1::SlotRecords>> writer =
-      to.stub_->ImportSessions(&import_context, &imported);
+      to.admin_stub_->ImportSessions(&import_context, &imported);
   v1::ReadSlotRecordsRequest request;
   request.set_low(low);
   request.set_high(high);
   bool written = true;
   const absl::Status read = ReadStream<v1::SlotRecords>(
       [this](grpc::ClientContext* context, const v1::ReadSlotRecordsRequest& r) {
-        return stub_->ReadSlotRecords(context, r);
+        return admin_stub_->ReadSlotRecords(context, r);
       },
       request, timeout_, authorization_, source, [&](const v1::SlotRecords& batch) {
         if (writer->Write(batch)) return absl::OkStatus();

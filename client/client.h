@@ -1,5 +1,6 @@
-// A typed C++ client of qparams.v1.QParamsService (and of the standard health
-// service): one call per RPC, gRPC statuses turned into absl::Status with the same
+// A typed C++ client of qparams.v1.QParamsService, of qparams.v1.ClusterAdmin (the
+// admin calls: the slot map and slot moves, on the same channel) and of the standard
+// health service: one call per RPC, gRPC statuses turned into absl::Status with the same
 // code and message, tensors encoded for the caller; plaintext or TLS (optionally
 // mutual), with an optional bearer token.
 //
@@ -70,9 +71,10 @@ struct ClientOptions {
   // client reach 127.0.0.1 and check a certificate issued for "localhost".
   std::string tls_server_name;
   // Sent as `authorization: Bearer <bearer_token>` metadata on every QParamsService
-  // call (never on Health, which a server answers without one); "" sends none. 1 to
-  // 4096 printable ASCII characters without spaces. Over a plaintext channel the
-  // token travels in the clear: use TLS credentials beyond loopback.
+  // and ClusterAdmin call (never on Health, which a server answers without one); ""
+  // sends none. 1 to 4096 printable ASCII characters without spaces. Over a
+  // plaintext channel the token travels in the clear: use TLS credentials beyond
+  // loopback.
   std::string bearer_token;
   // Sharded deployments: "" routes each call (see Client); a replica's name (as in
   // the slot map) addresses every call to that replica instead, through the
@@ -211,7 +213,8 @@ class Client {
 
   // Admin: gives the replica this client reaches (addressed by ClientOptions::replica
   // through a balancer) the slot map `map_text` (a slot map file's text, "# epoch N"
-  // included) and returns its topology after it (SetSlotMap, docs/sharding.md). The
+  // included) and returns its topology after it (ClusterAdmin.SetSlotMap,
+  // docs/sharding.md). The
   // server's refusals as they are: INVALID_ARGUMENT for a map that does not parse,
   // FAILED_PRECONDITION for an older epoch or a server without sharding,
   // PERMISSION_DENIED without an admin token.
@@ -357,9 +360,10 @@ class Client {
   absl::StatusOr<v1::GroupQParams> GetGroupQParams(const std::string& name);
 
   // Moving slots between replicas (docs/sharding.md, "Moving slots online";
-  // client/reshard.h drives them). Each call is addressed to `replica`
-  // (x-qparams-replica), through the balancer or straight to it; the server's
-  // errors as qparams.proto says.
+  // client/reshard.h drives them): GetSlotMoves and GetTopologyOf are
+  // QParamsService's topology reads, the others ClusterAdmin's admin calls. Each
+  // call is addressed to `replica` (x-qparams-replica), through the balancer or
+  // straight to it; the server's errors as qparams.proto says.
 
   // The slots `replica` is migrating or importing (GetSlotMoves).
   absl::StatusOr<v1::SlotMoves> GetSlotMoves(const std::string& replica);
@@ -460,6 +464,7 @@ class Client {
   const int max_message_bytes_;
   const std::string authorization_;  // "Bearer <token>", or "" for none
   const std::unique_ptr<v1::QParamsService::Stub> stub_;
+  const std::unique_ptr<v1::ClusterAdmin::Stub> admin_stub_;  // on stub_'s channel
   const std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   // Headers, splits and merges of sharded deployments; calls GetTopology.
   const std::unique_ptr<ReplicaRouter> router_;

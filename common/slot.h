@@ -26,6 +26,12 @@ inline constexpr char kSessionHeader[] = "x-qparams-session";
 // replica refuses a call that names another replica.
 inline constexpr char kReplicaHeader[] = "x-qparams-replica";
 
+// The payload (absl::Status::GetPayload) of a refusal for a session another replica
+// owns: that replica's name. The engine sets it; the wire conversions carry it to
+// the client (a call's trailing metadata, an item's RpcStatus.owner), which sends
+// the call or item there.
+inline constexpr absl::string_view kOwnerPayload = "type.qparams/owner";
+
 // The part of `name` that is hashed for its slot, Redis Cluster's hash-tag rule: if
 // the name has a '{' and, after the first '{', a '}' with at least one character
 // between them, the characters between the first '{' and the first '}' after it;

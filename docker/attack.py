@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The slot-map attack on a deployment, run by docker/test.sh: the two admin calls that,
-on a replica open to cluster control, erased every session (issue 38):
+"""The slot-map attack on a deployment, run by docker/test.sh: the two admin calls
+(qparams.v1.ClusterAdmin) that, on a replica open to cluster control, erased every
+session (issue 38):
 
   1. SetSlotMap with a map giving all 256 slots to a made-up replica at an epoch far
      above the deployment's, so that the attacked replica owns nothing;
@@ -61,7 +62,7 @@ def main() -> int:
     if options.replica:
         metadata.append(("x-qparams-replica", options.replica))
 
-    stub = pb_grpc.QParamsServiceStub(channel)
+    stub = pb_grpc.ClusterAdminStub(channel)
     result = {}
     calls = (("SetSlotMap", stub.SetSlotMap, pb.SetSlotMapRequest(map=EVIL_MAP)),
              ("DropSlots", stub.DropSlots, pb.DropSlotsRequest(low=0, high=255)))

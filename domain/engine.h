@@ -76,10 +76,6 @@ struct EngineOptions {
 // (SlotMap::ToText), so that a restart does not fall back to an older --slot_map.
 inline constexpr absl::string_view kSlotMapFileName = "slot-map";
 
-// The payload (absl::Status::GetPayload) of a refusal for a session another replica
-// owns: that replica's name, for the service to pass on as trailing metadata.
-inline constexpr absl::string_view kOwnerPayload = "type.qparams/owner";
-
 // Engine::Observe's answer, failed or not: the responses of ObserveStream and
 // ObserveBatch report the session's count beside a failure too.
 struct ObserveOutcome {
@@ -168,9 +164,10 @@ class Engine {
 
   // Every session method names a session of `tenant` ("" when authentication is
   // off): INVALID_ARGUMENT for a malformed name, FAILED_PRECONDITION naming the
-  // owner (and carrying it as kOwnerPayload) for a session another replica owns,
-  // which changes nothing, NOT_FOUND for an unknown one (or one evicted after being
-  // idle, saying so). CreateSession refuses the first two the same way.
+  // owner (and carrying it as kOwnerPayload, common/slot.h) for a session another
+  // replica owns, which changes nothing, NOT_FOUND for an unknown one (or one
+  // evicted after being idle, saying so). CreateSession refuses the first two the
+  // same way.
   absl::StatusOr<SessionInfo> GetSession(absl::string_view tenant, absl::string_view name) const;
   absl::Status DeleteSession(absl::string_view tenant, absl::string_view name);
 

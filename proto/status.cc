@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/slot.h"
+
 namespace qparams::wire {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -18,6 +20,9 @@ v1::RpcStatus ToRpcStatus(const absl::Status& status) {
   v1::RpcStatus out;
   out.set_code(static_cast<int32_t>(status.code()));
   out.set_message(std::string(status.message()));
+  if (auto owner = status.GetPayload(kOwnerPayload); owner.has_value()) {
+    out.set_owner(std::string(*owner));
+  }
   return out;
 }
 

@@ -15,8 +15,13 @@ namespace qparams::wire {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
-// The status of one item of an ObserveStream or ObserveBatch response.
+// The status of one item of a stream, batch or step response (ObserveStream,
+// ObserveBatch, Step, ResumeSteps): code and message, and, for a refusal naming the
+// replica that owns the item's session (kOwnerPayload, common/slot.h), that replica
+// as `owner`, for the client to send the item there. Every item status goes through
+// it, so none loses its owner.
 v1::RpcStatus ToRpcStatus(const absl::Status& status);
+// Code and message only: a client reads an item's `owner` from the RpcStatus.
 absl::Status FromRpcStatus(const v1::RpcStatus& status);
 
 }  // namespace qparams::wire

@@ -5,9 +5,10 @@
 //              else open;
 //   kTopology  GetTopology, GetSlotMoves: read by clients and by the resharding
 //              tool alike, so a tenant's or an admin's token (open as kData is);
-//   kAdmin     the slot map, moves, record reading, import and drop: always an
-//              admin's token of --admin_tokens_file; without that file cluster
-//              control is off and every such call is refused.
+//   kAdmin     every method of qparams.v1.ClusterAdmin (the slot map, moves, record
+//              reading, import and drop): always an admin's token of
+//              --admin_tokens_file; without that file cluster control is off and
+//              every such call is refused.
 // Every refusal is counted (qparams_auth_refusals_total{reason}) and logged as an
 // "audit:" line with the method and the peer, never the token.
 

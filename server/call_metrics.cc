@@ -78,15 +78,19 @@ class CallMetricsInterceptor final : public grpc::experimental::Interceptor {
 }  // namespace
 
 CallMetricsInterceptorFactory::CallMetricsInterceptorFactory(const ServerMetrics* metrics) {
-  // Every method of the service, from its descriptor: one added later is counted too.
-  const google::protobuf::ServiceDescriptor* service =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-          v1::QParamsService::service_full_name());
-  for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
-    auto method = std::make_unique<Method>();
-    method->metrics = metrics;
-    method->name = service->method(i)->name();
-    methods_.emplace(absl::StrCat("/", service->full_name(), "/", method->name), std::move(method));
+  // Every method of the services, from their descriptors: one added later is counted
+  // too.
+  for (const char* name :
+       {v1::QParamsService::service_full_name(), v1::ClusterAdmin::service_full_name()}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    for (int i = 0; service != nullptr && i < service->method_count(); ++i) {
+      auto method = std::make_unique<Method>();
+      method->metrics = metrics;
+      method->name = service->method(i)->name();
+      methods_.emplace(absl::StrCat("/", service->full_name(), "/", method->name),
+                       std::move(method));
+    }
   }
 }
 

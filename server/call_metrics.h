@@ -1,6 +1,7 @@
-// Counts and times every call of qparams.v1.QParamsService where gRPC sends its
-// status: a server interceptor, so that every method, unary or streaming, present or
-// added later, passes through the one place, and the service stays a translation.
+// Counts and times every call of qparams.v1.QParamsService and qparams.v1.ClusterAdmin
+// where gRPC sends its status: a server interceptor, so that every method, unary or
+// streaming, present or added later, passes through the one place, and the services
+// stay translations.
 
 #ifndef QPARAMS_SERVER_CALL_METRICS_H_
 #define QPARAMS_SERVER_CALL_METRICS_H_
@@ -14,8 +15,9 @@
 
 namespace qparams {
 
-// Gives each QParamsService call an interceptor that, when the call's status is sent
-// (PRE_SEND_STATUS), adds one to qparams_calls_total{method,code} and its time since
+// Gives each call of either service an interceptor that, when the call's status is
+// sent (PRE_SEND_STATUS), adds one to qparams_calls_total{method,code} (the method's
+// name alone: no two methods of the services share one) and its time since
 // the call arrived to qparams_call_duration_seconds. A call that ends without a
 // status sent (cancelled before the handler finished) counts as CANCELLED when its
 // interceptor is destroyed. Calls of other services (health, reflection) get none.
@@ -35,8 +37,8 @@ class CallMetricsInterceptorFactory final
   struct Method;  // call_metrics.cc
 
  private:
-  // By gRPC's method path, "/qparams.v1.QParamsService/Observe"; fixed after the
-  // constructor.
+  // By gRPC's method path, "/qparams.v1.QParamsService/Observe",
+  // "/qparams.v1.ClusterAdmin/SetSlotMap"; fixed after the constructor.
   absl::flat_hash_map<std::string, std::unique_ptr<Method>> methods_;
 };
 

@@ -1,43 +1,34 @@
-// qparams.v1.QParamsService on gRPC's callback API. It translates wire messages to
-// Engine calls and results back, and does nothing else: every rule lives in the
-// Engine or the core.
+// qparams.v1.QParamsService on gRPC's callback API: the data path (sessions,
+// scale groups, observations, exports, steps) and the topology reads clients route
+// with. It translates wire messages to Engine calls and results back, and does
+// nothing else: every rule lives in the Engine or the core. Cluster control is
+// ClusterAdminServiceImpl's (server/cluster_admin_service.h).
 
 #ifndef QPARAMS_SERVER_QPARAMS_SERVICE_H_
 #define QPARAMS_SERVER_QPARAMS_SERVICE_H_
 
-#include <cstdint>
 #include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "core/tensor.h"
 #include "domain/engine.h"
 #include "export/engine_group_source.h"
 #include "grpcpp/grpcpp.h"
-#include "metrics/metrics.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 #include "server/arena_allocator.h"
 #include "server/authorizer.h"
+#include "server/call_policy.h"
+#include "server/pull_write_reactor.h"
+#include "server/service_options.h"
 
 namespace qparams {
 
-struct ServiceOptions {
-  // Larger well-formed tensors are RESOURCE_EXHAUSTED.
-  int64_t max_tensor_elements = kDefaultMaxTensorElements;
-  // Log every failed call (method, code, message, peer).
-  bool log_failed_rpcs = false;
-  // Who may call what (server/authorizer.h). Null: no tokens files (data calls
-  // open, cluster control off). Must outlive the service.
-  const Authorizer* authorizer = nullptr;
-  // Counts the bytes of observation data received (ServerMetrics::received_bytes);
-  // null: not counted. Must outlive the service.
-  Counter* received_bytes = nullptr;
-};
-
+// Thread safety: gRPC calls the methods from any thread, concurrently; the engine
+// orders what they change.
 class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
  public:
-  // `engine` must outlive the service.
+  // `engine` and `options.authorizer` must outlive the service.
   QParamsServiceImpl(Engine* engine, ServiceOptions options);
 
   grpc::ServerUnaryReactor* ListCalculators(grpc::CallbackServerContext* context,
@@ -81,9 +72,6 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* GetTopology(grpc::CallbackServerContext* context,
                                         const v1::GetTopologyRequest* request,
                                         v1::Topology* response) override;
-  grpc::ServerUnaryReactor* SetSlotMap(grpc::CallbackServerContext* context,
-                                       const v1::SetSlotMapRequest* request,
-                                       v1::Topology* response) override;
   grpc::ServerWriteReactor<v1::ExportChunk>* ExportSessions(
       grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) override;
   grpc::ServerBidiReactor<v1::RenderExportRequest, v1::ExportChunk>* RenderExport(
@@ -108,16 +96,6 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerUnaryReactor* GetSlotMoves(grpc::CallbackServerContext* context,
                                          const v1::GetSlotMovesRequest* request,
                                          v1::SlotMoves* response) override;
-  grpc::ServerUnaryReactor* SetSlotState(grpc::CallbackServerContext* context,
-                                         const v1::SetSlotStateRequest* request,
-                                         v1::SlotMoves* response) override;
-  grpc::ServerWriteReactor<v1::SlotRecords>* ReadSlotRecords(
-      grpc::CallbackServerContext* context, const v1::ReadSlotRecordsRequest* request) override;
-  grpc::ServerReadReactor<v1::SlotRecords>* ImportSessions(
-      grpc::CallbackServerContext* context, v1::ImportSessionsResponse* response) override;
-  grpc::ServerUnaryReactor* DropSlots(grpc::CallbackServerContext* context,
-                                      const v1::DropSlotsRequest* request,
-                                      v1::DropSlotsResponse* response) override;
 
   // server/step_service.cc
   grpc::ServerUnaryReactor* Step(grpc::CallbackServerContext* context,
@@ -131,17 +109,9 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   class ObserveStreamReactor;
   class StepReactor;  // Step
   class RenderExportReactor;
-  class ImportReactor;  // ImportSessions
-  template <typename Message>
-  class PullWriteReactor;  // ReadSessions, ExportSessions and ReadSlotRecords
 
-  // Who the caller of `method` is, if it may make a call of `access`
-  // (Authorizer::Authorize's refusals otherwise); FAILED_PRECONDITION for a call
-  // addressed to another replica (x-qparams-replica, Engine::CheckAddressedTo).
-  // Every method asks it first, once: Unary, AdminUnary, the reactors do.
-  absl::StatusOr<Caller> Authorize(grpc::CallbackServerContext* context, Access access,
-                                   absl::string_view method) const;
-  // The tenant of a data call: "" on an open server.
+  // The tenant of a data call (CallPolicy::Authorize with Access::kData): "" on an
+  // open server.
   absl::StatusOr<std::string> Tenant(grpc::CallbackServerContext* context,
                                      absl::string_view method) const;
 
@@ -156,31 +126,24 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
                    absl::string_view tenant, const v1::ObserveRequest& request,
                    v1::ObserveResponse* response);
 
-  // Every unary method: resolves the caller's tenant once (Tenant), runs `body` with
-  // it, and finishes the call with the first failure, or OK. A body fails through
-  // the status macros (core/status_macros.h) and writes the response as it goes.
+  // Every unary method: authorizes the caller once (CallPolicy::Authorize, `access`),
+  // runs `body` with its name (the tenant of a data call), and finishes the call with
+  // the first failure, or OK (CallPolicy::Finish). A body fails through the status
+  // macros (core/status_macros.h) and writes the response as it goes.
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, absl::string_view method,
                                   absl::FunctionRef<absl::Status(const std::string& tenant)> body,
                                   Access access = Access::kData);
-  // Every unary admin method: Unary's for an admin caller, and an audit line of what
-  // it did (`body` describes it in `detail`: slots, epoch) and how it ended.
-  grpc::ServerUnaryReactor* AdminUnary(grpc::CallbackServerContext* context,
-                                       absl::string_view method,
-                                       absl::FunctionRef<absl::Status(std::string& detail)> body);
-  // The engine's topology now, into `topology`.
-  void FillTopology(v1::Topology* topology) const;
-  // Finishes a unary call with `status`, logging failures if asked to.
-  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, absl::string_view method,
-                                   const absl::Status& status);
-  void LogFailure(grpc::CallbackServerContext* context, absl::string_view method,
-                  const absl::Status& status) const;
-  // A refusal for a session another replica owns carries the owner's name in the
-  // trailing metadata kOwnerMetadata too, for clients to act on without parsing.
-  static void AddOwner(grpc::CallbackServerContext* context, const absl::Status& status);
+  // ReadSessions' and ExportSessions' stream (PullWriteReactor): `start` gets the
+  // caller's tenant (Tenant, resolved once) and returns the producer of the
+  // messages; a refusal, or a failure of `start`, ends the stream before the first.
+  template <typename Message>
+  grpc::ServerWriteReactor<Message>* PullStream(
+      grpc::CallbackServerContext* context, absl::string_view method,
+      absl::FunctionRef<absl::StatusOr<PullProducer<Message>>(std::string tenant)> start);
 
   Engine* const engine_;
   const ServiceOptions options_;
-  const Authorizer* const authorizer_;  // options_.authorizer, or one without tokens
+  const CallPolicy calls_;
   // What ExportSessions reads of the engine's scale groups.
   const EngineGroupSource export_groups_{engine_};
   // The hot unary calls parse and answer on an arena.

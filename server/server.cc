@@ -180,6 +180,8 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   server->server_metrics_.Watch(server->engine_.get());
   server->service_ =
       std::make_unique<QParamsServiceImpl>(server->engine_.get(), service_options);
+  server->admin_service_ =
+      std::make_unique<ClusterAdminServiceImpl>(server->engine_.get(), service_options);
 
   // Process-wide switches; both must be set before a server is built.
   grpc::EnableDefaultHealthCheckService(true);
@@ -188,6 +190,7 @@ absl::StatusOr<std::unique_ptr<QParamsServer>> QParamsServer::Start(
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, credentials, &server->port_);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->admin_service_.get());
   ApplyTransportSettings(options.max_message_bytes, &builder);
   ApplyConnectionLimits(options, &builder);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -1,7 +1,7 @@
-// A running qparams server: QParamsService, gRPC health and server reflection on
-// one listening address, over an Engine that Engine::Open restored from (and
-// journals to) a data directory; the server only wires them up. main() only parses
-// flags and wires signals to Shutdown.
+// A running qparams server: QParamsService (the data path), ClusterAdmin (cluster
+// control), gRPC health and server reflection on one listening address, over an
+// Engine that Engine::Open restored from (and journals to) a data directory; the
+// server only wires them up. main() only parses flags and wires signals to Shutdown.
 
 #ifndef QPARAMS_SERVER_SERVER_H_
 #define QPARAMS_SERVER_SERVER_H_
@@ -18,6 +18,7 @@
 #include "grpcpp/grpcpp.h"
 #include "metrics/metrics.h"
 #include "server/authorizer.h"
+#include "server/cluster_admin_service.h"
 #include "server/qparams_service.h"
 #include "server/server_metrics.h"
 #include "storage/journal.h"
@@ -37,7 +38,7 @@ struct ServerOptions {
   // 12 ms on two threads of a busy 2-core machine, 0.06 ms on one).
   int omp_threads = 1;
   EngineOptions engine;
-  ServiceOptions service;  // its authenticator is set from auth_tokens_file
+  ServiceOptions service;  // both services'; its authorizer is set from the tokens files
 
   // Persistence: the directory (required unless durability is kNone), when a
   // mutation reaches the disk, and how often batched ones are fsynced.
@@ -155,6 +156,7 @@ class QParamsServer {
   std::unique_ptr<Authorizer> authorizer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<QParamsServiceImpl> service_;
+  std::unique_ptr<ClusterAdminServiceImpl> admin_service_;
   std::unique_ptr<WriteProbe> write_probe_;  // with a journal only
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -11,42 +11,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
+#include "common/slot.h"
 #include "core/status_macros.h"
-#include "google/protobuf/util/time_util.h"
 #include "proto/convert.h"
 #include "proto/status.h"
 #include "server/qparams_service.h"
+#include "server/wire.h"
 
 namespace qparams {
 namespace {
 
 // How many items one Step or ResumeSteps call may carry, as the proto says.
 constexpr int kMaxStepItems = 10000;
-constexpr absl::Duration kMinStepTimeout = absl::Milliseconds(1);
-constexpr absl::Duration kMaxStepTimeout = absl::Hours(24);
 
-// An item's status on the wire: `what` names the item, and a refusal for a session
-// another replica owns keeps its owner, for the client to send the item there.
+// An item's status on the wire (wire::ToRpcStatus, which keeps the owner of a
+// session another replica owns, for the client to send the item there), its message
+// prefixed with `what`, which names the item.
 v1::RpcStatus ItemStatus(const absl::Status& status, absl::string_view what) {
-  v1::RpcStatus out = wire::ToRpcStatus(
-      status.ok() ? status
-                  : absl::Status(status.code(), absl::StrCat(what, ": ", status.message())));
-  if (auto owner = status.GetPayload(kOwnerPayload); owner.has_value()) {
-    out.set_owner(std::string(*owner));
-  }
+  v1::RpcStatus out = wire::ToRpcStatus(status);
+  if (!status.ok()) out.set_message(absl::StrCat(what, ": ", status.message()));
   return out;
-}
-
-absl::StatusOr<std::optional<absl::Duration>> StepTimeoutFromProto(const v1::StepRequest& request) {
-  if (!request.has_step_timeout()) return std::optional<absl::Duration>();
-  const google::protobuf::Duration& d = request.step_timeout();
-  const absl::Duration timeout = absl::Seconds(d.seconds()) + absl::Nanoseconds(d.nanos());
-  if (timeout < kMinStepTimeout || timeout > kMaxStepTimeout) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step_timeout: ", absl::FormatDuration(timeout), " is outside [",
-        absl::FormatDuration(kMinStepTimeout), ", ", absl::FormatDuration(kMaxStepTimeout), "]"));
-  }
-  return std::optional<absl::Duration>(timeout);
 }
 
 }  // namespace
@@ -73,7 +57,7 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
     if (!tenant.ok()) return FinishOnce(tenant.status());
     tenant_ = *std::move(tenant);
     if (absl::Status valid = CheckLimits(); !valid.ok()) return FinishOnce(valid);
-    absl::StatusOr<std::optional<absl::Duration>> timeout = StepTimeoutFromProto(*request_);
+    absl::StatusOr<std::optional<absl::Duration>> timeout = wire::StepTimeoutFromProto(*request_);
     if (!timeout.ok()) return FinishOnce(timeout.status());
     v1::StepResponse* response = call_->response;
     response->mutable_contributions()->Reserve(request_->contributions_size());
@@ -101,7 +85,7 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
     const absl::Status status = absl::DeadlineExceededError(
         "the call ended (its deadline, or the client cancelled it) before the steps it "
         "reads were applied; a rank may be late, or gone until its step timeout");
-    service_->LogFailure(context_, "Step", status);
+    service_->calls_.LogFailure(context_, "Step", status);
     Finish(wire::ToGrpcStatus(status));
   }
 
@@ -138,7 +122,7 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
                                                request_->world_size(), *x, timeout)
                : absl::StatusOr<StepMerge::Outcome>(x.status());
     if (!outcome.ok()) {
-      service_->LogFailure(context_, "Step", outcome.status());
+      service_->calls_.LogFailure(context_, "Step", outcome.status());
       *result->mutable_status() = ItemStatus(outcome.status(), what);
       auto [refusal, fresh] = refused_.try_emplace(c.name(), c.step(), outcome.status());
       if (!fresh && c.step() < refusal->second.first)
@@ -254,9 +238,7 @@ class QParamsServiceImpl::StepReactor final : public grpc::ServerUnaryReactor {
       if (call_->finished) return;
       call_->finished = true;
     }
-    service_->LogFailure(context_, "Step", status);
-    AddOwner(context_, status);
-    Finish(wire::ToGrpcStatus(status));
+    Finish(service_->calls_.Finish(context_, "Step", status));
   }
 
   QParamsServiceImpl* const service_;
@@ -288,7 +270,7 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::ResumeSteps(grpc::CallbackServerCo
     for (const v1::ResumeItem& item : request->items()) {
       const absl::Status status =
           engine_->ResumeSteps(tenant, item.name(), item.next_step(), item.checkpoint());
-      LogFailure(context, "ResumeSteps", status);
+      calls_.LogFailure(context, "ResumeSteps", status);
       *response->add_statuses() = ItemStatus(status, absl::StrCat("session ", item.name()));
       if (status.ok()) {
         LogInfo(absl::StrCat("session ", item.name(), " (tenant \"", tenant,

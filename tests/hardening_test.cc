@@ -1326,6 +1326,7 @@ class Hardening : public ::testing::TestWithParam<int> {
     server_ = TestServer::Start(options);
     ASSERT_NE(server_, nullptr);
     stub_ = server_->NewStub();
+    admin_stub_ = server_->NewAdminStub();
     Create(CreateReq(kStatic, "static", Spec("int8", v1::ASYMMETRIC, PerChannel(1))));
     Create(CreateReq(kMovingAvg, "moving_average",
                      Spec("uint8", v1::ASYMMETRIC, PerChannel(0), v1::ACTIVATION), 0.25));
@@ -1553,8 +1554,8 @@ class Hardening : public ::testing::TestWithParam<int> {
       }
       case Method::kSetSlotMap: {
         v1::Topology response;
-        return stub_->SetSlotMap(&context, std::get<v1::SetSlotMapRequest>(row.request),
-                                 &response);
+        return admin_stub_->SetSlotMap(&context, std::get<v1::SetSlotMapRequest>(row.request),
+                                       &response);
       }
     }
     return grpc::Status(StatusCode::INTERNAL, "unknown method");
@@ -1630,6 +1631,7 @@ class Hardening : public ::testing::TestWithParam<int> {
   std::string tokens_file_, admin_tokens_file_;
   std::unique_ptr<TestServer> server_;
   std::unique_ptr<v1::QParamsService::Stub> stub_;
+  std::unique_ptr<v1::ClusterAdmin::Stub> admin_stub_;  // SetSlotMap
   Tokens tokens_;
 };
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -24,7 +25,30 @@
 namespace qparams::testing {
 
 inline constexpr char kService[] = "qparams.v1.QParamsService";
+// Cluster control (the admin calls), apart from kService's data path.
+inline constexpr char kAdminService[] = "qparams.v1.ClusterAdmin";
+
+// The services of qparams.v1, as the descriptor pool knows them.
+inline std::vector<const google::protobuf::ServiceDescriptor*> Services() {
+  std::vector<const google::protobuf::ServiceDescriptor*> services;
+  for (const char* name : {kService, kAdminService}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    EXPECT_NE(service, nullptr) << name;
+    if (service != nullptr) services.push_back(service);
+  }
+  return services;
+}
+
+// The gRPC path of `method` ("/qparams.v1.QParamsService/Observe",
+// "/qparams.v1.ClusterAdmin/SetSlotMap"): of the service that declares it.
 inline std::string Path(const std::string& method) {
+  for (const google::protobuf::ServiceDescriptor* service : Services()) {
+    if (service->FindMethodByName(method) != nullptr) {
+      return absl::StrCat("/", service->full_name(), "/", method);
+    }
+  }
+  ADD_FAILURE() << "no service of qparams.v1 declares " << method;
   return absl::StrCat("/", kService, "/", method);
 }
 

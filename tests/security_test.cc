@@ -1,8 +1,9 @@
 // Security: a table of credentials beside the bad-request table (hardening_test.cc).
-// Every RPC of qparams.v1.QParamsService, enumerated from its descriptor so that a
-// new one cannot be left out, is called through one generic path with no
-// credential, malformed ones, an unknown and an expired token, the other kind of
-// token (admin for data, data for admin) and another tenant's; the codes are
+// Every RPC of qparams.v1.QParamsService and qparams.v1.ClusterAdmin, enumerated
+// from their descriptors so that a new one cannot be left out, is called through
+// one generic path (at its own service's path) with no credential, malformed ones,
+// an unknown and an expired token, the other kind of token (admin for data, data
+// for admin) and another tenant's; the codes are
 // docs/security.md's. After every row both tenants' sessions and groups, every
 // record of the engine, the topology and the slot moves are what they were, and the
 // server answers health checks and a good call. Then: a server without
@@ -48,7 +49,8 @@ namespace {
 
 using grpc::StatusCode;
 
-// The access classes (docs/security.md); every other method is a data call.
+// The access classes (docs/security.md); every other method is a data call. The
+// admin calls are ClusterAdmin's methods, and only they (SecurityTableShape).
 const std::set<std::string>& AdminMethods() {
   static const auto* const m = new std::set<std::string>{
       "SetSlotMap", "SetSlotState", "ReadSlotRecords", "ImportSessions", "DropSlots"};
@@ -92,13 +94,12 @@ std::string Name(const std::string& suffix) {
 // kAPrefix.
 const std::string kAPrefix = "a-";
 
-// The methods of the service, as its descriptor lists them.
+// The methods of both services, as their descriptors list them.
 std::vector<const google::protobuf::MethodDescriptor*> Methods() {
-  const google::protobuf::ServiceDescriptor* service =
-      v1::ListCalculatorsRequest::descriptor()->file()->pool()->FindServiceByName(kService);
   std::vector<const google::protobuf::MethodDescriptor*> methods;
-  if (service == nullptr) return methods;
-  for (int i = 0; i < service->method_count(); ++i) methods.push_back(service->method(i));
+  for (const google::protobuf::ServiceDescriptor* service : Services()) {
+    for (int i = 0; i < service->method_count(); ++i) methods.push_back(service->method(i));
+  }
   return methods;
 }
 
@@ -389,6 +390,13 @@ TEST(SecurityTableShape, EveryMethodHasARequestAndAClass) {
   for (const auto& [name, c] : cases) EXPECT_EQ(names.count(name), 1u) << name;
   for (const std::string& name : AdminMethods()) EXPECT_EQ(names.count(name), 1u) << name;
   EXPECT_TRUE(names.count("GetTopology") && names.count("GetSlotMoves"));
+  // One access class per service for cluster control: every ClusterAdmin method is
+  // an admin call and every admin call is ClusterAdmin's.
+  std::set<std::string> admin_service;
+  for (const auto* m : methods) {
+    if (m->service()->full_name() == kAdminService) admin_service.insert(m->name());
+  }
+  EXPECT_EQ(admin_service, AdminMethods());
   std::set<std::string> covered;
   for (const Row& row : Table()) covered.insert(row.method);
   EXPECT_EQ(covered, names);

@@ -66,7 +66,7 @@ TEST(ServerBinarySecurity, WillNotServeOtherMachinesOpenlyUnlessAllowed) {
   std::remove(tokens.c_str());
 }
 
-grpc::StatusCode DropSlots(v1::QParamsService::Stub& stub, std::optional<std::string> token) {
+grpc::StatusCode DropSlots(v1::ClusterAdmin::Stub& stub, std::optional<std::string> token) {
   grpc::ClientContext context;
   if (token.has_value()) context.AddMetadata("authorization", absl::StrCat("Bearer ", *token));
   v1::DropSlotsRequest request;
@@ -96,19 +96,21 @@ TEST(ServerBinarySecurity, AuditsRefusalsAndAdminCallsAndRotatesTokensOnSighup) 
   const std::string metrics_line = server.WaitForLine("serving metrics on http://");
   const size_t host = metrics_line.find("http://") + 7;
   const std::string metrics = metrics_line.substr(host, metrics_line.find("/metrics") - host);
-  auto stub =
-      v1::QParamsService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  const std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = v1::QParamsService::NewStub(channel);
+  auto admin = v1::ClusterAdmin::NewStub(channel);
 
   // The attack of issue 38, as a tenant and as nobody; then the operator.
-  EXPECT_EQ(DropSlots(*stub, std::nullopt), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(DropSlots(*admin, std::nullopt), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(absl::StrContains(server.WaitForLine("audit: refused DropSlots from ipv"),
                                 ": missing credential (UNAUTHENTICATED)"))
       << server.log_text();
-  EXPECT_EQ(DropSlots(*stub, kTenantToken), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(DropSlots(*admin, kTenantToken), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_TRUE(absl::StrContains(server.WaitForLine("audit: refused DropSlots from ipv"),
                                 ": not_admin credential (PERMISSION_DENIED)"))
       << server.log_text();
-  const grpc::StatusCode dropped = DropSlots(*stub, kAdminToken);
+  const grpc::StatusCode dropped = DropSlots(*admin, kAdminToken);
   const std::string line = server.WaitForLine("audit: admin ops from ipv");
   EXPECT_TRUE(absl::StrContains(line, ": DropSlots slots 0:255")) << line;
   EXPECT_TRUE(absl::StrContains(line, dropped == grpc::StatusCode::OK ? ": OK" : ": FAILED"))

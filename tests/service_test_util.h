@@ -52,15 +52,20 @@ class TestServer {
   std::unique_ptr<v1::QParamsService::Stub> NewStub() const {
     return v1::QParamsService::NewStub(NewChannel());
   }
+  // The admin calls' service (cluster control), on a channel of its own.
+  std::unique_ptr<v1::ClusterAdmin::Stub> NewAdminStub() const {
+    return v1::ClusterAdmin::NewStub(NewChannel());
+  }
 
  private:
   explicit TestServer(std::unique_ptr<QParamsServer> server) : server_(std::move(server)) {}
   std::unique_ptr<QParamsServer> server_;
 };
 
-// ---- Admin calls (SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions,
-// DropSlots): only a server with --admin_tokens_file takes them, and only with an
-// admin token of that file (a server without it refuses them PERMISSION_DENIED) ----
+// ---- Admin calls (ClusterAdmin: SetSlotMap, SetSlotState, ReadSlotRecords,
+// ImportSessions, DropSlots): only a server with --admin_tokens_file takes them, and
+// only with an admin token of that file (a server without it refuses them
+// PERMISSION_DENIED) ----
 
 // The admin token of the file WriteAdminTokensFile writes. On a server without
 // --auth_tokens_file data calls ignore the authorization header, so a client may

@@ -240,9 +240,10 @@ TEST(EngineSetSlotMap, PersistsTheMapAndARestartKeepsTheGreatestEpoch) {
 }
 
 // ---- the admin RPCs ----
-// SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions and DropSlots take an
-// admin token of --admin_tokens_file (kTestAdminToken of service_test_util.h's
-// WriteAdminTokensFile); a server without that file refuses them all.
+// ClusterAdmin's SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions and
+// DropSlots take an admin token of --admin_tokens_file (kTestAdminToken of
+// service_test_util.h's WriteAdminTokensFile); a server without that file refuses
+// them all.
 
 constexpr char kTenantToken[] = "tenant-token-0123456789";
 
@@ -313,7 +314,7 @@ TEST(SetSlotMapRpc, AServerWithoutAdminTokensRefusesEveryAdminCall) {
     if (with_tenants) options.auth_tokens_file = tokens;
     std::unique_ptr<TestServer> server = TestServer::Start(options);
     ASSERT_NE(server, nullptr);
-    const std::unique_ptr<v1::QParamsService::Stub> stub = server->NewStub();
+    const std::unique_ptr<v1::ClusterAdmin::Stub> stub = server->NewAdminStub();
     for (const std::string token : {"", kTenantToken, kTestAdminToken}) {
       auto prepare = [&token](grpc::ClientContext& context) {
         context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

@@ -30,11 +30,12 @@ def slot(name: str) -> int:
     return zlib.crc32(name.encode()) % 256
 
 
-# Admin calls (SetSlotMap, SetSlotState, ReadSlotRecords, ImportSessions, DropSlots:
-# Client.set_slot_map, qparams-cli reshard and slotmap push) are taken only by a
-# server with --admin_tokens_file, with one of its tokens; a server without that file
-# refuses them PERMISSION_DENIED. On a server without --auth_tokens_file data calls
-# ignore the authorization header, so a client may carry the admin token on every call.
+# Admin calls (qparams.v1.ClusterAdmin: SetSlotMap, SetSlotState, ReadSlotRecords,
+# ImportSessions, DropSlots: Client.set_slot_map, qparams-cli reshard and slotmap
+# push) are taken only by a server with --admin_tokens_file, with one of its tokens; a
+# server without that file refuses them PERMISSION_DENIED. On a server without
+# --auth_tokens_file data calls ignore the authorization header, so a client may carry
+# the admin token on every call.
 ADMIN_TOKEN = "qparams-test-admin-token-0123"
 
 

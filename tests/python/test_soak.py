@@ -239,7 +239,7 @@ def copy_half(cluster: Cluster, move: tuple[int, int, str, str]) -> int:
     replica through HAProxy. Returns how many records the whole copy has."""
     low, high, source, destination = move
     with grpc.insecure_channel(f"unix:{cluster.haproxy.socket}") as channel:
-        stub = pb_grpc.QParamsServiceStub(channel)
+        stub = pb_grpc.ClusterAdminStub(channel)
 
         def at(replica: str) -> dict:
             """An admin call's options: addressed to `replica` (HAProxy routes on it),

@@ -41,7 +41,7 @@ class ServerCalls(ClientCore):
                      metadata: Metadata = None) -> pb.Topology:
         """Admin: gives the replica this client reaches (its `replica`, through a
         balancer) the slot map `slot_map`, a slot map file's text ("# epoch N"
-        included), and returns that replica's topology after it (SetSlotMap,
+        included), and returns that replica's topology after it (ClusterAdmin.SetSlotMap,
         docs/sharding.md). Raises InvalidArgument for a map that does not parse,
         FailedPrecondition for an older epoch or a server without sharding,
         Unauthenticated without a valid token, PermissionDenied with a tenant's

@@ -33,6 +33,9 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 #: A call's own metadata: (key, value) pairs, sent after the client's.
 Metadata = Sequence[tuple[str, str]] | None
 _METADATA_KEY = re.compile(r"[0-9a-z_.-]+")
+# The methods of qparams.v1.ClusterAdmin (an admin token's calls, docs/security.md).
+_ADMIN_METHODS = frozenset({"SetSlotMap", "SetSlotState", "ReadSlotRecords",
+                            "ImportSessions", "DropSlots"})
 
 
 def _check_metadata(metadata: Metadata) -> tuple[tuple[str, str], ...]:
@@ -135,11 +138,13 @@ class ClientCore:
             proxy = ForkProxy(self._channel_args)
             self._channel = proxy
             self._service = proxy.stub("qparams.v1.QParamsService")
+            self._admin = proxy.stub("qparams.v1.ClusterAdmin")
             self._health = proxy.stub("grpc.health.v1.Health")
         else:
             channel = open_channel(self.target, self._credentials, self._options)
             self._channel = channel
             self._service = pb_grpc.QParamsServiceStub(channel)
+            self._admin = pb_grpc.ClusterAdminStub(channel)
             self._health = health_pb2_grpc.HealthStub(channel)
         self._pid = os.getpid()
 
@@ -150,6 +155,12 @@ class ClientCore:
         background queue, whose observations the parent sends."""
         self._in_this_process()
         return self._service
+
+    def _stub_of(self, method: str) -> Any:
+        """The stub that serves `method`: the cluster-administration calls are
+        qparams.v1.ClusterAdmin's, every other one QParamsService's."""
+        self._in_this_process()
+        return self._admin if method in _ADMIN_METHODS else self._service
 
     def _in_this_process(self) -> None:
         """After fork(), in the child: this client's own channel and queue."""
@@ -196,7 +207,7 @@ class ClientCore:
         sent = (self._routed(route, metadata) if replica is None
                 else self._addressed(replica, metadata))
         try:
-            return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+            return getattr(self._stub_of(method), method)(request, timeout=timeout or self.timeout,
                                                metadata=sent)
         except grpc.RpcError as e:
             error = error_from_rpc(e, replica)
@@ -206,7 +217,7 @@ class ClientCore:
         # The balancer's map or this client's topology is older than the replica's:
         # once more, addressed to the owner the refusal names.
         try:
-            return getattr(self._stub, method)(
+            return getattr(self._stub_of(method), method)(
                 request, timeout=timeout or self.timeout,
                 metadata=self._addressed(owner, metadata) + session_header(route))
         except grpc.RpcError as e:

@@ -49,7 +49,7 @@ from qparams.v1 import qparams_pb2_grpc as pb_grpc
 
 __all__ = ["ForkProxy", "needs_proxy"]
 
-_SERVICES = ("qparams.v1.QParamsService", "grpc.health.v1.Health")
+_SERVICES = ("qparams.v1.QParamsService", "grpc.health.v1.Health", "qparams.v1.ClusterAdmin")
 
 
 #: The names (as /proc/PID/task/TID/comm cuts them, 15 characters) of the threads
@@ -235,7 +235,8 @@ def _serve() -> None:
     target = args.pop("target")
     channel = open_channel(target, *channel_settings(**args))
     stubs = {_SERVICES[0]: pb_grpc.QParamsServiceStub(channel),
-             _SERVICES[1]: health_pb2_grpc.HealthStub(channel)}
+             _SERVICES[1]: health_pb2_grpc.HealthStub(channel),
+             _SERVICES[2]: pb_grpc.ClusterAdminStub(channel)}
     while True:
         try:
             service, method, payload, timeout, metadata = pickle.load(stdin)
