@@ -1,6 +1,9 @@
 // qparams-cli: the commands, their arguments and their output, apart from the absl
 // flags that feed them (defined in cli_main.cc), so that every piece can be tested.
 //
+// Defined in cli.cc (Run, the command table and the help) and cli_flags.cc (the
+// flags' syntax); the commands live in cli_*.cc by family (cli_internal.h).
+//
 // Target qparams_cli_lib (with partial_file.h; client/README.md): the top of the
 // client's targets, composing the RPC client, .npy files and the report; nothing
 // below it includes this.
@@ -78,10 +81,10 @@ struct Options {
   std::string dtype;                 // "" = as the .npy file says
   SpecFlags spec;
   HistogramFlags histogram;
-  bool resume = false;             // reshard: continue the move under way
-  bool abort = false;              // reshard: roll it back
-  std::string replica_addresses;   // reshard: NAME=HOST:PORT,... reached directly, not via --target
-  bool stop_before_switch = false; // reshard: stop once copied, leaving the switch to the operator
+  bool resume = false;            // reshard: continue the move under way
+  bool abort = false;             // reshard: roll it back
+  std::string replica_addresses;  // reshard: NAME=HOST:PORT,... reached directly, not via --target
+  bool stop_before_switch = false;  // reshard: stop once copied, leaving the switch to the operator
 
   // Transport security: TLS if `tls` is set or any of the three files is given.
   bool tls = false;             // --tls: TLS with the default (system) roots

@@ -1,5 +1,5 @@
 // qparams-cli: the command-line client of a qparams server. The flags are defined
-// here; the commands live in cli.cc.
+// here; the commands live in qparams_cli_lib (cli.h).
 
 #include <cstdlib>
 #include <iostream>
@@ -253,8 +253,7 @@ int main(int argc, char** argv) {
   options.token = absl::GetFlag(FLAGS_token);
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = qparams::ReadFile(path);
-    if (!options.token.empty() || !token.ok() ||
-        absl::StripAsciiWhitespace(*token).empty()) {
+    if (!options.token.empty() || !token.ok() || absl::StripAsciiWhitespace(*token).empty()) {
       std::cerr << "error: INVALID_ARGUMENT: --token_file: "
                 << (!options.token.empty() ? "give --token or --token_file, not both"
                     : !token.ok()          ? std::string(token.status().message())
