@@ -1,7 +1,8 @@
-// Scale groups through the service, beyond the bad-request table of
-// hardening_test.cc: the one-slot rule of a sharded replica (hash tags), tenant
-// isolation, ListScaleGroups paging, the --max_scale_groups limit, members deleted
-// under a group, and names with braces (docs/scale_groups.md, docs/sharding.md).
+// Scale groups through the service, beyond their rows of the bad-request table
+// (bad_requests_scale_groups.cc): the one-slot rule of a sharded replica (hash
+// tags), tenant isolation, ListScaleGroups paging, the --max_scale_groups limit,
+// members deleted under a group, and names with braces (docs/scale_groups.md,
+// docs/sharding.md).
 
 #include <filesystem>
 #include <fstream>

@@ -1,4 +1,4 @@
-// Security: a table of credentials beside the bad-request table (hardening_test.cc).
+// Security: a table of credentials beside the bad-request table (bad_request_test.cc).
 // Every RPC of qparams.v1.QParamsService and qparams.v1.ClusterAdmin, enumerated
 // from their descriptors so that a new one cannot be left out, is called through
 // one generic path (at its own service's path) with no credential, malformed ones,
