@@ -183,6 +183,8 @@ int main(int argc, char** argv) {
     const size_t client = file.rfind("client/");
     return std::string(client == absl::string_view::npos ? file : file.substr(client));
   };
+  // --version: the project's version, written once in CMakeLists.txt's project().
+  config.version_string = [] { return std::string("qparams-cli " QPARAMS_VERSION "\n"); };
   absl::SetFlagsUsageConfig(config);
 
   // gRPC's own log lines (a failed TLS handshake, say) would come before the one

@@ -294,6 +294,8 @@ int main(int argc, char** argv) {
     return absl::EndsWith(path, "server/main.cc");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
+  // --version: the project's version, written once in CMakeLists.txt's project().
+  usage.version_string = [] { return std::string("qparams-server " QPARAMS_VERSION "\n"); };
   absl::SetFlagsUsageConfig(usage);
   qparams::ParseFlags(argc, argv);
 

@@ -981,6 +981,7 @@ TEST_F(ExportTest, Nvfp4LayersInBothCheckpointForms) {
 }
 )");
   ASSERT_OK_AND_ASSIGN(const std::string mo, Export("mo", "modelopt"));
+  // The producer's version is the project's (CMakeLists.txt's project()).
   EXPECT_EQ(mo, R"({
   "tensors": {
     "l0.q_proj.input_scale": {"dtype": "float32", "shape": [], "data": [0.0011160715]},
@@ -988,7 +989,7 @@ TEST_F(ExportTest, Nvfp4LayersInBothCheckpointForms) {
     "l0.q_proj.weight_scale_2": {"dtype": "float32", "shape": [], "data": [0.0026041667]}
   },
   "hf_quant_config": {
-    "producer": {"name": "qparams", "version": "0.1.0"},
+    "producer": {"name": "qparams", "version": ")" QPARAMS_VERSION R"("},
     "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": null, "group_size": 16, "exclude_modules": []}
   }
 }

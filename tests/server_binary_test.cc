@@ -86,6 +86,19 @@ TEST(ServerBinary, HelpPrintsTheFlagsAndExitsZero) {
   std::filesystem::remove_all(dir);
 }
 
+// Both binaries print the project's version, written once in CMakeLists.txt.
+TEST(ServerBinary, VersionIsTheProjectsForTheServerAndTheCli) {
+  char dir[] = "/tmp/qparams-version-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const ProcessResult server = RunProcess({QPARAMS_SERVER_PATH, "--version"}, dir);
+  EXPECT_EQ(server.exit_code, 0) << server.err;
+  EXPECT_EQ(server.out, "qparams-server " QPARAMS_VERSION "\n");
+  const ProcessResult cli = RunProcess({QPARAMS_CLI_PATH, "--version"}, dir);
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ(cli.out, "qparams-cli " QPARAMS_VERSION "\n");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ServerBinary, MaxScaleGroupsRefusesTheGroupBeyondIt) {
   ServerProcess server({"--max_scale_groups=1"});
   ASSERT_TRUE(server.started());
