@@ -14,13 +14,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/client.h"
 #include "common/slot.h"
 #include "core/granularity.h"
 #include "core/range.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/convert.h"
 #include "proto/status.h"
+#include "qparams/client.h"
 #include "qparams/v1/qparams.grpc.pb.h"
 
 namespace qparams::bench {

@@ -41,11 +41,11 @@
 #include "bench/restart.h"
 #include "bench/session_fill.h"
 #include "bench/step_bench.h"
-#include "client/cli.h"
 #include "common/flags.h"
 #include "domain/engine.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
+#include "tools/cli.h"
 
 ABSL_FLAG(std::string, mode, "observe",
           "compute, observe, stream, range, memory, restart, group or steps");

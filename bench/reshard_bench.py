@@ -9,7 +9,7 @@ call a unary Observe of 64 floats, UNAVAILABLE retried after 10 ms, a refusal na
 the new owner followed) over a window before the move and over the whole move.
 
   bench/reshard_bench.py --server-binary=build/server/qparams-server \\
-      --cli-binary=build/client/qparams-cli [--sessions=10000] [--json=FILE]
+      --cli-binary=build/tools/qparams-cli [--sessions=10000] [--json=FILE]
 """
 
 from __future__ import annotations

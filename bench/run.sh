@@ -128,7 +128,7 @@ rm -f "$out"/nvfp4_data.bf16*
 # observing the moving sessions before and through it.
 echo "== Online move: bench/reshard_bench.py" >&2
 PYTHONPATH="$build/python" "${QPARAMS_PYTHON:-/usr/bin/python3}" bench/reshard_bench.py \
-  --server-binary="$build/server/qparams-server" --cli-binary="$build/client/qparams-cli" \
+  --server-binary="$build/server/qparams-server" --cli-binary="$build/tools/qparams-cli" \
   --sessions=10000 --json="$out/reshard_bench.json" | tee "$out/reshard_bench.txt"
 jq -c '. + {scenario: "reshard"}' "$out/reshard_bench.json" | tee -a "$out/service.jsonl"
 

@@ -1,4 +1,4 @@
-#include "client/client.h"
+#include "qparams/client.h"
 
 #include <algorithm>
 #include <optional>

@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/call.h"
-#include "client/client.h"
 #include "client/replica_router.h"
 #include "proto/convert.h"
 #include "proto/status.h"
+#include "qparams/client.h"
 
 namespace qparams {
 namespace {

@@ -2,9 +2,11 @@
 # project headers, includes a layer that LAYER may not include. Run at build time
 # for every layer folder (cmake/layers.cmake):
 #   cmake -DROOT=... -DLAYER=domain -DLAYERS=common;core;... -DALLOWED=common;core;...
-#         -DFILES=domain/a.cc;domain/a.h -DSTAMP=file -P check_layer.cmake
+#         -DFILES=domain/a.cc;domain/a.h -DPUBLIC_HEADERS=include/qparams/client.h=client
+#         -DSTAMP=file -P check_layer.cmake
 # LAYERS: every folder that is a layer; ALLOWED: what LAYER may include (itself, the
-# layers it declares and what they may include, and the external layers it declares).
+# layers it declares and what they may include, and the external layers it declares);
+# PUBLIC_HEADERS: the headers under include/ that belong to a layer, as path=layer.
 #
 # The layer of an include:
 #   "qparams/v1/..." and "grpc/health/..."  proto (generated from proto/)
@@ -12,14 +14,24 @@
 #   grpc/..., grpcpp/..., grpc++/...        grpc (external)
 #   httplib.h                               httplib (external)
 #   "<folder>/..." of a folder in LAYERS    that folder
-# Any other file under ROOT (client/, tests/...) has no layer: it is followed and its
+#   "qparams/client.h" of PUBLIC_HEADERS    its layer (include/qparams/client.h: client)
+# Any other file under ROOT (tests/...) has no layer: it is followed and its
 # includes judged as LAYER's. Everything else (Abseil, protobuf, the C++ library) is
 # unconstrained. Headers of allowed layers are followed too, so that an external
 # layer reached through them counts (the metrics' headers must not bring in httplib).
 cmake_minimum_required(VERSION 3.25)
 
+# The public headers' layers, by the path they are included as.
+foreach(item ${PUBLIC_HEADERS})
+  string(REGEX REPLACE "^include/(.*)=(.*)$" "\\1" path "${item}")
+  string(REGEX REPLACE "^.*=" "" layer "${item}")
+  set(public_layer_${path} ${layer})
+endforeach()
+
 function(layer_of header out)
-  if(header MATCHES "^(qparams/v1|grpc/health)/")
+  if(DEFINED public_layer_${header})
+    set(layer ${public_layer_${header}})
+  elseif(header MATCHES "^(qparams/v1|grpc/health)/")
     set(layer proto)
   elseif(header MATCHES "^qparams/storage/")
     set(layer storage)
@@ -57,6 +69,8 @@ while(queue)
         "${file} includes ${header} (${layer}): ${LAYER} may include only ${allowed_text}")
     elseif(EXISTS "${ROOT}/${header}")
       list(APPEND queue ${header})
+    elseif(DEFINED public_layer_${header})
+      list(APPEND queue include/${header})
     endif()
   endforeach()
 endwhile()

@@ -14,9 +14,12 @@
 # to the layers above).
 set(QPARAMS_EXTERNAL_LAYERS grpc httplib)
 
-# qparams_layer(NAME [MAY_INCLUDE layer...] [TARGETS target...])
+# qparams_layer(NAME [MAY_INCLUDE layer...] [PUBLIC_HEADERS folder] [TARGETS target...])
+# PUBLIC_HEADERS: a folder under include/ (on the include path) whose headers belong to
+# the layer too, included as "<path under include/>" (include/qparams/client.h is
+# "qparams/client.h"): a library's installed headers.
 function(qparams_layer name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "MAY_INCLUDE;TARGETS")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "PUBLIC_HEADERS" "MAY_INCLUDE;TARGETS")
   get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
   if(name IN_LIST layers)
     message(FATAL_ERROR "layer ${name} is declared twice")
@@ -39,13 +42,34 @@ function(qparams_layer name)
   set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED ${allowed})
   set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT ${project_allowed})
   set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS ${arg_TARGETS})
+  set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_PUBLIC_HEADERS ${arg_PUBLIC_HEADERS})
 endfunction()
 
-# The files of a layer, relative to the source tree.
+# The files of a layer, relative to the source tree: its folder's and its public headers.
 function(qparams_layer_files name out)
-  file(GLOB files CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
-    ${PROJECT_SOURCE_DIR}/${name}/*.h ${PROJECT_SOURCE_DIR}/${name}/*.cc)
+  get_property(public GLOBAL PROPERTY QPARAMS_LAYER_${name}_PUBLIC_HEADERS)
+  set(patterns ${PROJECT_SOURCE_DIR}/${name}/*.h ${PROJECT_SOURCE_DIR}/${name}/*.cc)
+  if(public)
+    list(APPEND patterns ${PROJECT_SOURCE_DIR}/${public}/*.h)
+  endif()
+  file(GLOB files CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR} ${patterns})
   set(${out} ${files} PARENT_SCOPE)
+endfunction()
+
+# Every layer's public headers as "path=layer" items, path relative to the source tree.
+function(qparams_public_headers out)
+  get_property(layers GLOBAL PROPERTY QPARAMS_LAYERS)
+  set(items)
+  foreach(name ${layers})
+    get_property(public GLOBAL PROPERTY QPARAMS_LAYER_${name}_PUBLIC_HEADERS)
+    if(public)
+      file(GLOB headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR}
+        ${PROJECT_SOURCE_DIR}/${public}/*.h)
+      list(TRANSFORM headers APPEND "=${name}")
+      list(APPEND items ${headers})
+    endif()
+  endforeach()
+  set(${out} ${items} PARENT_SCOPE)
 endfunction()
 
 # The layer of a link item: a layer's target, gRPC's or httplib's; "" for any other.
@@ -90,6 +114,7 @@ function(qparams_check_layers)
       endforeach()
     endforeach()
   endforeach()
+  qparams_public_headers(public_headers)
   foreach(name ${layers})
     get_property(allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_ALLOWED)
     get_property(project_allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT)
@@ -105,7 +130,8 @@ function(qparams_check_layers)
     set(stamp ${PROJECT_BINARY_DIR}/qparams_${name}_layer.stamp)
     add_custom_command(OUTPUT ${stamp}
       COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DLAYER=${name}
-        "-DLAYERS=${layers}" "-DALLOWED=${allowed}" "-DFILES=${files}" -DSTAMP=${stamp}
+        "-DLAYERS=${layers}" "-DALLOWED=${allowed}" "-DFILES=${files}"
+        "-DPUBLIC_HEADERS=${public_headers}" -DSTAMP=${stamp}
         -P ${PROJECT_SOURCE_DIR}/cmake/check_layer.cmake
       DEPENDS ${depends} ${PROJECT_SOURCE_DIR}/cmake/check_layer.cmake
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}

@@ -1,7 +1,7 @@
 // ListSessions page tokens: opaque to callers, bound to the filter they were issued
 // for, and carrying the last name of the page they follow. Servers issue them; the
 // C++ client issues the token of a page it merged from several replicas' pages
-// (client/client.h), which every replica accepts, since a token names a position
+// (include/qparams/client.h), which every replica accepts, since a token names a position
 // in the name order, not a replica's state.
 
 #ifndef QPARAMS_COMMON_PAGE_TOKEN_H_

@@ -40,7 +40,7 @@ suffix=$$-$RANDOM
 ctr=qparams-test-$suffix
 vol=$ctr-qparams-data  # compose's volume qparams-data, prefixed (podman-args --volume-prefix)
 work=$(mktemp -d /tmp/qparams-docker-test.XXXXXX)
-cli=$repo/build/client/qparams-cli
+cli=$repo/build/tools/qparams-cli
 python=/usr/bin/python3  # Debian's, with python3-yaml
 # The sharded run: one network, containers and volumes named after compose's services.
 net=qparams-test-net-$suffix
@@ -123,7 +123,7 @@ pm info --format '{{.Host.OCIRuntime.Name}} {{.Host.CgroupManager}} {{.Store.Gra
 
 # The host CLI drives the test from outside the container.
 if [ ! -x "$cli" ]; then
-  step "host CLI: building build/client/qparams-cli"
+  step "host CLI: building build/tools/qparams-cli"
   scripts/install-deps.sh
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j2 --target qparams-cli

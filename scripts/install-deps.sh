@@ -19,7 +19,7 @@ packages=(
   clang-14 libclang-rt-14-dev libomp-14-dev
 )
 if [ "${1:-}" != image ]; then
-  # The Python client (client/python) and its tests, on Debian's own interpreter:
+  # The Python client (python) and its tests, on Debian's own interpreter:
   # building it (setuptools, wheel; venv for the install test), its dependencies, and
   # torch, optional for users of the package but needed by the observers' tests.
   packages+=(python3 python3-setuptools python3-wheel python3-venv python3-grpcio

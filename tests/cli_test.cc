@@ -15,8 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/client.h"
-#include "client/npy.h"
 #include "common/file.h"
 #include "common/slot_map.h"
 #include "core/registry.h"
@@ -25,10 +23,12 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.pb.h"
 #include "gtest/gtest.h"
+#include "qparams/client.h"
 #include "qparams/v1/qparams.pb.h"
 #include "tests/service_test_util.h"
 #include "tests/subprocess.h"
 #include "tests/test_util.h"
+#include "tools/npy.h"
 
 namespace qparams::testing {
 namespace {

@@ -1,7 +1,7 @@
 // qparams::Client against an in-process server: typed calls, status codes and
 // messages carried over, tensors encoded for the caller, and ObserveStream.
 
-#include "client/client.h"
+#include "qparams/client.h"
 
 #include <stdlib.h>
 

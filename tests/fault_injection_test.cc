@@ -20,11 +20,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "core/status_macros.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "metrics/metrics_http.h"
+#include "qparams/client.h"
 #include "storage/journal.h"
 #include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"

@@ -14,11 +14,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "metrics/metrics_http.h"
 #include "proto/convert.h"
+#include "qparams/client.h"
 #include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"

@@ -1,7 +1,7 @@
 // Reading and writing .npy files: the header versions and descrs np.save writes, and
 // a clear error for everything else.
 
-#include "client/npy.h"
+#include "tools/npy.h"
 
 #include <cstdint>
 #include <fstream>

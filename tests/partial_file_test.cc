@@ -1,6 +1,6 @@
 // PartialFile: a file written whole under its name or not at all.
 
-#include "client/partial_file.h"
+#include "tools/partial_file.h"
 
 #include <stdlib.h>
 

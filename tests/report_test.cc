@@ -1,9 +1,9 @@
-// The coverage report (client/report.h) on hand-built sessions: the table, the JSON
+// The coverage report (tools/report.h) on hand-built sessions: the table, the JSON
 // document parsed back, the HTML page's plots, order and escaping, the spread and
 // non-finite counts, downsampling, many sessions; and `qparams-cli report` (cli::Run)
 // against an in-process server, --html files included.
 
-#include "client/report.h"
+#include "tools/report.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -22,14 +22,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "client/cli.h"
-#include "client/client.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "qparams/client.h"
 #include "qparams/v1/qparams.pb.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
+#include "tools/cli.h"
 
 namespace qparams::testing {
 namespace {

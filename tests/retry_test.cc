@@ -12,8 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "client/client.h"
 #include "gtest/gtest.h"
+#include "qparams/client.h"
 #include "tests/cutting_proxy.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"

@@ -35,18 +35,18 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/client.h"
-#include "client/haproxy_runtime.h"
 #include "client/replica_router.h"
-#include "client/slot_map_push.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
 #include "gtest/gtest.h"
 #include "metrics/metrics_http.h"
+#include "qparams/client.h"
 #include "tests/fault_injection_env.h"
 #include "tests/service_test_util.h"
 #include "tests/subprocess.h"
 #include "tests/test_util.h"
+#include "tools/haproxy_runtime.h"
+#include "tools/slot_map_push.h"
 
 namespace qparams::testing {
 namespace {

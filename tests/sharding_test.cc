@@ -9,11 +9,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/client.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
+#include "qparams/client.h"
 #include "tests/service_test_util.h"
 #include "tests/test_util.h"
 

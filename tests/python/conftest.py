@@ -2,7 +2,7 @@
 OS picks, started and stopped by its PID.
 
 ctest runs these with PYTHONPATH=<build>/python (the package built from
-client/python) and --qparams-server / --qparams-cli naming the binaries (else
+python/) and --qparams-server / --qparams-cli naming the binaries (else
 $QPARAMS_SERVER / $QPARAMS_CLI, else the default build tree's).
 """
 

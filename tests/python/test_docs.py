@@ -116,7 +116,7 @@ def normalised(text: str) -> str:
 
 def cli_path() -> str:
     return os.path.dirname(os.path.abspath(
-        os.environ.get("QPARAMS_CLI") or REPO / "build/client/qparams-cli"))
+        os.environ.get("QPARAMS_CLI") or REPO / "build/tools/qparams-cli"))
 
 
 def relative(page: pathlib.Path) -> str:

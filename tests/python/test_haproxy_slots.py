@@ -149,7 +149,7 @@ def haproxy_slots(path: str, names: list[str]) -> list[int]:
 def cli_slots(names: list[str]) -> list[int]:
     """`qparams-cli slot` of each name: one run, or more if the names would not fit on
     one command line. "--" first, as names may start with '-'."""
-    cli = _binary("QPARAMS_CLI", "build/client/qparams-cli")
+    cli = _binary("QPARAMS_CLI", "build/tools/qparams-cli")
     environment = sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in os.environ.items())
     budget = os.sysconf("SC_ARG_MAX") // 2 - environment  # room for argv's pointers
     chunks: list[list[str]] = [[]]

@@ -1,6 +1,6 @@
 """docs/python.md's install command works on this machine with no package index: a virtual
 environment with the system site packages, then pip install --no-build-isolation of
-client/python, which generates the stubs from proto/ as it builds."""
+./python, which generates the stubs from proto/ as it builds."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from conftest import REPO
 
 
 def test_pip_install_into_a_venv(server, tmp_path) -> None:
-    # A copy laid out as the repository is (setup.py finds ../../proto, and the version
-    # in ../../CMakeLists.txt), so that pip's in-tree build leaves no build/ or egg-info
+    # A copy laid out as the repository is (setup.py finds ../proto, and the version
+    # in ../CMakeLists.txt), so that pip's in-tree build leaves no build/ or egg-info
     # in the checkout.
     repo = tmp_path / "repo"
-    shutil.copytree(REPO / "client/python", repo / "client/python",
+    shutil.copytree(REPO / "python", repo / "python",
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     shutil.copytree(REPO / "proto", repo / "proto")
     shutil.copyfile(REPO / "CMakeLists.txt", repo / "CMakeLists.txt")
@@ -27,7 +27,7 @@ def test_pip_install_into_a_venv(server, tmp_path) -> None:
                    check=True, env=env)
     install = subprocess.run(
         [str(venv / "bin/pip"), "install", "--no-index", "--no-build-isolation",
-         "./client/python"], cwd=repo, env=env, capture_output=True, text=True)
+         "./python"], cwd=repo, env=env, capture_output=True, text=True)
     assert install.returncode == 0, install.stdout + install.stderr
 
     probe = ("import qparams, qparams.v1.qparams_pb2 as pb; print(qparams.__file__); "

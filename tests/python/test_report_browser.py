@@ -34,7 +34,7 @@ PREFIX = "report-browser/"
 
 
 def cli_binary() -> str:
-    path = os.environ.get("QPARAMS_CLI") or str(REPO / "build/client/qparams-cli")
+    path = os.environ.get("QPARAMS_CLI") or str(REPO / "build/tools/qparams-cli")
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path} is not an executable; build first or set $QPARAMS_CLI")
     return path

@@ -54,7 +54,7 @@ def tensor(seed: int) -> np.ndarray:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    binary = os.environ.get("QPARAMS_CLI") or str(REPO / "build/client/qparams-cli")
+    binary = os.environ.get("QPARAMS_CLI") or str(REPO / "build/tools/qparams-cli")
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120)
 
 

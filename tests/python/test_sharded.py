@@ -379,7 +379,7 @@ def test_haproxy_takes_a_draining_replica_out(cluster: Cluster) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    binary = os.environ.get("QPARAMS_CLI") or str(REPO / "build/client/qparams-cli")
+    binary = os.environ.get("QPARAMS_CLI") or str(REPO / "build/tools/qparams-cli")
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=60)
 
 

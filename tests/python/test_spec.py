@@ -30,7 +30,7 @@ def test_granularity_strings_parse_as_the_cli_parses_them(server, text) -> None:
     """One grammar, two languages: qparams-cli create --granularity=TEXT and
     qparams.granularity(TEXT) either both refuse TEXT or give the same message. (An
     empty flag is the CLI's "not given", so "" is not among them.)"""
-    cli = os.environ.get("QPARAMS_CLI", "../../build/client/qparams-cli")
+    cli = os.environ.get("QPARAMS_CLI", "../../build/tools/qparams-cli")
     name = f"t/grammar/{abs(hash(text))}"
     run = subprocess.run([cli, f"--target={server.target}", "create", name,
                           f"--granularity={text}"], capture_output=True, text=True)
