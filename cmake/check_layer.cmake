@@ -9,6 +9,7 @@
 # PUBLIC_HEADERS: the headers under include/ that belong to a layer, as path=layer.
 #
 # The layer of an include:
+#   "qparams/v1/types.pb.h"                 types (generated from types/)
 #   "qparams/v1/..." and "grpc/health/..."  proto (generated from proto/)
 #   "qparams/storage/..."                   storage (generated from storage/)
 #   grpc/..., grpcpp/..., grpc++/...        grpc (external)
@@ -31,6 +32,9 @@ endforeach()
 function(layer_of header out)
   if(DEFINED public_layer_${header})
     set(layer ${public_layer_${header}})
+  # The core values' messages share the contract's package, not its layer.
+  elseif(header STREQUAL "qparams/v1/types.pb.h")
+    set(layer types)
   elseif(header MATCHES "^(qparams/v1|grpc/health)/")
     set(layer proto)
   elseif(header MATCHES "^qparams/storage/")

@@ -1,7 +1,9 @@
 // Conversions between the wire messages of qparams.v1 and the core's values, shared
 // by the server (requests in, results out) and the client (tensors out, local
-// reductions). Parsing checks only what the wire form adds (enum values, oneofs);
-// the core checks the rest. Errors are INVALID_ARGUMENT naming the field.
+// reductions); those of the values the wire shares with the storage format are
+// types/codec.h's, named here too. Parsing checks only what the wire form adds (enum
+// values, oneofs); the core checks the rest. Errors are INVALID_ARGUMENT naming the
+// field.
 
 #ifndef QPARAMS_PROTO_CONVERT_H_
 #define QPARAMS_PROTO_CONVERT_H_
@@ -18,12 +20,13 @@
 #include "core/histogram.h"
 #include "core/histogram_params.h"
 #include "core/observation.h"
-#include "core/step_merge.h"
 #include "core/qparams.h"
 #include "core/quant_spec.h"
 #include "core/scale_group.h"
+#include "core/step_merge.h"
 #include "core/tensor.h"
 #include "qparams/v1/qparams.pb.h"
+#include "types/codec.h"
 
 namespace qparams::wire {
 
@@ -37,10 +40,21 @@ inline constexpr int kMaxBatchObservations = 4096;
 // for (FAILED_PRECONDITION on a sharded server, docs/sharding.md).
 inline constexpr char kOwnerMetadata[] = "x-qparams-owner";
 
-// DType <-> qparams.v1.DType. DTYPE_UNSPECIFIED and unknown values are
-// INVALID_ARGUMENT naming `field`.
-absl::StatusOr<DType> DTypeFromProto(int dtype, absl::string_view field);
-v1::DType DTypeToProto(DType dtype);
+// The core values the wire shares with the storage format (qparams/v1/types.proto)
+// convert as on disk, by the one codec (types/codec.h): DType, Granularity, Target,
+// QuantSpec (the spec as sent; an unknown enum value is INVALID_ARGUMENT naming
+// spec.qscheme or spec.target) and HistogramParams (as sent: an unknown nonfinite is
+// INVALID_ARGUMENT naming histogram.nonfinite).
+using types::DTypeFromProto;
+using types::DTypeToProto;
+using types::GranularityFromProto;
+using types::GranularityToProto;
+using types::HistogramParamsFromProto;
+using types::HistogramParamsToProto;
+using types::SpecFromProto;
+using types::SpecToProto;
+using types::TargetFromProto;
+using types::TargetToProto;
 
 // A view of a wire tensor's bytes (no copy): `tensor` must outlive it. Malformed
 // tensors are INVALID_ARGUMENT, more than `max_elements` is RESOURCE_EXHAUSTED.
@@ -48,20 +62,6 @@ absl::StatusOr<TensorView> TensorFromProto(const v1::Tensor& tensor, int64_t max
                                            absl::string_view field);
 // The wire form of a tensor (copies its bytes once).
 v1::Tensor TensorToProto(const TensorView& tensor);
-
-// The granularity of a spec; an unset oneof is per_tensor.
-absl::StatusOr<Granularity> GranularityFromProto(const v1::Granularity& granularity,
-                                                 absl::string_view field);
-v1::Granularity GranularityToProto(const Granularity& granularity);
-
-Target TargetFromProto(v1::Target target);  // TARGET_UNSPECIFIED = WEIGHT
-v1::Target TargetToProto(Target target);
-
-// The spec as sent (defaults not yet filled in: QuantSpec::Resolve does that). An
-// unknown qscheme or target enum value is INVALID_ARGUMENT.
-absl::StatusOr<QuantSpec> SpecFromProto(const v1::QuantSpec& spec);
-// A resolved spec's wire form, every default explicit.
-v1::QuantSpec SpecToProto(const QuantSpec& spec);
 
 // qparams (buffers or a forward's result) on the wire, and back. The NVFP4 fields
 // (scale_e4m3, global_scale, amax) are set on the wire only when the core's are, and
@@ -76,12 +76,6 @@ std::optional<GroupShare> GroupShareFromProto(v1::ScaleGroup::Share share);
 v1::ScaleGroup::Share GroupShareToProto(GroupShare share);
 v1::GroupQParams GroupResultToProto(absl::string_view group, const GroupResult& result);
 GroupResult GroupResultFromProto(const v1::GroupQParams& result);
-
-// A histogram session's parameters as sent: an unknown nonfinite enum value is
-// INVALID_ARGUMENT naming histogram.nonfinite; the core checks the rest
-// (HistogramParams::Resolve), defaults included.
-absl::StatusOr<HistogramParams> HistogramParamsFromProto(const v1::HistogramParams& params);
-v1::HistogramParams HistogramParamsToProto(const HistogramParams& params);
 
 // A histogram as sent (a copy; the calculator checks it, ValidateHistogram) and a
 // session's on the wire (GetHistogram).

@@ -1,6 +1,7 @@
 """Builds the qparams package: the Python sources plus the message and stub modules
-that protoc and gRPC's Python plugin generate from proto/ at build time, so that the
-package cannot drift from the contract.
+that protoc and gRPC's Python plugin generate from proto/ (and the core values' messages
+the contract imports, types/) at build time, so that the package cannot drift from the
+contract.
 
 The same step serves `pip install ./python` and the CMake build, which runs
 `setup.py build_py --build-lib <build>/python` to make the package importable from
@@ -22,15 +23,18 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
-PROTO_ROOT = HERE.parent / "proto"
-CMAKE_LISTS = HERE.parent / "CMakeLists.txt"
+REPO = HERE.parent
+CMAKE_LISTS = REPO / "CMakeLists.txt"
 
-# (source under proto/, path it is generated as). The health protocol is generated as
+# (source in the checkout, path it is generated as). types.proto holds the core values
+# qparams.proto imports publicly (qparams_pb2.QuantSpec and the others are its). The
+# health protocol is generated as
 # qparams/_health/v1/health.proto: under its own path, grpc/health/v1, its modules would
 # be grpc.health.v1.*, inside the grpcio package. Its wire names do not change.
 PROTOS = [
-    ("qparams/v1/qparams.proto", "qparams/v1/qparams.proto"),
-    ("grpc/health/v1/health.proto", "qparams/_health/v1/health.proto"),
+    ("types/qparams/v1/types.proto", "qparams/v1/types.proto"),
+    ("proto/qparams/v1/qparams.proto", "qparams/v1/qparams.proto"),
+    ("proto/grpc/health/v1/health.proto", "qparams/_health/v1/health.proto"),
 ]
 
 
@@ -47,7 +51,7 @@ def generate(out_dir: pathlib.Path) -> None:
     plugin = _tool("grpc_python_plugin", "protobuf-compiler-grpc")
     with tempfile.TemporaryDirectory() as staging:
         for source, target in PROTOS:
-            src = PROTO_ROOT / source
+            src = REPO / source
             if not src.is_file():
                 raise SystemExit(f"qparams: {src} not found; build from a qparams checkout")
             dst = pathlib.Path(staging, target)

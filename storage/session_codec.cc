@@ -11,138 +11,17 @@
 #include "core/observation.h"
 #include "core/registry.h"
 #include "core/status_macros.h"
+#include "types/codec.h"
 
 namespace qparams {
 namespace {
 
 namespace sv1 = storage::v1;
 
-absl::StatusOr<DType> DecodeDType(int dtype, absl::string_view field) {
-  switch (dtype) {
-    case sv1::FLOAT32:
-      return DType::kFloat32;
-    case sv1::FLOAT16:
-      return DType::kFloat16;
-    case sv1::BFLOAT16:
-      return DType::kBFloat16;
-    case sv1::FLOAT64:
-      return DType::kFloat64;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(field, " is not a dtype (", dtype, ")"));
-  }
-}
-
-sv1::DType EncodeDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return sv1::FLOAT32;
-    case DType::kFloat16:
-      return sv1::FLOAT16;
-    case DType::kBFloat16:
-      return sv1::BFLOAT16;
-    case DType::kFloat64:
-      return sv1::FLOAT64;
-  }
-  return sv1::DTYPE_UNSPECIFIED;
-}
-
-sv1::QuantSpec EncodeSpec(const QuantSpec& spec) {
-  sv1::QuantSpec out;
-  out.set_dtype(spec.dtype);
-  switch (spec.qscheme) {
-    case QScheme::kSymmetric:
-      out.set_qscheme(sv1::SYMMETRIC);
-      break;
-    case QScheme::kAsymmetric:
-      out.set_qscheme(sv1::ASYMMETRIC);
-      break;
-    case QScheme::kSymmetricWithClipping:
-      out.set_qscheme(sv1::SYMMETRIC_WITH_CLIPPING);
-      break;
-  }
-  const Granularity& g = spec.granularity;
-  switch (g.kind()) {
-    case Granularity::Kind::kPerTensor:
-      out.mutable_granularity()->mutable_per_tensor();
-      break;
-    case Granularity::Kind::kPerChannel:
-      out.mutable_granularity()->mutable_per_channel()->set_axis(static_cast<int32_t>(*g.axis()));
-      break;
-    case Granularity::Kind::kPerBlock: {
-      sv1::PerBlock* b = out.mutable_granularity()->mutable_per_block();
-      if (g.axis()) b->set_axis(static_cast<int32_t>(*g.axis()));
-      b->mutable_block_size()->Assign(g.block_size().begin(), g.block_size().end());
-      break;
-    }
-  }
-  out.set_target(spec.target == Target::kActivation ? sv1::ACTIVATION : sv1::WEIGHT);
-  if (spec.quant_min) out.set_quant_min(*spec.quant_min);
-  if (spec.quant_max) out.set_quant_max(*spec.quant_max);
-  sv1::FloatRange* range = out.mutable_float_range();
-  if (spec.float_range.min) range->set_min(*spec.float_range.min);
-  if (spec.float_range.max) range->set_max(*spec.float_range.max);
-  out.set_scale_dtype(spec.scale_dtype);
-  out.set_range_calculator(spec.range_calculator);
-  out.set_convention(spec.convention);
-  return out;
-}
-
-absl::StatusOr<QuantSpec> DecodeSpec(const sv1::QuantSpec& spec) {
-  QuantSpec out;
-  if (!spec.dtype().empty()) out.dtype = spec.dtype();
-  // Unset enums and granularity read as their defaults, as the wire's did when
-  // directories were written with its messages.
-  switch (spec.qscheme()) {
-    case sv1::QSCHEME_UNSPECIFIED:
-    case sv1::SYMMETRIC:
-      out.qscheme = QScheme::kSymmetric;
-      break;
-    case sv1::ASYMMETRIC:
-      out.qscheme = QScheme::kAsymmetric;
-      break;
-    case sv1::SYMMETRIC_WITH_CLIPPING:
-      out.qscheme = QScheme::kSymmetricWithClipping;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("spec.qscheme is ", spec.qscheme()));
-  }
-  switch (spec.target()) {
-    case sv1::TARGET_UNSPECIFIED:
-    case sv1::WEIGHT:
-      out.target = Target::kWeight;
-      break;
-    case sv1::ACTIVATION:
-      out.target = Target::kActivation;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("spec.target is ", spec.target()));
-  }
-  const sv1::Granularity& g = spec.granularity();
-  switch (g.kind_case()) {
-    case sv1::Granularity::KIND_NOT_SET:
-    case sv1::Granularity::kPerTensor:
-      out.granularity = Granularity::PerTensor();
-      break;
-    case sv1::Granularity::kPerChannel:
-      out.granularity = Granularity::PerChannel(g.per_channel().axis());
-      break;
-    case sv1::Granularity::kPerBlock: {
-      std::optional<int64_t> axis;
-      if (g.per_block().has_axis()) axis = g.per_block().axis();
-      out.granularity = Granularity::PerBlock(
-          axis, {g.per_block().block_size().begin(), g.per_block().block_size().end()});
-      break;
-    }
-  }
-  if (spec.has_quant_min()) out.quant_min = spec.quant_min();
-  if (spec.has_quant_max()) out.quant_max = spec.quant_max();
-  if (spec.float_range().has_min()) out.float_range.min = spec.float_range().min();
-  if (spec.float_range().has_max()) out.float_range.max = spec.float_range().max();
-  out.scale_dtype = spec.scale_dtype();
-  out.range_calculator = spec.range_calculator();
-  out.convention = spec.convention();
-  return out;
-}
+// The core values the records share with the wire (qparams/v1/types.proto) convert
+// by the one codec: a stored spec or dtype reads as the wire's would.
+using types::DTypeFromProto;
+using types::DTypeToProto;
 
 // A vector's bytes as a `bytes` field, and back (little-endian: the project builds
 // for little-endian machines only, as the journal's frames say).
@@ -170,7 +49,7 @@ sv1::QParams EncodeQParams(const QParams& q) {
   out.set_minval_f32(ToBytes(q.minval));
   out.set_has_zero_point(q.has_zero_point);
   out.set_has_minval(q.has_minval);
-  if (q.precision) out.set_precision(EncodeDType(*q.precision));
+  if (q.precision) out.set_precision(DTypeToProto(*q.precision));
   if (!q.scale_e4m3.empty()) out.set_scale_e4m3(ToBytes(q.scale_e4m3));
   if (q.global_scale) out.set_global_scale(*q.global_scale);
   if (q.amax) out.set_amax(*q.amax);
@@ -193,47 +72,13 @@ absl::StatusOr<QParams> DecodeQParams(const sv1::QParams& q) {
   }
   out.has_zero_point = q.has_zero_point();
   out.has_minval = q.has_minval();
-  if (q.precision() != sv1::DTYPE_UNSPECIFIED) {
-    QPARAMS_ASSIGN_OR_RETURN(out.precision, DecodeDType(q.precision(), "qparams.precision"));
+  if (q.precision() != v1::DTYPE_UNSPECIFIED) {
+    QPARAMS_ASSIGN_OR_RETURN(out.precision, DTypeFromProto(q.precision(), "qparams.precision"));
   }
   // The calculator checks these against its spec when it restores them.
   out.scale_e4m3.assign(q.scale_e4m3().begin(), q.scale_e4m3().end());
   if (q.has_global_scale()) out.global_scale = q.global_scale();
   if (q.has_amax()) out.amax = q.amax();
-  return out;
-}
-
-sv1::HistogramParams EncodeHistogramParams(const HistogramParams& params) {
-  sv1::HistogramParams out;
-  if (params.num_bins) out.set_num_bins(*params.num_bins);
-  if (params.percentile) out.set_percentile(*params.percentile);
-  if (params.start_bin) out.set_start_bin(*params.start_bin);
-  if (params.stride) out.set_stride(*params.stride);
-  out.set_skip_zeros(params.skip_zeros);
-  out.set_nonfinite(params.nonfinite == NonFinitePolicy::kIgnore ? sv1::NONFINITE_IGNORE
-                                                                 : sv1::NONFINITE_REJECT);
-  return out;
-}
-
-absl::StatusOr<HistogramParams> DecodeHistogramParams(const sv1::HistogramParams& params) {
-  HistogramParams out;
-  if (params.has_num_bins()) out.num_bins = params.num_bins();
-  if (params.has_percentile()) out.percentile = params.percentile();
-  if (params.has_start_bin()) out.start_bin = params.start_bin();
-  if (params.has_stride()) out.stride = params.stride();
-  out.skip_zeros = params.skip_zeros();
-  switch (params.nonfinite()) {
-    case sv1::NONFINITE_POLICY_UNSPECIFIED:
-    case sv1::NONFINITE_REJECT:
-      out.nonfinite = NonFinitePolicy::kReject;
-      break;
-    case sv1::NONFINITE_IGNORE:
-      out.nonfinite = NonFinitePolicy::kIgnore;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("histogram_params.nonfinite is ", params.nonfinite()));
-  }
   return out;
 }
 
@@ -289,14 +134,15 @@ sv1::Record EncodeEviction(const SessionKey& key, absl::Time evict_time) {
 namespace {
 
 void EncodeRange(const WorkingRange& range, sv1::RunningRange& out) {
-  out.set_precision(EncodeDType(range.precision));
+  out.set_precision(DTypeToProto(range.precision));
   out.mutable_shape()->Assign(range.shape.begin(), range.shape.end());
   out.mutable_lo()->Assign(range.lo.begin(), range.lo.end());
   out.mutable_hi()->Assign(range.hi.begin(), range.hi.end());
 }
 
 absl::StatusOr<WorkingRange> DecodeRange(const sv1::RunningRange& r, absl::string_view field) {
-  absl::StatusOr<DType> precision = DecodeDType(r.precision(), absl::StrCat(field, ".precision"));
+  absl::StatusOr<DType> precision =
+      DTypeFromProto(r.precision(), absl::StrCat(field, ".precision"));
   if (!precision.ok()) return precision.status();
   return WorkingRange{*precision,
                       {r.shape().begin(), r.shape().end()},
@@ -310,7 +156,7 @@ namespace {
 
 void EncodeStepRange(const ReducedRange& r, sv1::StepRange& out) {
   out.mutable_input_shape()->Assign(r.input_shape.begin(), r.input_shape.end());
-  out.set_dtype(EncodeDType(r.range.min.dtype));
+  out.set_dtype(DTypeToProto(r.range.min.dtype));
   out.mutable_shape()->Assign(r.range.min.shape.begin(), r.range.min.shape.end());
   out.set_min(std::string(r.range.min.data.view()));
   out.set_max(std::string(r.range.max.data.view()));
@@ -319,7 +165,7 @@ void EncodeStepRange(const ReducedRange& r, sv1::StepRange& out) {
 // Its values are checked where the range is used (StepMerge::FromState, the merge).
 absl::StatusOr<ReducedRange> DecodeStepRange(const sv1::StepRange& m, absl::string_view field) {
   QPARAMS_ASSIGN_OR_RETURN(const DType dtype,
-                           DecodeDType(m.dtype(), absl::StrCat(field, ".dtype")));
+                           DTypeFromProto(m.dtype(), absl::StrCat(field, ".dtype")));
   const Shape shape(m.shape().begin(), m.shape().end());
   return ReducedRange{
       {m.input_shape().begin(), m.input_shape().end()},
@@ -394,17 +240,17 @@ sv1::SessionState EncodeSession(const SessionKey& key, const CalculatorState& st
   sv1::SessionState out;
   *out.mutable_key() = EncodeKey(key);
   out.set_calculator(state.calculator);
-  *out.mutable_spec() = EncodeSpec(state.spec);
+  *out.mutable_spec() = types::SpecToProto(state.spec);
   if (state.averaging_constant) out.set_averaging_constant(*state.averaging_constant);
   out.set_initialized(state.initialized);
   out.set_export_mode(state.export_mode);
-  out.set_compute_dtype_for_export(EncodeDType(state.compute_dtype_for_export));
+  out.set_compute_dtype_for_export(DTypeToProto(state.compute_dtype_for_export));
   out.set_observation_count(state.observation_count);
   *out.mutable_qparams() = EncodeQParams(state.qparams);
   if (state.running) EncodeRange(*state.running, *out.mutable_running());
   if (state.last_range) EncodeRange(*state.last_range, *out.mutable_last_range());
   if (state.histogram_params) {
-    *out.mutable_histogram_params() = EncodeHistogramParams(*state.histogram_params);
+    *out.mutable_histogram_params() = types::HistogramParamsToProto(*state.histogram_params);
   }
   if (state.histogram) *out.mutable_histogram() = EncodeHistogram(*state.histogram);
   *out.mutable_create_time() = TimestampFromTime(create_time);
@@ -429,14 +275,14 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
   };
   CalculatorState state;
   state.calculator = record.calculator();
-  absl::StatusOr<QuantSpec> spec = DecodeSpec(record.spec());
+  absl::StatusOr<QuantSpec> spec = types::SpecFromProto(record.spec());
   if (!spec.ok()) return invalid(spec.status());
   state.spec = *std::move(spec);
   if (record.has_averaging_constant()) state.averaging_constant = record.averaging_constant();
   state.initialized = record.initialized();
   state.export_mode = record.export_mode();
   absl::StatusOr<DType> dtype =
-      DecodeDType(record.compute_dtype_for_export(), "compute_dtype_for_export");
+      DTypeFromProto(record.compute_dtype_for_export(), "compute_dtype_for_export");
   if (!dtype.ok()) return invalid(dtype.status());
   state.compute_dtype_for_export = *dtype;
   state.observation_count = record.observation_count();
@@ -454,7 +300,8 @@ absl::StatusOr<DecodedSession> DecodeSession(const sv1::SessionState& record) {
     state.last_range = *std::move(last);
   }
   if (record.has_histogram_params()) {
-    absl::StatusOr<HistogramParams> params = DecodeHistogramParams(record.histogram_params());
+    absl::StatusOr<HistogramParams> params =
+        types::HistogramParamsFromProto(record.histogram_params(), "histogram_params");
     if (!params.ok()) return invalid(params.status());
     state.histogram_params = *std::move(params);
   }

@@ -2,9 +2,10 @@
 // the session's key and times. Decoding checks the state through CreateFromState, so
 // a record that parses but is inconsistent is refused, never half-restored.
 //
-// The storage format has its own messages (storage/qparams/storage/v1/storage.proto),
-// so this codec is the only translation between them and the core's values; it
-// knows nothing of the wire contract.
+// The storage format's messages (storage/qparams/storage/v1/storage.proto) hold the
+// core values the wire shares (qparams/v1/types.proto), which convert by their one
+// codec (types/codec.h); this codec translates the rest, the format's own, and knows
+// nothing of the wire contract.
 
 #ifndef QPARAMS_STORAGE_SESSION_CODEC_H_
 #define QPARAMS_STORAGE_SESSION_CODEC_H_
@@ -52,7 +53,7 @@ struct DecodedSession {
   std::unique_ptr<StatefulQParamsCalculatorBase> calculator;
   absl::Time create_time;
   absl::Time update_time;
-  DedupeWindow dedupe;  // empty for a record written before idempotency keys
+  DedupeWindow dedupe;             // empty for a record written before idempotency keys
   std::optional<StepMerge> steps;  // a step-merged session's
 };
 
@@ -71,8 +72,7 @@ struct DecodedContribution {
   absl::Time update_time;
 };
 // INVALID_ARGUMENT for a range of an unknown dtype; the rest is the merge's to check.
-absl::StatusOr<DecodedContribution> DecodeContribution(
-    const storage::v1::StepContributed& record);
+absl::StatusOr<DecodedContribution> DecodeContribution(const storage::v1::StepContributed& record);
 
 }  // namespace qparams
 

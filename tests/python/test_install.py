@@ -13,13 +13,14 @@ from conftest import REPO
 
 
 def test_pip_install_into_a_venv(server, tmp_path) -> None:
-    # A copy laid out as the repository is (setup.py finds ../proto, and the version
-    # in ../CMakeLists.txt), so that pip's in-tree build leaves no build/ or egg-info
-    # in the checkout.
+    # A copy laid out as the repository is (setup.py finds ../proto, ../types and the
+    # version in ../CMakeLists.txt), so that pip's in-tree build leaves no build/ or
+    # egg-info in the checkout.
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "python", repo / "python",
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     shutil.copytree(REPO / "proto", repo / "proto")
+    shutil.copytree(REPO / "types", repo / "types")
     shutil.copyfile(REPO / "CMakeLists.txt", repo / "CMakeLists.txt")
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PIP_INDEX_URL")}
