@@ -33,9 +33,9 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 #: A call's own metadata: (key, value) pairs, sent after the client's.
 Metadata = Sequence[tuple[str, str]] | None
 _METADATA_KEY = re.compile(r"[0-9a-z_.-]+")
-# The methods of qparams.v1.ClusterAdmin (an admin token's calls, docs/security.md).
-_ADMIN_METHODS = frozenset({"SetSlotMap", "SetSlotState", "ReadSlotRecords",
-                            "ImportSessions", "DropSlots"})
+# The methods of qparams.v1.ClusterAdmin (an admin token's calls, docs/security.md),
+# from the proto so that a new admin call is routed to its service without an edit here.
+_ADMIN_METHODS = frozenset(pb.DESCRIPTOR.services_by_name["ClusterAdmin"].methods_by_name)
 
 
 def _check_metadata(metadata: Metadata) -> tuple[tuple[str, str], ...]:

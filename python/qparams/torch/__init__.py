@@ -89,7 +89,8 @@ from qparams.torch._fused import (EXPERT_INPUTS, FUSED_SIBLINGS, FusedGroup, Fus
                                   find_fused_groups)
 from qparams.torch._naming import parameter_names
 from qparams.torch._nvfp4 import NVFP4Calibration, NVFP4Checkpoint, read_checkpoint
-from qparams.torch._observer import RemoteObserver, name_observers
+from qparams.torch._name_observers import name_observers
+from qparams.torch._observer import RemoteObserver
 from qparams.torch._onnx import onnx_tensor_names
 from qparams.torch._qat_run import QATRun
 from qparams.torch._registry import (close_clients, default_run, delete_run, flush_all,

@@ -19,110 +19,13 @@ from qparams._spec import granularity_text, quant_spec
 from qparams._tensors import check_reduce
 from qparams.client import Client
 from qparams.torch import _naming, _registry
+from qparams.torch._observer_spec import (DEFAULT_EPS, HISTOGRAM_CALCULATORS, IF_EXISTS, OWN_KEYS,
+                                          RULES, TARGETS, already_exists_with_another_spec,
+                                          canonical_dtype, describe_spec, qscheme_names,
+                                          spec_differences, torch_dtype_name)
 from qparams.v1 import qparams_pb2 as pb
 
 __all__ = ["RemoteObserver"]
-
-# ---------------------------------------------------------------------- spec helpers
-
-_TORCH_QSCHEMES = (
-    # (torch qscheme, qparams qscheme, per channel)
-    (torch.per_tensor_affine, "asymmetric", False),
-    (torch.per_tensor_symmetric, "symmetric", False),
-    (torch.per_channel_affine, "asymmetric", True),
-    (torch.per_channel_symmetric, "symmetric", True),
-)
-_QSCHEME_NAMES = ("symmetric", "asymmetric", "symmetric_with_clipping")
-_OWN_KEYS = ("dtype", "qscheme", "granularity", "target", "quant_min", "quant_max")
-_DTYPE_ALIASES = {"float8_e4m3": "float8_e4m3fn", "float4_e2m1fn": "float4_e2m1fn_x2"}
-_SCALE_ALIASES = {"float8_e8m0": "float8_e8m0fnu"}
-
-
-def _canonical_dtype(name: str) -> str:
-    name = name or "int8"
-    return _DTYPE_ALIASES.get(name, name)
-
-
-def _same_axis(a: int, b: int, rank: int | None) -> bool:
-    if a == b:
-        return True
-    return rank is not None and -rank <= a < rank and -rank <= b < rank and a % rank == b % rank
-
-
-def _same_granularity(want: pb.Granularity, have: pb.Granularity, rank: int | None) -> bool:
-    kind = want.WhichOneof("kind") or "per_tensor"
-    if kind != (have.WhichOneof("kind") or "per_tensor"):
-        return False
-    if kind == "per_channel":
-        return _same_axis(want.per_channel.axis, have.per_channel.axis, rank)
-    if kind == "per_block":
-        w, h = want.per_block, have.per_block
-        if w.HasField("axis") != h.HasField("axis") or list(w.block_size) != list(h.block_size):
-            return False
-        return not w.HasField("axis") or _same_axis(w.axis, h.axis, rank)
-    return True
-
-
-def _describe_spec(spec: pb.QuantSpec) -> str:
-    parts = [f"dtype={_canonical_dtype(spec.dtype)}",
-             f"qscheme={pb.QScheme.Name(spec.qscheme or pb.SYMMETRIC).lower()}",
-             f"granularity={granularity_text(spec.granularity)}",
-             f"target={pb.Target.Name(spec.target or pb.WEIGHT).lower()}"]
-    if spec.HasField("quant_min"):
-        parts.append(f"quant_range=({spec.quant_min:g}, {spec.quant_max:g})")
-    if spec.HasField("float_range"):
-        lo = spec.float_range.min if spec.float_range.HasField("min") else None
-        hi = spec.float_range.max if spec.float_range.HasField("max") else None
-        if lo is not None or hi is not None:
-            parts.append(f"float_range=({lo}, {hi})")
-    if spec.scale_dtype:
-        parts.append(f"scale_dtype={spec.scale_dtype}")
-    if spec.range_calculator:
-        parts.append(f"range_calculator={spec.range_calculator}")
-    return "{" + ", ".join(parts) + "}"
-
-
-_RULES = ("torch", "coreai_opt")
-#: The calculators that keep a histogram of |x| and choose a clipping range from it
-#: (per-tensor only).
-HISTOGRAM_CALCULATORS = ("percentile", "entropy", "mse")
-_IF_EXISTS = ("error", "resume", "replace")
-_TARGETS = ("weight", "activation")
-_DEFAULT_EPS = torch.finfo(torch.float32).eps
-
-
-def _torch_dtype_name(dtype: torch.dtype | str) -> str:
-    """The qparams dtype name of a RemoteObserver dtype argument."""
-    if isinstance(dtype, torch.dtype):
-        if dtype == torch.qint8:
-            return "int8"
-        if dtype == torch.quint8:
-            return "uint8"
-        raise ValueError(f"dtype {dtype} has no qparams counterpart; use torch.qint8, "
-                         "torch.quint8 or a qparams dtype name such as \"int4\"")
-    if isinstance(dtype, str) and dtype:
-        return dtype
-    raise TypeError(f"dtype must be torch.qint8, torch.quint8 or a qparams dtype name, "
-                    f"not {dtype!r}")
-
-
-def _qscheme_names(qscheme: torch.qscheme | str) -> tuple[str, bool]:
-    """(qparams qscheme, per channel) of a RemoteObserver qscheme argument."""
-    if isinstance(qscheme, str):
-        if qscheme not in _QSCHEME_NAMES:
-            raise ValueError(f"qscheme {qscheme!r} is not one of {', '.join(_QSCHEME_NAMES)} "
-                             "or a torch qscheme")
-        return qscheme, False
-    for torch_qscheme, name, per_channel in _TORCH_QSCHEMES:
-        if qscheme == torch_qscheme:
-            return name, per_channel
-    raise ValueError(f"qscheme {qscheme} is not supported; use per_tensor_affine, "
-                     "per_tensor_symmetric, per_channel_affine, per_channel_symmetric or a "
-                     "qparams qscheme name (per_channel_affine_float_qparams, float zero "
-                     "points for embeddings, has no qparams counterpart)")
-
-
-# ---------------------------------------------------------------------- the observer
 
 
 class RemoteObserver(UniformQuantizationObserverBase):
@@ -221,7 +124,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
                  qscheme: torch.qscheme | str = torch.per_tensor_affine,
                  reduce_range: bool = False, quant_min: int | None = None,
                  quant_max: int | None = None, factory_kwargs: Mapping[str, Any] | None = None,
-                 eps: float = _DEFAULT_EPS, is_dynamic: bool = False, *, ch_axis: int = 0,
+                 eps: float = DEFAULT_EPS, is_dynamic: bool = False, *, ch_axis: int = 0,
                  averaging_constant: float | None = None, calculator: str = "global_minmax",
                  rule: str = "torch", granularity: GranularityLike | None = None,
                  target: str | None = None, spec: Mapping[str, Any] | None = None,
@@ -233,22 +136,22 @@ class RemoteObserver(UniformQuantizationObserverBase):
             raise ValueError("is_dynamic=True (dynamic quantization) is not supported by "
                              "RemoteObserver; compute a tensor's qparams with "
                              "qparams.Client.compute")
-        if rule not in _RULES:
-            raise ValueError(f"rule {rule!r} is not one of {', '.join(_RULES)}")
-        if if_exists not in _IF_EXISTS:
-            raise ValueError(f"if_exists {if_exists!r} is not one of {', '.join(_IF_EXISTS)}")
-        if target is not None and target not in _TARGETS:
+        if rule not in RULES:
+            raise ValueError(f"rule {rule!r} is not one of {', '.join(RULES)}")
+        if if_exists not in IF_EXISTS:
+            raise ValueError(f"if_exists {if_exists!r} is not one of {', '.join(IF_EXISTS)}")
+        if target is not None and target not in TARGETS:
             raise ValueError(f"target {target!r} is not \"weight\" or \"activation\"")
         if not isinstance(calculator, str):
             raise TypeError(f"calculator must be a string, not {calculator!r}")
         if rule == "torch" and calculator in ("static", "default", ""):
             raise ValueError(f"calculator {calculator!r} keeps no running min and max, which "
                              "rule='torch' computes from; use rule='coreai_opt' with it")
-        if rule == "coreai_opt" and eps != _DEFAULT_EPS:
+        if rule == "coreai_opt" and eps != DEFAULT_EPS:
             raise ValueError("eps is torch.ao's smallest scale, used by rule='torch'; "
                              "rule='coreai_opt' uses coreai_opt's own")
-        qdtype = _torch_dtype_name(dtype)
-        qqscheme, per_channel = _qscheme_names(qscheme)
+        qdtype = torch_dtype_name(dtype)
+        qqscheme, per_channel = qscheme_names(qscheme)
         if not isinstance(ch_axis, int) or isinstance(ch_axis, bool):
             raise TypeError(f"ch_axis must be an int, not {ch_axis!r}")
         if (quant_min is None) != (quant_max is None):
@@ -261,7 +164,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
         if spec is not None and not isinstance(spec, Mapping):
             raise TypeError(f"spec must be a mapping of qparams spec fields, "
                             f"not {type(spec).__name__}")
-        own = sorted(set(spec or {}) & set(_OWN_KEYS))
+        own = sorted(set(spec or {}) & set(OWN_KEYS))
         if own:
             raise ValueError(f"spec must not hold {own}: pass them as RemoteObserver's own "
                              "arguments")
@@ -274,7 +177,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
         if calculator in HISTOGRAM_CALCULATORS and g.WhichOneof("kind") != "per_tensor":
             raise ValueError(f"calculator {calculator!r} is per-tensor only, not "
                              f"{granularity_text(g)}; use a per_tensor qscheme")
-        canonical = _canonical_dtype(quant_spec(dtype=qdtype).dtype)
+        canonical = canonical_dtype(quant_spec(dtype=qdtype).dtype)
         torch_range = canonical in ("int8", "uint8")
         symmetric = qqscheme != "asymmetric"
         if g.WhichOneof("kind") == "per_channel":
@@ -463,7 +366,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
             self.flush()
             raise ValueError(
                 f"RemoteObserver {self._name!r}: torch.ao.quantization cannot convert the "
-                f"spec {_describe_spec(self._spec)}: {refusal}. The session calibrates all "
+                f"spec {describe_spec(self._spec)}: {refusal}. The session calibrates all "
                 "the same; read its qparams with get_qparams() and apply them yourself.")
         if self.rule == "torch":
             if not self._loaded:
@@ -513,7 +416,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
             text += f", averaging_constant={self.averaging_constant}"
         if self.histogram:
             text += f", histogram={self.histogram}"
-        return f"{text}, rule={self.rule!r}, spec={_describe_spec(self._spec)}"
+        return f"{text}, rule={self.rule!r}, spec={describe_spec(self._spec)}"
 
     # ------------------------------------------------------------------ state
 
@@ -607,7 +510,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
 
     def _torch_refusal(self) -> str:
         reasons = []
-        dtype = _canonical_dtype(self._spec.dtype)
+        dtype = canonical_dtype(self._spec.dtype)
         if dtype not in ("int8", "uint8"):
             reasons.append(f"dtype {dtype} is not int8 or uint8, the dtypes torch.ao converts")
         if self._spec.scale_dtype:
@@ -647,7 +550,7 @@ class RemoteObserver(UniformQuantizationObserverBase):
             if rank is None and session.initialized:
                 rank = len(session.qparams.shape)
             self._check(session, rank)
-        if _canonical_dtype(session.spec.dtype) in ("int8", "uint8") or self.quant_min is None:
+        if canonical_dtype(session.spec.dtype) in ("int8", "uint8") or self.quant_min is None:
             self.quant_min = int(session.spec.quant_min)
             self.quant_max = int(session.spec.quant_max)
         with _registry.lock:
@@ -685,122 +588,3 @@ class RemoteObserver(UniformQuantizationObserverBase):
                                  self.averaging_constant, self.histogram, rank)
         if diffs:
             raise already_exists_with_another_spec(self._name, diffs)
-
-
-def spec_differences(session: pb.Session, want: pb.QuantSpec, calculator: str,
-                     averaging_constant: float | None, histogram: Mapping[str, Any] | None,
-                     rank: int | None) -> list[tuple[str, Any, Any]]:
-    """(field, the session's, the requested) for every way the existing `session`
-    differs from the one asked for: the spec `want` (its unset fields are the
-    server's to default), the resolved `calculator`, moving_average's constant and a
-    histogram calculator's parameters; `rank`, the input's rank if known, relates
-    negative axes to positive ones."""
-    have = session.spec
-    diffs: list[tuple[str, Any, Any]] = []
-    if session.calculator != calculator:
-        diffs.append(("calculator", session.calculator, calculator))
-    if have.dtype != _canonical_dtype(want.dtype):
-        diffs.append(("dtype", have.dtype, _canonical_dtype(want.dtype)))
-    if have.qscheme != (want.qscheme or pb.SYMMETRIC):
-        diffs.append(("qscheme", pb.QScheme.Name(have.qscheme).lower(),
-                      pb.QScheme.Name(want.qscheme or pb.SYMMETRIC).lower()))
-    if not _same_granularity(want.granularity, have.granularity, rank):
-        diffs.append(("granularity", granularity_text(have.granularity),
-                      granularity_text(want.granularity)))
-    if have.target != (want.target or pb.WEIGHT):
-        diffs.append(("target", pb.Target.Name(have.target).lower(),
-                      pb.Target.Name(want.target or pb.WEIGHT).lower()))
-    if want.HasField("quant_min") and \
-            (have.quant_min, have.quant_max) != (want.quant_min, want.quant_max):
-        diffs.append(("quant_min/quant_max", (have.quant_min, have.quant_max),
-                      (want.quant_min, want.quant_max)))
-    if want.float_range != have.float_range:
-        diffs.append(("float_range", str(have.float_range).strip() or "unset",
-                      str(want.float_range).strip() or "unset"))
-    if want.scale_dtype and _SCALE_ALIASES.get(want.scale_dtype, want.scale_dtype) \
-            != have.scale_dtype:
-        diffs.append(("scale_dtype", have.scale_dtype or "unset", want.scale_dtype))
-    if want.range_calculator and want.range_calculator != have.range_calculator:
-        diffs.append(("range_calculator", have.range_calculator, want.range_calculator))
-    if calculator == "moving_average" and averaging_constant is not None \
-            and session.averaging_constant != float(averaging_constant):
-        diffs.append(("averaging_constant", session.averaging_constant, averaging_constant))
-    if histogram is not None:
-        for key, value in histogram_params(histogram).ListFields():
-            if getattr(session.histogram, key.name) != value:
-                diffs.append((f"histogram {key.name}", getattr(session.histogram, key.name),
-                              value))
-    return diffs
-
-
-def already_exists_with_another_spec(name: str, diffs: list[tuple[str, Any, Any]]
-                                     ) -> AlreadyExists:
-    """The AlreadyExists of a session `name` that exists with another spec (`diffs`,
-    as spec_differences gives them)."""
-    text = "; ".join(f"{field} is {h!r}, not the requested {w!r}" for field, h, w in diffs)
-    return AlreadyExists(
-        f"session {name!r} already exists with another spec: {text}. Delete it "
-        "(Client.delete_session), or give this observer another name or run", session=name)
-
-
-def name_observers(model: torch.nn.Module, run: str | None = None) -> dict[str, RemoteObserver]:
-    """Names the session of every RemoteObserver in a prepared `model` after what it
-    watches (see qparams/torch/_naming.py): "exp1/fc1.output" (eager) or
-    "exp1/fc2.input" (FX) for activations; and registers the model's parameters so
-    that the weight observers torch.ao's convert creates are named after them,
-    "exp1/fc1.weight".
-
-    Call it right after torch.ao's `prepare` (or `prepare_fx`), before calibrating;
-    data-parallel ranks that prepare the same model get the same names.
-
-    Args:
-        model: the prepared model (an nn.Module, or the GraphModule of prepare_fx).
-        run: the prefix; default each observer's own `run`.
-
-    Returns:
-        {session name: observer}, in the model's module order.
-
-    Raises:
-        RuntimeError: an observer already created or used its session under another
-            name, or two observers would get one name (nothing is renamed then).
-    """
-    observers = {path: module for path, module in model.named_modules()
-                 if isinstance(module, RemoteObserver)}
-    if isinstance(model, torch.fx.GraphModule):
-        by_id = _naming.fx_names(model, RemoteObserver)
-        relative = {path: by_id.get(id(module), path) for path, module in observers.items()}
-    else:
-        relative = {path: _naming.eager_name(path) for path in observers}
-    names: dict[str, RemoteObserver] = {}
-    for path, module in observers.items():
-        new = f"{run if run is not None else module.run}/{relative[path]}"
-        if module._used_name is not None and module._used_name != new:
-            raise RuntimeError(
-                f"observer {path or '(the model)'} already uses its session "
-                f"{module._used_name!r}; name_observers must run before it observes "
-                f"(right after prepare), not after (it would become {new!r})")
-        if new in names and names[new] is not module:
-            raise RuntimeError(f"observers {path} and another would both be named {new!r}")
-        names[new] = module
-    for new, module in names.items():
-        module._name = new
-        module._auto_name = False
-    _naming.register_parameters(model, run)
-    _name_weight_observers(model, run)
-    return names
-
-
-def _name_weight_observers(model: torch.nn.Module, run: str | None) -> None:
-    """Gives each module's qconfig a weight factory that names its observer after the
-    module's weight: eager convert deep-copies the model before it calls
-    `module.qconfig.weight()`, so the parameter registry cannot recognise the copies'
-    parameters, but the qconfig travels with them."""
-    modules = dict(model.named_modules())
-    for path, module in modules.items():
-        qconfig = getattr(module, "qconfig", None)
-        factory = getattr(qconfig, "weight", None)
-        if not path or factory is None or not _naming.makes(factory, RemoteObserver):
-            continue
-        prefix = run if run is not None else factory().run
-        layer = _naming.layer_path(path, modules)
-        module.qconfig = qconfig._replace(weight=factory.with_args(name=f"{prefix}/{layer}.weight"))
