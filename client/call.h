@@ -15,6 +15,7 @@
 #include "absl/random/random.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/replica_router.h"
@@ -31,6 +32,20 @@ inline void Prepare(grpc::ClientContext& context, absl::Duration timeout,
                     const std::string& authorization) {
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+}
+
+// The status of a finished call of `context`: an incomplete listing (UNAVAILABLE
+// naming the replicas it missed in wire::kUnreachableMetadata) carries their names
+// as the wire::kUnreachablePayload (UnreachableReplicas).
+inline absl::Status FromCall(const grpc::ClientContext& context, const grpc::Status& status) {
+  absl::Status result = wire::FromGrpcStatus(status);
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (auto found = trailers.find(wire::kUnreachableMetadata);
+      !result.ok() && found != trailers.end()) {
+    result.SetPayload(wire::kUnreachablePayload,
+                      absl::Cord(absl::string_view(found->second.data(), found->second.size())));
+  }
+  return result;
 }
 
 // Calls the unary `method` of `stub` with a deadline `timeout` from now, the

@@ -1,14 +1,11 @@
 #include "qparams/client.h"
 
-#include <algorithm>
-#include <optional>
 #include <thread>
 #include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "client/call.h"
 #include "client/replica_router.h"
 #include "common/file.h"
@@ -22,6 +19,7 @@ namespace qparams {
 namespace {
 
 using client_internal::Backoff;
+using client_internal::FromCall;
 using client_internal::Prepare;
 using client_internal::Retryable;
 using client_internal::Unary;
@@ -238,59 +236,14 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int page_size,
   request.set_page_size(page_size);
   request.set_page_token(page_token);
   request.set_filter(filter);
-  return router_->ListSessions(
-      request, [this](const std::string& replica, const v1::ListSessionsRequest& r) {
-        return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, r, timeout_,
-                     authorization_, /*session=*/"", replica);
-      });
+  return Unary(*stub_, &v1::QParamsService::Stub::ListSessions, request, timeout_, authorization_,
+               /*session=*/"", router_->replica());
 }
 
 namespace {
 
-// A ReadSessions stream over gRPC, for the router to read.
-class GrpcSessionStream final : public SessionStream {
- public:
-  GrpcSessionStream(v1::QParamsService::Stub& stub, const v1::ReadSessionsRequest& request,
-                    absl::Duration timeout, const std::string& authorization,
-                    const std::string& replica) {
-    Prepare(context_, timeout, authorization);
-    ReplicaRouter::AddHeaders(context_, /*session=*/"", replica);
-    reader_ = stub.ReadSessions(&context_, request);
-  }
-
-  std::optional<v1::Session> Next() override {
-    v1::Session session;
-    if (!reader_->Read(&session)) return std::nullopt;
-    return session;
-  }
-  void Cancel() override { context_.TryCancel(); }
-  absl::Status Finish() override { return wire::FromGrpcStatus(reader_->Finish()); }
-
- private:
-  grpc::ClientContext context_;  // outlives reader_
-  std::unique_ptr<grpc::ClientReader<v1::Session>> reader_;
-};
-
-// Reads the rest of a call's server stream through `each`, then finishes the call:
-// `each`'s error (which cancels the call), else the call's status.
-template <typename Response, typename Stream>
-absl::Status Drain(grpc::ClientContext& context, Stream& stream,
-                   const std::function<absl::Status(const Response&)>& each) {
-  Response response;
-  absl::Status stopped;
-  while (stream.Read(&response)) {
-    stopped = each(response);
-    if (!stopped.ok()) {
-      context.TryCancel();
-      break;
-    }
-  }
-  const grpc::Status finished = stream.Finish();
-  if (!stopped.ok()) return stopped;
-  return wire::FromGrpcStatus(finished);
-}
-
-// Reads a server stream to its end through `each`; `each`'s error cancels the call.
+// Reads a server stream to its end through `each`, then finishes the call: `each`'s
+// error (which cancels the call), else the call's status.
 template <typename Response, typename Request, typename Start>
 absl::Status ReadStream(Start start, const Request& request, absl::Duration timeout,
                         const std::string& authorization, const std::string& replica,
@@ -299,7 +252,14 @@ absl::Status ReadStream(Start start, const Request& request, absl::Duration time
   Prepare(context, timeout, authorization);
   ReplicaRouter::AddHeaders(context, /*session=*/"", replica);
   std::unique_ptr<grpc::ClientReader<Response>> reader = start(&context, request);
-  return Drain<Response>(context, *reader, each);
+  Response response;
+  absl::Status stopped;
+  while (stopped.ok() && reader->Read(&response)) {
+    stopped = each(response);
+    if (!stopped.ok()) context.TryCancel();
+  }
+  const grpc::Status finished = reader->Finish();
+  return stopped.ok() ? FromCall(context, finished) : stopped;
 }
 
 }  // namespace
@@ -308,111 +268,27 @@ absl::Status Client::ReadSessions(const std::string& prefix,
                                   const std::function<absl::Status(const v1::Session&)>& each) {
   v1::ReadSessionsRequest request;
   request.set_prefix(prefix);
-  return router_->ReadSessions(
-      [this, &request](const std::string& replica) {
-        return std::make_unique<GrpcSessionStream>(*stub_, request, timeout_, authorization_,
-                                                   replica);
+  return ReadStream<v1::Session>(
+      [this](grpc::ClientContext* context, const v1::ReadSessionsRequest& r) {
+        return stub_->ReadSessions(context, r);
       },
-      each);
+      request, timeout_, authorization_, router_->replica(), each);
 }
 
 absl::Status Client::ExportSessions(const v1::ExportSessionsRequest& request,
                                     const std::function<absl::Status(absl::string_view)>& each) {
-  // A sharded export that saw the slot map change is ABORTED before `each` saw a
-  // byte: again, on the newer topology, while retry_total allows.
+  // An export the deployment refused ABORTED (a slot move was switching) was
+  // refused before any byte: again, while retry_total allows.
   Backoff backoff(retry_total_, retry_initial_backoff_, retry_max_backoff_);
   while (true) {
-    absl::StatusOr<std::vector<std::string>> replicas = router_->SplitReplicas();
-    if (!replicas.ok()) return replicas.status();
-    if (replicas->empty()) break;
-    const absl::Status exported = ExportSharded(request, *replicas, each);
-    if (!absl::IsAborted(exported) || !backoff.Wait()) return exported;
-  }
-  return ReadStream<v1::ExportChunk>(
-      [this](grpc::ClientContext* context, const v1::ExportSessionsRequest& r) {
-        return stub_->ExportSessions(context, r);
-      },
-      request, timeout_, authorization_, router_->replica(),
-      [&each](const v1::ExportChunk& chunk) { return each(chunk.data()); });
-}
-
-absl::Status Client::ExportSharded(const v1::ExportSessionsRequest& request,
-                                   const std::vector<std::string>& replicas,
-                                   const std::function<absl::Status(absl::string_view)>& each) {
-  absl::StatusOr<int64_t> epoch = CommonEpoch(replicas);
-  if (!epoch.ok()) return epoch.status();
-  grpc::ClientContext render_context;
-  Prepare(render_context, timeout_, authorization_);
-  ReplicaRouter::AddHeaders(render_context, /*session=*/"", replicas.front());
-  std::unique_ptr<grpc::ClientReaderWriter<v1::RenderExportRequest, v1::ExportChunk>> render =
-      stub_->RenderExport(&render_context);
-  v1::RenderExportRequest first;
-  *first.mutable_options() = request;
-  first.mutable_options()->set_items(false);
-  // False once the render refused (its status then says why).
-  bool open = render->Write(first);
-  v1::ExportSessionsRequest share = request;
-  share.set_items(true);
-  for (const std::string& replica : replicas) {
-    if (!open) break;
-    const absl::Status read = ReadStream<v1::ExportChunk>(
+    const absl::Status exported = ReadStream<v1::ExportChunk>(
         [this](grpc::ClientContext* context, const v1::ExportSessionsRequest& r) {
           return stub_->ExportSessions(context, r);
         },
-        share, timeout_, authorization_, replica,
-        [&](const v1::ExportChunk& chunk) -> absl::Status {
-          v1::RenderExportRequest items;
-          *items.mutable_items() = chunk.items();
-          open = render->Write(items);
-          return open ? absl::OkStatus() : absl::CancelledError("the render ended");
-        });
-    if (!read.ok() && open) {  // the replica's error: its refusal reads as one server's
-      render_context.TryCancel();
-      render->Finish();
-      if (absl::IsUnavailable(read) || absl::IsDeadlineExceeded(read)) {
-        return FromReplica(replica, read);
-      }
-      return read;
-    }
+        request, timeout_, authorization_, router_->replica(),
+        [&each](const v1::ExportChunk& chunk) { return each(chunk.data()); });
+    if (!absl::IsAborted(exported) || !backoff.Wait()) return exported;
   }
-  if (open) {
-    // The shares hold each session once only if no slot changed owner while they
-    // were read: the epoch every replica serves is still the one before.
-    absl::StatusOr<int64_t> after = CommonEpoch(replicas);
-    if (after.ok() && *after != *epoch) {
-      after = absl::AbortedError(absl::StrCat("the slot map changed during the export (epoch ",
-                                              *epoch, " -> ", *after, "); export again"));
-    }
-    if (!after.ok()) {
-      render_context.TryCancel();
-      render->Finish();
-      return after.status();
-    }
-    render->WritesDone();
-  }
-  return Drain<v1::ExportChunk>(render_context, *render, [&each](const v1::ExportChunk& chunk) {
-    return each(chunk.data());
-  });
-}
-
-absl::StatusOr<int64_t> Client::CommonEpoch(const std::vector<std::string>& replicas) {
-  std::vector<std::string> seen;
-  int64_t epoch = -1;
-  bool differ = false;
-  for (const std::string& replica : replicas) {
-    absl::StatusOr<v1::Topology> topology = ReadTopology(replica);
-    if (!topology.ok()) return FromReplica(replica, topology.status());
-    router_->Offer(*topology);  // the newest map routes the next attempt
-    seen.push_back(absl::StrCat(replica, " epoch ", topology->epoch()));
-    differ |= epoch >= 0 && topology->epoch() != epoch;
-    epoch = std::max(epoch, topology->epoch());
-  }
-  if (differ) {
-    return absl::AbortedError(absl::StrCat("the replicas serve different slot maps (",
-                                           absl::StrJoin(seen, ", "),
-                                           "): a slot move is switching; export again"));
-  }
-  return epoch;
 }
 
 absl::StatusOr<v1::Topology> Client::GetTopology() {
@@ -687,11 +563,8 @@ absl::StatusOr<v1::ListScaleGroupsResponse> Client::ListScaleGroups(int page_siz
   request.set_page_size(page_size);
   request.set_page_token(page_token);
   request.set_filter(filter);
-  return router_->ListScaleGroups(
-      request, [this](const std::string& replica, const v1::ListScaleGroupsRequest& r) {
-        return Unary(*stub_, &v1::QParamsService::Stub::ListScaleGroups, r, timeout_,
-                     authorization_, /*session=*/"", replica);
-      });
+  return Unary(*stub_, &v1::QParamsService::Stub::ListScaleGroups, request, timeout_,
+               authorization_, /*session=*/"", router_->replica());
 }
 
 absl::Status Client::ReadScaleGroups(

@@ -1,11 +1,12 @@
 // The replica routing of a Client (client/client.h) across sharded replicas behind
 // a balancer (docs/sharding.md): which headers a call carries, and how a call over
-// many or all sessions is split into one call per owning replica and put back
-// together. It owns the topology, read through the GetTopology call it is given at
-// the first split call, and again when a replica refuses a call naming another owner
-// (Refresh) or a topology of a newer epoch is seen (Offer); it makes no call of its
-// own: the Client hands it one per replica. It knows nothing of the Client, so the
-// RPC library composes it and not the other way round.
+// many sessions is split into one call per owning replica and put back together.
+// (Calls over all sessions, listings, reads and exports, are one call: the
+// deployment answers them for every replica, server/fan_out.h.) It owns the topology, read through
+// the GetTopology call it is given at the first split call, and again when a replica refuses a call
+// naming another owner (Refresh) or a topology of a newer epoch is seen (Offer); it makes no call
+// of its own: the Client hands it one per replica. It knows nothing of the Client, so the RPC
+// library composes it and not the other way round.
 //
 // Thread-safe: its methods may run concurrently from any threads.
 
@@ -16,7 +17,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,40 +25,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/client_context.h"
+#include "proto/status.h"
 #include "qparams/v1/qparams.pb.h"
 
 namespace qparams {
 
 class SlotMap;
 
-// `status` of a call to one replica of several, its message naming the replica
-// ("replica r1: ...").
-absl::Status FromReplica(const std::string& replica, const absl::Status& status);
-
-// The payload of a merged read (ReadSessions) that could not read some replicas:
-// their names, comma-separated, on an UNAVAILABLE status.
-inline constexpr char kUnreachablePayload[] = "qparams.dev/unreachable-replicas";
-// The replicas an incomplete merged read names (kUnreachablePayload); none for any
-// other status.
-std::vector<std::string> UnreachableReplicas(const absl::Status& status);
-// The status of a merged read that could not read `failed` (by replica, each with
-// its error), once the other replicas' items were delivered: UNAVAILABLE naming
-// them, with the kUnreachablePayload.
-absl::Status IncompleteError(const std::map<std::string, absl::Status>& failed);
-// The same for replicas known only by name (merged pages' unreachable_replicas).
-absl::Status IncompleteError(const std::vector<std::string>& unreachable);
-
-// One replica's ReadSessions stream, opened by the Client for the router to read.
-class SessionStream {
- public:
-  virtual ~SessionStream() = default;
-  // The next session, or nullopt at the end of the stream (then call Finish).
-  virtual std::optional<v1::Session> Next() = 0;
-  // Ends the stream early; Finish must still be called.
-  virtual void Cancel() = 0;
-  // The stream's status, once Next gave nullopt or after Cancel.
-  virtual absl::Status Finish() = 0;
-};
+// The statuses of calls over several replicas (proto/status.h), by their names here.
+using wire::FromReplica;
+using wire::IncompleteError;
+using wire::kUnreachablePayload;
+using wire::UnreachableReplicas;
 
 // One attempt at a call over many observations (ReplicaRouter::Observe).
 struct ObserveAttempt {
@@ -78,15 +56,6 @@ class ReplicaRouter {
   // ObserveStream or ObserveBatch of `requests` in one call to `replica`.
   using ObserveCall = std::function<absl::StatusOr<std::vector<v1::ObserveResponse>>(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests)>;
-  // One ListSessions call with `request` to `replica`.
-  using ListCall = std::function<absl::StatusOr<v1::ListSessionsResponse>(
-      const std::string& replica, const v1::ListSessionsRequest& request)>;
-  // One ListScaleGroups call with `request` to `replica`.
-  using ListGroupsCall = std::function<absl::StatusOr<v1::ListScaleGroupsResponse>(
-      const std::string& replica, const v1::ListScaleGroupsRequest& request)>;
-  // A ReadSessions stream from `replica`.
-  using OpenSessions = std::function<std::unique_ptr<SessionStream>(const std::string& replica)>;
-
   // `replica` is ClientOptions::replica: "" routes, a name addresses every call to
   // that replica and never splits one (the topology is then never read).
   // `get_topology` is called at the first split call, under the router's lock.
@@ -108,22 +77,18 @@ class ReplicaRouter {
   static void AddHeaders(grpc::ClientContext& context, const std::string& session,
                          const std::string& replica);
 
-  // The replicas a call over many sessions is split across, in name order; empty
-  // when calls are not split (a single server, one replica, a server without
-  // GetTopology, or a pinned replica). The first call reads the topology and keeps
-  // it: GetTopology's error (other than UNIMPLEMENTED), FAILED_PRECONDITION for a
-  // deployment of another slot count, INTERNAL for a topology that is no slot map;
-  // after an error the next call reads it again.
-  absl::StatusOr<std::vector<std::string>> SplitReplicas();
-
-  // The owner of each of `names`, in order, by the topology read last (read at the
-  // first call as SplitReplicas says, with its errors); empty when calls are not
-  // split (as SplitReplicas), every name then going to replica(). For the calls over
-  // many sessions that the Client splits itself (Step, ResumeSteps).
+  // The owner of each of `names`, in order, by the topology read last; empty when
+  // calls are not split (a single server, one replica, a server without
+  // GetTopology, or a pinned replica), every name then going to replica(). The
+  // first call reads the topology and keeps it: GetTopology's error (other than
+  // UNIMPLEMENTED), FAILED_PRECONDITION for a deployment of another slot count,
+  // INTERNAL for a topology that is no slot map; after an error the next call reads
+  // it again. For the calls over many sessions that the Client splits itself (Step,
+  // ResumeSteps).
   absl::StatusOr<std::vector<std::string>> Owners(const std::vector<std::string>& names);
 
   // Reads the topology again now (a replica refused a call naming another owner):
-  // GetTopology's error as SplitReplicas says, the topology read before (if any)
+  // GetTopology's error as Owners says, the topology read before (if any)
   // then kept, so that split calls still route by it. Nothing for a client pinned
   // to a replica.
   absl::Status Refresh();
@@ -152,25 +117,6 @@ class ReplicaRouter {
   // retries a failed call (Client::SendWithRetries).
   absl::StatusOr<ObserveAttempt> Observe(const std::vector<const v1::ObserveRequest*>& requests,
                                          const ObserveCall& call);
-
-  // `call` addressed to replica(), or, split, one page of each replica merged in
-  // name order, with a next_page_token any replica accepts; a replica that cannot
-  // be read (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN) is named in unreachable_replicas.
-  absl::StatusOr<v1::ListSessionsResponse> ListSessions(const v1::ListSessionsRequest& request,
-                                                        const ListCall& call);
-
-  // As ListSessions, for scale groups (which page, by name, as sessions do).
-  absl::StatusOr<v1::ListScaleGroupsResponse> ListScaleGroups(
-      const v1::ListScaleGroupsRequest& request, const ListGroupsCall& call);
-
-  // The sessions of `open`'s stream from replica(), or, split, of one stream from
-  // each replica merged in name order, through `each`. The first error ends it (a
-  // stream's status, naming its replica when split, or `each`'s), but for a
-  // replica that cannot be read (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN), split: the
-  // others' sessions go on, and the result is then UNAVAILABLE naming each such
-  // replica, with the kUnreachablePayload (UnreachableReplicas).
-  absl::Status ReadSessions(const OpenSessions& open,
-                            const std::function<absl::Status(const v1::Session&)>& each);
 
  private:
   // The slot map, or null when calls are not split.

@@ -46,6 +46,9 @@ grpc::Status CallPolicy::Finish(grpc::CallbackServerContext* context, absl::stri
   if (auto owner = status.GetPayload(kOwnerPayload); owner.has_value()) {
     context->AddTrailingMetadata(wire::kOwnerMetadata, std::string(*owner));
   }
+  if (auto unreachable = status.GetPayload(wire::kUnreachablePayload); unreachable.has_value()) {
+    context->AddTrailingMetadata(wire::kUnreachableMetadata, std::string(*unreachable));
+  }
   return wire::ToGrpcStatus(status);
 }
 

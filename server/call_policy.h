@@ -41,7 +41,9 @@ class CallPolicy {
   // The gRPC status a call that ends with `status` finishes with: logged if it
   // failed (LogFailure), and a refusal for a session another replica owns
   // (kOwnerPayload) names that owner in the trailing metadata kOwnerMetadata too,
-  // for clients to act on without parsing. Called once, before the call finishes.
+  // for clients to act on without parsing, and an incomplete listing names the
+  // replicas it missed (wire::kUnreachablePayload) in wire::kUnreachableMetadata.
+  // Called once, before the call finishes.
   grpc::Status Finish(grpc::CallbackServerContext* context, absl::string_view method,
                       const absl::Status& status) const;
 

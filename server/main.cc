@@ -22,12 +22,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/file.h"
 #include "common/flags.h"
 #include "common/host_port.h"
 #include "common/log.h"
 #include "common/slot_map.h"
 #include "core/status_macros.h"
 #include "core/tensor.h"
+#include "grpcpp/security/credentials.h"
 #include "metrics/metrics_http.h"
 #include "server/process_tuning.h"
 #include "server/server.h"
@@ -75,6 +77,14 @@ ABSL_FLAG(std::string, slot_map, "",
           "Sharding: the slot map file (\"LOW:HIGH REPLICA\" lines, HAProxy's map_int syntax, "
           "and \"# epoch N\") every replica and the balancer read. SIGHUP reads it again; a "
           "map persisted in --data_dir with a greater epoch wins at start. Both or neither.");
+ABSL_FLAG(std::string, cluster_address, "",
+          "Sharding: the deployment's router (HAProxy; a gRPC target, HOST:PORT or unix:PATH) "
+          "through which this replica reaches every replica of its slot map by name, to "
+          "answer a client's listing, read or export for all of them. Unset: it answers for "
+          "its own slots only.");
+ABSL_FLAG(std::string, cluster_tls_ca, "",
+          "Sharding: PEM CA bundle that --cluster_address's certificate is checked against "
+          "(TLS, as HAProxy serves clients in every shipped form); unset: plaintext (h2c).");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Serve Prometheus metrics over HTTP at GET /metrics on this host:port (e.g. "
           "0.0.0.0:9100; port 0 picks a free one, the log says which), and health checks: "
@@ -121,7 +131,12 @@ absl::Status ApplySharding(qparams::EngineOptions& engine) {
     return absl::InvalidArgumentError(
         "--replica_id and --slot_map go together: give both or neither");
   }
-  if (slot_map_path.empty()) return absl::OkStatus();
+  if (slot_map_path.empty()) {
+    if (!absl::GetFlag(FLAGS_cluster_address).empty()) {
+      return absl::InvalidArgumentError("--cluster_address needs --replica_id and --slot_map");
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<qparams::SlotMap> slot_map = qparams::SlotMap::Load(slot_map_path);
   if (!slot_map.ok()) {
     return absl::InvalidArgumentError(
@@ -206,6 +221,16 @@ absl::StatusOr<Flags> ReadFlags() {
     flags.metrics_listen = *std::move(parsed);
   }
   QPARAMS_RETURN_IF_ERROR(ApplySharding(options.engine));
+  options.service.cluster_address = absl::GetFlag(FLAGS_cluster_address);
+  if (const std::string ca = absl::GetFlag(FLAGS_cluster_tls_ca); !ca.empty()) {
+    absl::StatusOr<std::string> pem = qparams::ReadFile(ca);
+    if (!pem.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--cluster_tls_ca: ", pem.status().message()));
+    }
+    grpc::SslCredentialsOptions tls;
+    tls.pem_root_certs = *std::move(pem);
+    options.service.cluster_credentials = grpc::SslCredentials(tls);
+  }
   return flags;
 }
 

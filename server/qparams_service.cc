@@ -1,9 +1,11 @@
 #include "server/qparams_service.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -36,7 +38,10 @@ size_t ObservationBytes(const v1::ObserveRequest& request) {
 }  // namespace
 
 QParamsServiceImpl::QParamsServiceImpl(Engine* engine, ServiceOptions options)
-    : engine_(engine), options_(options), calls_(engine, options) {
+    : engine_(engine),
+      options_(options),
+      calls_(engine, options),
+      fan_out_(engine, options.cluster_address, options.cluster_credentials) {
   SetMessageAllocatorFor_Observe(&observe_allocator_);
   SetMessageAllocatorFor_ObserveBatch(&observe_batch_allocator_);
   SetMessageAllocatorFor_Compute(&compute_allocator_);
@@ -71,6 +76,33 @@ grpc::ServerWriteReactor<Message>* QParamsServiceImpl::PullStream(
                                          calls_.LogFailure(context, method, status);
                                          return wire::ToGrpcStatus(status);
                                        });
+}
+
+grpc::ServerUnaryReactor* QParamsServiceImpl::FannedUnary(grpc::CallbackServerContext* context,
+                                                          absl::string_view method,
+                                                          std::function<absl::Status()> body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::StatusOr<Caller> caller = calls_.Authorize(context, Access::kData, method);
+      !caller.ok()) {
+    reactor->Finish(calls_.Finish(context, method, caller.status()));
+    return reactor;
+  }
+  FanOut::Detach([this, context, method, reactor, body = std::move(body)] {
+    reactor->Finish(calls_.Finish(context, method, body()));
+  });
+  return reactor;
+}
+
+template <typename Message>
+grpc::ServerWriteReactor<Message>* QParamsServiceImpl::FannedStream(
+    grpc::CallbackServerContext* context, absl::string_view method,
+    std::function<absl::Status(const std::function<bool(const Message&)>& write)> body) {
+  const absl::StatusOr<std::string> tenant = Tenant(context, method);
+  if (!tenant.ok()) body = [status = tenant.status()](const auto&) { return status; };
+  return new FanOutWriteReactor<Message>(std::move(body),
+                                         [this, context, method](const absl::Status& status) {
+                                           return calls_.Finish(context, method, status);
+                                         });
 }
 
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListCalculators(
@@ -134,9 +166,15 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetSession(grpc::CallbackServerCon
   });
 }
 
-grpc::ServerUnaryReactor* QParamsServiceImpl::ListSessions(
-    grpc::CallbackServerContext* context, const v1::ListSessionsRequest* request,
-    v1::ListSessionsResponse* response) {
+grpc::ServerUnaryReactor* QParamsServiceImpl::ListSessions(grpc::CallbackServerContext* context,
+                                                           const v1::ListSessionsRequest* request,
+                                                           v1::ListSessionsResponse* response) {
+  if (std::vector<std::string> replicas = fan_out_.Replicas(*context); !replicas.empty()) {
+    return FannedUnary(context, "ListSessions", [this, context, request, response, replicas] {
+      QPARAMS_ASSIGN_OR_RETURN(*response, fan_out_.ListSessions(*context, replicas, *request));
+      return absl::OkStatus();
+    });
+  }
   return Unary(context, "ListSessions", [&](const std::string& tenant) -> absl::Status {
     QPARAMS_ASSIGN_OR_RETURN(const SessionPage page,
                              engine_->ListSessions(tenant, request->page_size(),
@@ -187,6 +225,12 @@ grpc::ServerUnaryReactor* QParamsServiceImpl::GetScaleGroup(
 grpc::ServerUnaryReactor* QParamsServiceImpl::ListScaleGroups(
     grpc::CallbackServerContext* context, const v1::ListScaleGroupsRequest* request,
     v1::ListScaleGroupsResponse* response) {
+  if (std::vector<std::string> replicas = fan_out_.Replicas(*context); !replicas.empty()) {
+    return FannedUnary(context, "ListScaleGroups", [this, context, request, response, replicas] {
+      QPARAMS_ASSIGN_OR_RETURN(*response, fan_out_.ListScaleGroups(*context, replicas, *request));
+      return absl::OkStatus();
+    });
+  }
   return Unary(context, "ListScaleGroups", [&](const std::string& tenant) -> absl::Status {
     QPARAMS_ASSIGN_OR_RETURN(const ScaleGroupPage page,
                              engine_->ListScaleGroups(tenant, request->page_size(),
@@ -307,6 +351,13 @@ QParamsServiceImpl::ObserveStream(grpc::CallbackServerContext* context) {
 
 grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
     grpc::CallbackServerContext* context, const v1::ReadSessionsRequest* request) {
+  if (std::vector<std::string> replicas = fan_out_.Replicas(*context); !replicas.empty()) {
+    return FannedStream<v1::Session>(
+        context, "ReadSessions",
+        [this, context, request, replicas](const std::function<bool(const v1::Session&)>& write) {
+          return fan_out_.ReadSessions(*context, replicas, *request, write);
+        });
+  }
   return PullStream<v1::Session>(
       context, "ReadSessions",
       [&](std::string tenant) -> absl::StatusOr<PullProducer<v1::Session>> {
@@ -329,6 +380,16 @@ grpc::ServerWriteReactor<v1::Session>* QParamsServiceImpl::ReadSessions(
 // and the items follow a batch per message.
 grpc::ServerWriteReactor<v1::ExportChunk>* QParamsServiceImpl::ExportSessions(
     grpc::CallbackServerContext* context, const v1::ExportSessionsRequest* request) {
+  // A share (items) is this replica's alone; a fanning-out replica asks for them.
+  if (std::vector<std::string> replicas = fan_out_.Replicas(*context);
+      !replicas.empty() && !request->items()) {
+    return FannedStream<v1::ExportChunk>(
+        context, "ExportSessions",
+        [this, context, request,
+         replicas](const std::function<bool(const v1::ExportChunk&)>& write) {
+          return fan_out_.ExportSessions(*context, replicas, *request, write);
+        });
+  }
   return PullStream<v1::ExportChunk>(
       context, "ExportSessions",
       [&](std::string tenant) -> absl::StatusOr<PullProducer<v1::ExportChunk>> {

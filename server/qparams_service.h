@@ -7,6 +7,7 @@
 #ifndef QPARAMS_SERVER_QPARAMS_SERVICE_H_
 #define QPARAMS_SERVER_QPARAMS_SERVICE_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -19,6 +20,7 @@
 #include "server/arena_allocator.h"
 #include "server/authorizer.h"
 #include "server/call_policy.h"
+#include "server/fan_out.h"
 #include "server/pull_write_reactor.h"
 #include "server/service_options.h"
 
@@ -140,10 +142,24 @@ class QParamsServiceImpl final : public v1::QParamsService::CallbackService {
   grpc::ServerWriteReactor<Message>* PullStream(
       grpc::CallbackServerContext* context, absl::string_view method,
       absl::FunctionRef<absl::StatusOr<PullProducer<Message>>(std::string tenant)> start);
+  // A listing, read or export answered for every replica (FanOut): authorizes the
+  // caller here, then runs `body` on a thread of its own, which finishes the call
+  // (CallPolicy::Finish, so an incomplete listing names its replicas in the trailing
+  // metadata). `body` may only use what outlives the call.
+  grpc::ServerUnaryReactor* FannedUnary(grpc::CallbackServerContext* context,
+                                        absl::string_view method,
+                                        std::function<absl::Status()> body);
+  // As FannedUnary, for a server stream: `body` writes its messages (FanOutWriteReactor).
+  template <typename Message>
+  grpc::ServerWriteReactor<Message>* FannedStream(
+      grpc::CallbackServerContext* context, absl::string_view method,
+      std::function<absl::Status(const std::function<bool(const Message&)>& write)> body);
 
   Engine* const engine_;
   const ServiceOptions options_;
   const CallPolicy calls_;
+  // Answers the clients' listings, reads and exports for every replica.
+  FanOut fan_out_;
   // What ExportSessions reads of the engine's scale groups.
   const EngineGroupSource export_groups_{engine_};
   // The hot unary calls parse and answer on an arena.

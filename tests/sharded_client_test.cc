@@ -129,6 +129,8 @@ class ShardedClientTest : public ::testing::Test {
       options.engine.slot_map = map_;
       options.engine.replica_id = kReplicas[r];
       options.admin_tokens_file = admin_tokens_file_;
+      // Listings, reads and exports fan out through HAProxy (server/fan_out.h).
+      options.service.cluster_address = absl::StrCat("unix:", dir_, "/grpc.sock");
       Customize(r, options);
       replicas_.push_back(TestServer::Start(options));
       ASSERT_NE(replicas_.back(), nullptr);
@@ -151,6 +153,7 @@ class ShardedClientTest : public ::testing::Test {
       ClientOptions options;
       options.replica = replica;
       options.timeout = absl::Seconds(2);
+      options.bearer_token = ready_token_;
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_, options));
       const absl::Time deadline = absl::Now() + absl::Seconds(10);
       absl::StatusOr<v1::Topology> topology;
@@ -226,6 +229,8 @@ class ShardedClientTest : public ::testing::Test {
 
   // What a test changes in replica `r`'s options before it starts.
   virtual void Customize(size_t /*r*/, ServerOptions& /*options*/) {}
+  // The token SetUp's readiness calls carry (a fixture with --auth_tokens_file).
+  std::string ready_token_;
 
   std::string dir_;
   std::string admin_tokens_file_;  // in dir_: every replica's --admin_tokens_file
@@ -1068,6 +1073,207 @@ TEST_F(ShardedStorageTest, HAProxyTakesOutAReplicaWhoseDiskRefusesWritesUntilItT
   env_.DropUnsyncedData();
   EXPECT_TRUE(Becomes(get, absl::StatusCode::kOk)) << "r1 never came back UP";
   EXPECT_OK(client->Observe(name, Values(1).view()).status());
+}
+
+// The sessions under `prefix` that `stub` lists page after page (`page_size` each),
+// the call addressed to `replica` unless it is "", or the call's error.
+absl::StatusOr<std::vector<std::string>> ListAll(v1::QParamsService::Stub& stub,
+                                                 const std::string& replica, int page_size,
+                                                 const std::string& prefix) {
+  std::vector<std::string> listed;
+  std::string token;
+  do {
+    grpc::ClientContext context;
+    if (!replica.empty()) context.AddMetadata(kReplicaHeader, replica);
+    v1::ListSessionsRequest request;
+    request.set_page_size(page_size);
+    request.set_page_token(token);
+    request.set_filter(prefix);
+    v1::ListSessionsResponse page;
+    const grpc::Status status = stub.ListSessions(&context, request, &page);
+    if (!status.ok())
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    EXPECT_LE(page.sessions_size(), page_size);
+    EXPECT_EQ(page.unreachable_replicas_size(), 0);
+    for (const v1::Session& session : page.sessions()) listed.push_back(session.name());
+    token = page.next_page_token();
+  } while (!token.empty());
+  return listed;
+}
+
+// That `got` is `expected`.
+void ExpectListed(const absl::StatusOr<std::vector<std::string>>& got,
+                  const std::vector<std::string>& expected) {
+  ASSERT_OK(got.status());
+  EXPECT_EQ(*got, expected);
+}
+
+// What ReadSessions of `prefix` streams through `stub` (unaddressed): the names,
+// the status and the trailing x-qparams-unreachable ("" without one).
+struct ReadOutcome {
+  std::vector<std::string> names;
+  grpc::Status status;
+  std::string unreachable;
+};
+ReadOutcome ReadAll(v1::QParamsService::Stub& stub, const std::string& prefix) {
+  grpc::ClientContext context;
+  v1::ReadSessionsRequest request;
+  request.set_prefix(prefix);
+  std::unique_ptr<grpc::ClientReader<v1::Session>> reader = stub.ReadSessions(&context, request);
+  ReadOutcome outcome;
+  v1::Session session;
+  while (reader->Read(&session)) outcome.names.push_back(session.name());
+  outcome.status = reader->Finish();
+  const auto& trailers = context.GetServerTrailingMetadata();
+  if (auto found = trailers.find("x-qparams-unreachable"); found != trailers.end()) {
+    outcome.unreachable.assign(found->second.data(), found->second.size());
+  }
+  return outcome;
+}
+
+// The replicas answer a listing or read for every replica themselves
+// (server/fan_out.h): a call without a routing header, through HAProxy or straight
+// to any replica, gets every replica's sessions in name order, paged with one token
+// across replicas; a call addressed to one replica (x-qparams-replica) gets that
+// replica's alone. With r2 dead, the others' sessions, and r2 named: in each page's
+// unreachable_replicas, and in the trailing x-qparams-unreachable of a read that
+// ends UNAVAILABLE after the others' sessions.
+TEST_F(ShardedClientTest, AnyReplicaListsEveryReplicaInNameOrder) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client, Client::Connect(target_));
+  Calibrate(*client);
+  std::vector<std::string> sorted = names_;
+  std::sort(sorted.begin(), sorted.end());
+  std::unique_ptr<v1::QParamsService::Stub> through =
+      v1::QParamsService::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  for (int page_size : {1, 7, 1000}) {
+    ExpectListed(ListAll(*through, "", page_size, "cc/"), sorted);
+  }
+  for (size_t r = 0; r < kReplicas.size(); ++r) {
+    std::unique_ptr<v1::QParamsService::Stub> straight = replicas_[r]->NewStub();
+    ExpectListed(ListAll(*straight, "", 4, "cc/"), sorted);
+    std::vector<std::string> own;
+    for (const std::string& name : sorted) {
+      if (map_->OwnerOfSession(name) == kReplicas[r]) own.push_back(name);
+    }
+    ASSERT_FALSE(own.empty());
+    ASSERT_LT(own.size(), sorted.size());
+    ExpectListed(ListAll(*straight, kReplicas[r], 4, "cc/"), own);
+    const ReadOutcome read = ReadAll(*straight, "cc/");
+    EXPECT_TRUE(read.status.ok()) << read.status.error_message();
+    EXPECT_EQ(read.names, sorted);
+  }
+
+  std::vector<std::string> live;
+  for (const std::string& name : sorted) {
+    if (map_->OwnerOfSession(name) != "r2") live.push_back(name);
+  }
+  health_[2].reset();
+  replicas_[2].reset();
+  std::unique_ptr<v1::QParamsService::Stub> r0 = replicas_[0]->NewStub();
+  std::vector<std::string> listed;
+  std::string token;
+  do {
+    grpc::ClientContext context;
+    v1::ListSessionsRequest request;
+    request.set_page_size(5);
+    request.set_page_token(token);
+    request.set_filter("cc/");
+    v1::ListSessionsResponse page;
+    ASSERT_TRUE(r0->ListSessions(&context, request, &page).ok());
+    EXPECT_EQ(std::vector<std::string>(page.unreachable_replicas().begin(),
+                                       page.unreachable_replicas().end()),
+              std::vector<std::string>{"r2"});
+    for (const v1::Session& session : page.sessions()) listed.push_back(session.name());
+    token = page.next_page_token();
+  } while (!token.empty());
+  EXPECT_EQ(listed, live);
+  const ReadOutcome read = ReadAll(*r0, "cc/");
+  EXPECT_EQ(read.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_TRUE(absl::StrContains(read.status.error_message(), "replica r2: "))
+      << read.status.error_message();
+  EXPECT_EQ(read.unreachable, "r2");
+  EXPECT_EQ(read.names, live);
+}
+
+// Replicas with --auth_tokens_file: two tenants, alpha and beta.
+class ShardedTenantsTest : public ShardedClientTest {
+ protected:
+  static constexpr char kTokenA[] = "fan-out-token-of-alpha-0123";
+  static constexpr char kTokenB[] = "fan-out-token-of-beta-01234";
+
+  void SetUp() override {
+    ready_token_ = kTokenA;
+    ShardedClientTest::SetUp();
+  }
+  void Customize(size_t /*r*/, ServerOptions& options) override {
+    const std::string tokens = dir_ + "/tokens";
+    if (!std::filesystem::exists(tokens)) {
+      std::ofstream(tokens) << kTokenA << " alpha\n" << kTokenB << " beta\n";
+    }
+    options.auth_tokens_file = tokens;
+  }
+  std::unique_ptr<Client> Tenant(const char* token) {
+    ClientOptions options;
+    options.bearer_token = token;
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(target_, options);
+    EXPECT_OK(client.status());
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+};
+
+// A replica fanning out forwards its caller's authorization: every replica lists,
+// reads and exports the caller's tenant only; a call without a valid token is
+// refused before any replica is asked.
+TEST_F(ShardedTenantsTest, FannedOutCallsSeeOnlyTheCallersTenant) {
+  std::unique_ptr<Client> alpha = Tenant(kTokenA), beta = Tenant(kTokenB);
+  ASSERT_NE(alpha, nullptr);
+  ASSERT_NE(beta, nullptr);
+  Calibrate(*alpha);
+  std::vector<std::string> alphas = names_, betas;
+  std::sort(alphas.begin(), alphas.end());
+  std::set<std::string> owners;
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = absl::StrCat("cc/beta", i);
+    ASSERT_OK(beta->CreateSession(Create(name, "int8", v1::WEIGHT)).status());
+    ASSERT_OK(beta->Observe(name, Values(i).view()).status());
+    betas.push_back(name);
+    owners.insert(map_->OwnerOfSession(name));
+  }
+  ASSERT_GT(owners.size(), 1u);
+  std::sort(betas.begin(), betas.end());
+
+  for (auto [client, expected] : {std::pair{alpha.get(), &alphas}, std::pair{beta.get(), &betas}}) {
+    std::vector<std::string> listed;
+    std::string token;
+    do {
+      ASSERT_OK_AND_ASSIGN(const v1::ListSessionsResponse page,
+                           client->ListSessions(5, token, "cc/"));
+      for (const v1::Session& session : page.sessions()) listed.push_back(session.name());
+      token = page.next_page_token();
+    } while (!token.empty());
+    EXPECT_EQ(listed, *expected);
+    std::vector<std::string> read;
+    ASSERT_OK(client->ReadSessions("cc/", [&read](const v1::Session& session) {
+      read.push_back(session.name());
+      return absl::OkStatus();
+    }));
+    EXPECT_EQ(read, *expected);
+  }
+  const std::string document = ExportOf(*beta, "cc/", "onnx");
+  for (const std::string& name : betas) {  // named under the prefix
+    EXPECT_TRUE(absl::StrContains(document, absl::StrCat("\"", name.substr(3), "\"")))
+        << name << "\n" << document;
+  }
+  EXPECT_FALSE(absl::StrContains(document, "layer")) << document;
+  EXPECT_TRUE(absl::StrContains(ExportOf(*beta, "cc/layer", "onnx"), "NOT_FOUND"));
+
+  std::unique_ptr<v1::QParamsService::Stub> anonymous =
+      v1::QParamsService::NewStub(grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+  EXPECT_CODE(ListAll(*anonymous, "", 10, "cc/").status(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(ReadAll(*anonymous, "cc/").status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  std::unique_ptr<Client> stranger = Tenant("not-a-token-of-anyone-0123");
+  EXPECT_CODE(stranger->ListSessions(0, "", "").status(), absl::StatusCode::kUnauthenticated);
 }
 
 }  // namespace

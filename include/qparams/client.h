@@ -13,10 +13,12 @@
 // names one session or one scale group carries the name's hashed part (its hash tag,
 // else the whole name; common/slot.h) in the x-qparams-session header, on which the
 // balancer routes it to the owner. Calls over many sessions (ObserveStream,
-// ObserveBatch, Step, ResumeSteps) and over all sessions or groups (ListSessions, ReadSessions,
-// ListScaleGroups, ReadScaleGroups, ExportSessions) are split into one
-// call per owning replica, each addressed by the x-qparams-replica header, using the
-// topology the client reads with GetTopology at the first such call. A Client of one
+// ObserveBatch, Step, ResumeSteps) are split into one call per owning replica, each
+// addressed by the x-qparams-replica header, using the topology the client reads
+// with GetTopology at the first such call. Calls over all sessions or groups
+// (ListSessions, ReadSessions, ListScaleGroups, ReadScaleGroups, ExportSessions) are
+// one call, which the replica reached answers for every replica (server/fan_out.h,
+// --cluster_address). A Client of one
 // server (no slot map), or of a deployment of one replica, makes the same single
 // call as always. After slots move (docs/sharding.md, "Clients follow a move"), a
 // call a replica refuses naming another owner (FAILED_PRECONDITION with
@@ -176,19 +178,20 @@ class Client {
   // One page of the sessions whose names start with `filter`, ordered by name.
   // `page_size` 0 means the server's default; `page_token` is "" for the first page,
   // else a previous response's next_page_token for the same filter. Sharded: the
-  // replicas' pages merged in name order (one call to each replica per page), with a
-  // next_page_token any replica accepts; the replicas that could not be read
-  // (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN) are named in unreachable_replicas.
+  // replicas' pages merged in name order by the deployment, with a next_page_token
+  // any replica accepts; the replicas that could not be read (UNAVAILABLE,
+  // DEADLINE_EXCEEDED, UNKNOWN) are named in unreachable_replicas.
   absl::StatusOr<v1::ListSessionsResponse> ListSessions(int page_size,
                                                         const std::string& page_token,
                                                         const std::string& filter);
 
   // Every session whose name starts with `prefix` ("" for all), in name order, one
   // at a time through `each` as the server streams them (ReadSessions). The first
-  // error ends it (the server's status, or `each`'s). Sharded: one stream from each
-  // replica, merged in name order; a replica that cannot be read (UNAVAILABLE,
-  // DEADLINE_EXCEEDED, UNKNOWN) leaves the others' sessions going through `each`, then the
-  // status is UNAVAILABLE naming it (UnreachableReplicas, client/replica_router.h).
+  // error ends it (the server's status, or `each`'s). Sharded: every replica's,
+  // merged in name order by the deployment; a replica that cannot be read
+  // (UNAVAILABLE, DEADLINE_EXCEEDED, UNKNOWN) leaves the others' sessions going through
+  // `each`, then the status is UNAVAILABLE naming it (UnreachableReplicas,
+  // proto/status.h).
   absl::Status ReadSessions(const std::string& prefix,
                             const std::function<absl::Status(const v1::Session&)>& each);
 
@@ -196,14 +199,9 @@ class Client {
   // the document's bytes, in order, through `each` as the server streams them. The
   // first error ends it (the server's status, or `each`'s); nothing reaches `each`
   // when the server refuses the export. Sharded: one document of every replica's
-  // sessions, byte for byte a single server's: each replica's share (ExportSessions
-  // with `items`, the replicas one after the other) is forwarded into one
-  // RenderExport call, which checks and renders them all; a replica's refusal is
-  // returned as it is (the first by replica name; UNAVAILABLE and DEADLINE_EXCEEDED
-  // naming the replica), else the render's. The replicas must serve one slot map
-  // epoch before and after the shares are read (else a session could be missed or
-  // read twice while a move switches); an export that saw it change is made again on
-  // the new topology, within ClientOptions::retry_total, then ABORTED.
+  // sessions, byte for byte a single server's, put together by the deployment
+  // (server/fan_out.h); it is ABORTED, before any byte, while a slot move switches,
+  // and made again within ClientOptions::retry_total, then ABORTED.
   absl::Status ExportSessions(const v1::ExportSessionsRequest& request,
                               const std::function<absl::Status(absl::string_view)>& each);
 
@@ -337,8 +335,7 @@ class Client {
 
   // One page of the groups whose names start with `filter`, ordered by name, as
   // ListSessions pages sessions (page_size 0 = the server's default, 50; at most
-  // 1000; negative is INVALID_ARGUMENT). Sharded: the replicas' pages merged in name
-  // order, with a next_page_token any replica accepts.
+  // 1000; negative is INVALID_ARGUMENT). Sharded: as ListSessions.
   absl::StatusOr<v1::ListScaleGroupsResponse> ListScaleGroups(int page_size,
                                                               const std::string& page_token,
                                                               const std::string& filter);
@@ -393,7 +390,7 @@ class Client {
   Client(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options);
 
   // GetTopology addressed to `replica` ("" = unaddressed), not offered to the router:
-  // the router's own read (under its lock) and CommonEpoch's.
+  // the router's own read (under its lock).
   absl::StatusOr<v1::Topology> ReadTopology(const std::string& replica);
   // GetTopology through the balancer (any healthy replica answers), or to the pinned
   // replica; if that fails as a retryable call does, addressed to each of
@@ -406,15 +403,6 @@ class Client {
   // ObserveBatch in one call, addressed to `replica` ("" = unaddressed).
   absl::StatusOr<std::vector<v1::ObserveResponse>> ObserveBatchTo(
       const std::string& replica, const std::vector<const v1::ObserveRequest*>& requests);
-  // The slot map epoch every replica of `replicas` serves (GetTopology of each, the
-  // answers offered to the router); ABORTED naming each one's when they differ (a
-  // move is switching), a replica's error naming it.
-  absl::StatusOr<int64_t> CommonEpoch(const std::vector<std::string>& replicas);
-  // ExportSessions of a sharded deployment over `replicas` (in name order): ABORTED,
-  // before `each` sees a byte, when the replicas' epochs differ or change meanwhile.
-  absl::Status ExportSharded(const v1::ExportSessionsRequest& request,
-                             const std::vector<std::string>& replicas,
-                             const std::function<absl::Status(absl::string_view)>& each);
 
   // Gives `request` this client's key (its session's next sequence) unless keys are
   // off or it has one.

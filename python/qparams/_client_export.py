@@ -4,14 +4,13 @@ decoded scale tensors of compressed-tensors and ModelOpt exports."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from qparams._client_core import ClientCore, Metadata
-from qparams._errors import Aborted, QParamsError, error_from_rpc
+from qparams._errors import Aborted, error_from_rpc
 from qparams._export import (decode_compressed_tensors, decode_modelopt, refine_export_error,
                              require_torch)
 from qparams.v1 import qparams_pb2 as pb
@@ -62,11 +61,9 @@ class ExportCalls(ClientCore):
             ValueError: the server sent bytes that are not UTF-8.
 
         Sharded: one document of every replica's sessions, byte for byte a single
-        server's (RenderExport over each replica's export items; docs/sharding.md).
-        The replicas must serve one slot map epoch before and after their shares are
-        read (else a session could be missed or read twice while a slot move
-        switches); an export that saw it change is made again on the new topology,
-        within the client's retry_total, then raises Aborted.
+        server's, put together by the deployment (docs/sharding.md); while a slot
+        move switches it is refused Aborted before any byte, and made again within
+        the client's retry_total, then raises Aborted.
         """
         for what, value in (("prefix", prefix), ("format", format)):
             if not isinstance(value, str):
@@ -74,110 +71,22 @@ class ExportCalls(ClientCore):
         request = pb.ExportSessionsRequest(prefix=prefix, format=format,
                                            allow_uninitialized=bool(allow_uninitialized),
                                            tensor_names=dict(tensor_names or {}))
-        # A sharded export that saw the slot map change raises Aborted before any of
-        # the document is read: again, on the newer topology, while retry_total allows.
+        # An export the deployment refused Aborted (a slot move was switching) was
+        # refused before any byte: again, while retry_total allows.
         wait = self._retry.waits()
-        while (slot_map := self._router.slot_map()) is not None:
+        while True:
+            call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
+                                             metadata=self._addressed(None, metadata))
             try:
-                return self._export_sharded(request, slot_map.replicas, timeout, metadata)
-            except Aborted:
-                if not wait():
-                    raise
-        call = self._stub.ExportSessions(request, timeout=timeout or self.timeout,
-                                         metadata=self._addressed(None, metadata))
-        try:
-            data = b"".join(chunk.data for chunk in call)
-        except grpc.RpcError as e:
-            raise refine_export_error(error_from_rpc(e)) from None
-        finally:
-            call.cancel()
-        return data.decode("utf-8")
-
-    def _export_sharded(self, request: pb.ExportSessionsRequest, replicas: list[str],
-                        timeout: float | None, metadata: Metadata) -> str:
-        """export() of a sharded deployment: each replica's share (ExportSessions with
-        items, the replicas in name order, one after the other) forwarded into one
-        RenderExport call, which checks and renders them all, so that the document
-        (and any refusal) is a single server's. A replica's refusal is raised as it
-        is (UNAVAILABLE and DEADLINE_EXCEEDED naming the replica), else the
-        render's."""
-        share = pb.ExportSessionsRequest()
-        share.CopyFrom(request)
-        share.items = True
-        refused: list[tuple[str, grpc.RpcError]] = []
-        changed: list[QParamsError] = []  # the epochs' check after the shares
-        calls: list[Any] = []
-        started = threading.Event()  # calls holds the render
-
-        def requests() -> Iterator[pb.RenderExportRequest]:
-            yield pb.RenderExportRequest(options=request)
-            for replica in replicas:
-                call = self._stub.ExportSessions(share, timeout=timeout or self.timeout,
-                                                 metadata=self._addressed(replica, metadata))
-                try:
-                    for chunk in call:
-                        yield pb.RenderExportRequest(items=chunk.items)
-                except grpc.RpcError as e:
-                    refused.append((replica, e))
-                    started.wait()
-                    calls[0].cancel()  # the render must not finish without this share
-                    return
-                finally:
-                    call.cancel()
-            # The shares hold each session once only if no slot changed owner while
-            # they were read: the epoch every replica serves is still the one before.
-            try:
-                after = self._common_epoch(replicas, timeout, metadata)
-                if after != epoch:
-                    raise Aborted(f"the slot map changed during the export (epoch {epoch} "
-                                  f"-> {after}); export again")
-            except QParamsError as e:
-                changed.append(e)
-                started.wait()
-                calls[0].cancel()
-
-        epoch = self._common_epoch(replicas, timeout, metadata)
-        render = self._stub.RenderExport(requests(), timeout=timeout or self.timeout,
-                                         metadata=self._addressed(replicas[0], metadata))
-        calls.append(render)
-        started.set()
-        def share_error() -> QParamsError:
-            # A replica that cannot answer is named; its refusals read as one server's.
-            replica, error = refused[0]
-            unreachable = error.code() in (grpc.StatusCode.UNAVAILABLE,
-                                           grpc.StatusCode.DEADLINE_EXCEEDED)
-            return refine_export_error(error_from_rpc(error, replica if unreachable else None))
-
-        try:
-            data = b"".join(chunk.data for chunk in render)
-        except grpc.RpcError as e:
-            if changed:
-                raise changed[0] from None
-            raise (share_error() if refused else refine_export_error(error_from_rpc(e))) from None
-        finally:
-            render.cancel()
-        if changed:
-            raise changed[0] from None
-        if refused:
-            raise share_error() from None
-        return data.decode("utf-8")
-
-    def _common_epoch(self, replicas: list[str], timeout: float | None,
-                      metadata: Metadata) -> int:
-        """The slot map epoch every replica of `replicas` serves (GetTopology of each,
-        offered to the router). Raises Aborted naming each one's when they differ (a
-        slot move is switching), a replica's error naming it."""
-        epochs = []
-        for replica in replicas:
-            topology = self._call("GetTopology", pb.GetTopologyRequest(), timeout, metadata,
-                                  replica)
-            self._router.offer(topology)  # the newest map routes the next attempt
-            epochs.append(topology.epoch)
-        if len(set(epochs)) > 1:
-            seen = ", ".join(f"{r} epoch {e}" for r, e in zip(replicas, epochs))
-            raise Aborted(f"the replicas serve different slot maps ({seen}): a slot move "
-                          f"is switching; export again")
-        return epochs[0]
+                data = b"".join(chunk.data for chunk in call)
+            except grpc.RpcError as e:
+                error = refine_export_error(error_from_rpc(e))
+                if not isinstance(error, Aborted) or not wait():
+                    raise error from None
+                continue
+            finally:
+                call.cancel()
+            return data.decode("utf-8")
 
     def export_compressed_tensors(self, prefix: str, *, allow_uninitialized: bool = False,
                                   tensor_names: Mapping[str, str] | None = None,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from qparams._client_core import ClientCore, Metadata
+from qparams._errors import IncompleteListing
 from qparams._results import SHARES, GroupQParams, ScaleGroup
-from qparams._routing import merged_listing
 from qparams.v1 import qparams_pb2 as pb
 
 __all__ = ["ScaleGroupCalls"]
@@ -72,33 +72,26 @@ class ScaleGroupCalls(ClientCore):
                           ) -> Iterator[ScaleGroup]:
         """Every scale group whose name starts with `prefix`, in name order, fetching
         page after page (page_size 0: the server's default of 50; at most 1000).
-        Sharded: each replica's pages, merged in name order.
+        Sharded: every replica's, merged in name order by the deployment.
 
         Raises:
             InvalidArgument: a negative page_size or one above 1000.
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
                 DeadlineExceeded, Unknown): raised after the groups of the others.
         """
-        slot_map = self._router.slot_map()
-        if slot_map is None:
-            yield from self._group_pages(prefix, page_size, None, timeout, metadata)
-            return
-        yield from merged_listing(slot_map.replicas, lambda replica: self._group_pages(
-            prefix, page_size, replica, timeout, metadata))
-
-    def _group_pages(self, prefix: str, page_size: int, replica: str | None,
-                     timeout: float | None, metadata: Metadata) -> Iterator[ScaleGroup]:
-        """The scale groups of one server or replica, page after page."""
+        missing: list[str] = []  # replicas a page could not read
         token = ""
         while True:
             page = self._call("ListScaleGroups", pb.ListScaleGroupsRequest(
-                page_size=page_size, page_token=token, filter=prefix), timeout, metadata,
-                replica)
+                page_size=page_size, page_token=token, filter=prefix), timeout, metadata)
             for group in page.groups:
                 yield ScaleGroup.from_proto(group)
+            missing += page.unreachable_replicas
             token = page.next_page_token
             if not token:
-                return
+                break
+        if missing:
+            raise IncompleteListing.of(missing)
 
     def delete_scale_group(self, name: str, *,
                            timeout: float | None = None, metadata: Metadata = None) -> None:

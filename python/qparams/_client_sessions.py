@@ -9,10 +9,9 @@ from typing import Any
 import grpc
 
 from qparams._client_core import ClientCore, Metadata
-from qparams._errors import error_from_rpc
+from qparams._errors import IncompleteListing, error_from_rpc
 from qparams._histogram import Histogram, HistogramParamsLike, histogram_params
 from qparams._results import QParams
-from qparams._routing import merged_listing
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
 from qparams._tensors import TensorLike, check_reduce, range_request, tensor_request
 from qparams.v1 import qparams_pb2 as pb
@@ -114,31 +113,24 @@ class SessionCalls(ClientCore):
                      ) -> Iterator[pb.Session]:
         """Every session whose name starts with `prefix`, in name order, fetching page
         after page (page_size 0: the server's default of 50; at most 1000). Sharded:
-        each replica's pages, merged in name order.
+        every replica's, merged in name order by the deployment.
 
         Raises:
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
                 DeadlineExceeded, Unknown): raised after the sessions of the others.
         """
-        slot_map = self._router.slot_map()
-        if slot_map is None:
-            yield from self._list_pages(prefix, page_size, None, timeout, metadata)
-            return
-        yield from merged_listing(slot_map.replicas, lambda replica: self._list_pages(
-            prefix, page_size, replica, timeout, metadata))
-
-    def _list_pages(self, prefix: str, page_size: int, replica: str | None,
-                    timeout: float | None, metadata: Metadata) -> Iterator[pb.Session]:
-        """The sessions of one server or replica, page after page."""
+        missing: list[str] = []  # replicas a page could not read
         token = ""
         while True:
             page = self._call("ListSessions", pb.ListSessionsRequest(
-                page_size=page_size, page_token=token, filter=prefix), timeout, metadata,
-                replica)
+                page_size=page_size, page_token=token, filter=prefix), timeout, metadata)
             yield from page.sessions
+            missing += page.unreachable_replicas
             token = page.next_page_token
             if not token:
-                return
+                break
+        if missing:
+            raise IncompleteListing.of(missing)
 
     def read_sessions(self, prefix: str = "", *,
 
@@ -150,36 +142,22 @@ class SessionCalls(ClientCore):
         may or may not appear. The call's deadline is `timeout` (default: the
         client's); closing the iterator early cancels the call.
 
-        Sharded: one stream from each replica, merged in name order.
+        Sharded: every replica's, merged in name order by the deployment.
 
         Raises:
             InvalidArgument: a prefix with characters no session name holds.
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
                 DeadlineExceeded, Unknown): raised after the sessions of the others.
         """
-        slot_map = self._router.slot_map()
-        replicas = [None] if slot_map is None else slot_map.replicas
-        calls = [self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
-                                         timeout=timeout or self.timeout,
-                                         metadata=self._addressed(replica, metadata))
-                 for replica in replicas]
-
-        def read(call: Any, replica: str | None) -> Iterator[pb.Session]:
-            try:
-                yield from call
-            except grpc.RpcError as e:
-                raise error_from_rpc(e, replica) from None
-
+        call = self._stub.ReadSessions(pb.ReadSessionsRequest(prefix=prefix),
+                                       timeout=timeout or self.timeout,
+                                       metadata=self._addressed(None, metadata))
         try:
-            if len(calls) == 1:
-                yield from read(calls[0], replicas[0])
-            else:
-                streams = dict(zip(replicas, calls))
-                yield from merged_listing(replicas,
-                                          lambda replica: read(streams[replica], replica))
+            yield from call
+        except grpc.RpcError as e:
+            raise error_from_rpc(e) from None
         finally:
-            for call in calls:
-                call.cancel()
+            call.cancel()
 
     def delete_session(self, name: str, *,
                        timeout: float | None = None, metadata: Metadata = None) -> None:

@@ -8,6 +8,8 @@ plain TypeError / ValueError instead.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import grpc
 
 __all__ = [
@@ -210,12 +212,20 @@ class IncompleteListing(Unavailable):
             replica).
     """
 
-    def __init__(self, missing: dict[str, QParamsError]) -> None:
+    def __init__(self, missing: dict[str, QParamsError], message: str | None = None) -> None:
         self.missing = dict(sorted(missing.items()))
-        super().__init__(
+        super().__init__(message or (
             f"the listing is incomplete: {len(self.missing)} replica(s) could not be "
             f"read, so their sessions and groups are not in it: "
-            + "; ".join(error.message for error in self.missing.values()))
+            + "; ".join(error.message for error in self.missing.values())))
+
+    @classmethod
+    def of(cls, replicas: Iterable[str], message: str | None = None) -> IncompleteListing:
+        """The listing that missed `replicas` (known by name only, as a page's
+        unreachable_replicas or the x-qparams-unreachable trailer name them);
+        `message`: the server's, if it sent one."""
+        return cls({r: Unavailable(f"replica {r}: could not be read") for r in replicas},
+                   message)
 
 
 _BY_CODE: dict[grpc.StatusCode, type[QParamsError]] = {
@@ -244,6 +254,9 @@ def error_from_status(code: int | grpc.StatusCode, message: str) -> QParamsError
 #: The trailing metadata naming the owner of a session another replica owns
 #: (wire::kOwnerMetadata, proto/convert.h).
 OWNER_METADATA = "x-qparams-owner"
+#: The trailing metadata naming the replicas an incomplete listing missed, comma-
+#: separated (wire::kUnreachableMetadata, proto/status.h).
+UNREACHABLE_METADATA = "x-qparams-unreachable"
 
 
 def error_from_rpc(error: grpc.RpcError, replica: str | None = None) -> QParamsError:
@@ -259,4 +272,6 @@ def error_from_rpc(error: grpc.RpcError, replica: str | None = None) -> QParamsE
     for key, value in trailing or ():
         if key == OWNER_METADATA:
             result.owner = value
+        elif key == UNREACHABLE_METADATA and isinstance(result, Unavailable):
+            result = IncompleteListing.of(value.split(","), details)
     return result

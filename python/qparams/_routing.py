@@ -3,27 +3,24 @@
 at the first split call through the GetTopology call the Client hands over, and
 again when a replica refuses a call naming another owner, or a topology of a newer
 epoch is seen), which replica owns each
-session, and the splitting of calls over many sessions into one per owning replica
-and the merging of their answers. It makes no call of its own and knows nothing of
+session, and the splitting of calls over many sessions into one per owning replica.
+Listings, reads and exports are one call, which the deployment answers for every
+replica (server/fan_out.h). It makes no call of its own and knows nothing of
 the Client, which composes it (as the C++ client composes client/replica_router.h).
 """
 
 from __future__ import annotations
 
-import heapq
 import re
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable
 
-from qparams._errors import IncompleteListing, QParamsError, Unimplemented
-from qparams._retry import retryable_error
+from qparams._errors import Unimplemented
 from qparams.v1 import qparams_pb2 as pb
 
 __all__ = ["SESSION_HEADER", "REPLICA_HEADER", "Router", "SlotMap", "hashed_part", "slot_of",
-           "valid_replica", "session_header", "replica_header", "merge_by_name",
-           "merged_listing"]
+           "valid_replica", "session_header", "replica_header"]
 
 #: The metadata that carries a call's session name for routing (common/slot.h).
 SESSION_HEADER = "x-qparams-session"
@@ -69,32 +66,6 @@ def session_header(session: str) -> Headers:
 def replica_header(replica: str | None) -> Headers:
     """The header addressing a call to `replica`; none for None or ""."""
     return ((REPLICA_HEADER, replica),) if replica else ()
-
-
-def merge_by_name(parts: Iterable[Iterator[pb.Session]]) -> Iterator[pb.Session]:
-    """The sessions of every replica's name-ordered iterator, in name order."""
-    return heapq.merge(*parts, key=lambda session: session.name)
-
-
-def merged_listing(replicas: Sequence[str],
-                   read: Callable[[str], Iterator[Any]]) -> Iterator[Any]:
-    """The named items of read(replica) for every replica, merged in name order. A
-    replica that cannot be read (Unavailable, DeadlineExceeded, Unknown) ends its
-    part, and IncompleteListing names it after the last item of the others; any
-    other error is raised as it comes."""
-    missing: dict[str, QParamsError] = {}
-
-    def part(replica: str) -> Iterator[Any]:
-        try:
-            yield from read(replica)
-        except QParamsError as e:
-            if not retryable_error(e):
-                raise
-            missing[replica] = e
-
-    yield from merge_by_name(part(replica) for replica in replicas)
-    if missing:
-        raise IncompleteListing(missing)
 
 
 class SlotMap:

@@ -166,7 +166,9 @@ class Cluster:
         server = start_local_server(f"--replica_id={replica}", f"--slot_map={self.slot_map}",
                                     f"--data_dir={data}", "--durability=always",
                                     "--metrics_listen=127.0.0.1:0",
-                                    f"--admin_tokens_file={self.admin_tokens_file}")
+                                    f"--admin_tokens_file={self.admin_tokens_file}",
+                                    # listings, reads and exports fan out through HAProxy
+                                    f"--cluster_address=unix:{self.directory / 'grpc.sock'}")
         self.replicas[replica] = server
         # Logged right after the "listening on" line LocalServer waited for.
         wait_for(f"{replica}'s metrics port in its log",
