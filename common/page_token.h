@@ -1,8 +1,8 @@
 // ListSessions page tokens: opaque to callers, bound to the filter they were issued
-// for, and carrying the last name of the page they follow. Servers issue them; the
-// C++ client issues the token of a page it merged from several replicas' pages
-// (include/qparams/client.h), which every replica accepts, since a token names a position
-// in the name order, not a replica's state.
+// for, and carrying the last name of the page they follow. Servers issue them; a
+// replica that answers for the cluster issues the token of a page it merged from
+// several replicas' pages (server/fan_out.h), which every replica accepts, since a
+// token names a position in the name order, not a replica's state.
 
 #ifndef QPARAMS_COMMON_PAGE_TOKEN_H_
 #define QPARAMS_COMMON_PAGE_TOKEN_H_
