@@ -14,9 +14,10 @@
 #   "qparams/storage/..."                   storage (generated from storage/)
 #   grpc/..., grpcpp/..., grpc++/...        grpc (external)
 #   httplib.h                               httplib (external)
+#   "tests/<folder>/..." of a test layer    that test layer (tests/support, ...)
 #   "<folder>/..." of a folder in LAYERS    that folder
 #   "qparams/client.h" of PUBLIC_HEADERS    its layer (include/qparams/client.h: client)
-# Any other file under ROOT (tests/...) has no layer: it is followed and its
+# Any other file under ROOT (tests/data/...) has no layer: it is followed and its
 # includes judged as LAYER's. Everything else (Abseil, protobuf, the C++ library) is
 # unconstrained. Headers of allowed layers are followed too, so that an external
 # layer reached through them counts (the metrics' headers must not bring in httplib).
@@ -44,8 +45,11 @@ function(layer_of header out)
   elseif(header STREQUAL "httplib.h")
     set(layer httplib)
   else()
+    string(REGEX MATCH "^tests/[^/]+" test_folder "${header}")
     string(REGEX REPLACE "/.*$" "" folder "${header}")
-    if(header MATCHES "/" AND folder IN_LIST LAYERS)
+    if(header MATCHES "^tests/[^/]+/" AND test_folder IN_LIST LAYERS)
+      set(layer ${test_folder})
+    elseif(header MATCHES "/" AND folder IN_LIST LAYERS)
       set(layer ${folder})
     else()
       set(layer "")

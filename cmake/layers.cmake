@@ -10,6 +10,11 @@
 #   - at build time, that every library of a folder links whole, with nothing but
 #     the dependencies its target declares (an executable each, cmake/link_check.cc).
 
+# The tests are layers too, declared after the table with qparams_test_layer: a folder
+# of tests/ per layer they reach, named tests/<folder>, under the same checks (a domain
+# test that includes a server/ header, or links qparams_server, fails the build). No
+# layer of the table may include them, being declared before them.
+
 # Layers outside the source tree, allowed only where declared (they do not pass on
 # to the layers above).
 set(QPARAMS_EXTERNAL_LAYERS grpc httplib)
@@ -43,6 +48,13 @@ function(qparams_layer name)
   set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT ${project_allowed})
   set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS ${arg_TARGETS})
   set_property(GLOBAL PROPERTY QPARAMS_LAYER_${name}_PUBLIC_HEADERS ${arg_PUBLIC_HEADERS})
+endfunction()
+
+# qparams_test_layer(FOLDER [MAY_INCLUDE layer...] [TARGETS target...]): the tests of
+# tests/FOLDER, as the layer tests/FOLDER. MAY_INCLUDE names layers of the table and
+# test layers declared before (tests/support), with what they may include.
+function(qparams_test_layer folder)
+  qparams_layer(tests/${folder} ${ARGN})
 endfunction()
 
 # The files of a layer, relative to the source tree: its folder's and its public headers.
@@ -120,6 +132,8 @@ function(qparams_check_layers)
     get_property(project_allowed GLOBAL PROPERTY QPARAMS_LAYER_${name}_PROJECT)
     get_property(targets GLOBAL PROPERTY QPARAMS_LAYER_${name}_TARGETS)
     qparams_layer_files(${name} files)
+    # A test layer's name has a slash: tests/core's check is qparams_tests_core_layer.
+    string(MAKE_C_IDENTIFIER "${name}" id)
     # Rerun when a file of the layer, or of a layer it may include, changes.
     set(depends)
     foreach(layer ${project_allowed})
@@ -127,7 +141,7 @@ function(qparams_check_layers)
       list(APPEND depends ${layer_files})
     endforeach()
     list(TRANSFORM depends PREPEND ${PROJECT_SOURCE_DIR}/)
-    set(stamp ${PROJECT_BINARY_DIR}/qparams_${name}_layer.stamp)
+    set(stamp ${PROJECT_BINARY_DIR}/qparams_${id}_layer.stamp)
     add_custom_command(OUTPUT ${stamp}
       COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DLAYER=${name}
         "-DLAYERS=${layers}" "-DALLOWED=${allowed}" "-DFILES=${files}"
@@ -137,9 +151,9 @@ function(qparams_check_layers)
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
       COMMENT "Checking the includes of layer ${name}"
       VERBATIM)
-    add_custom_target(qparams_${name}_layer DEPENDS ${stamp})
+    add_custom_target(qparams_${id}_layer DEPENDS ${stamp})
     foreach(target ${targets})
-      add_dependencies(${target} qparams_${name}_layer)
+      add_dependencies(${target} qparams_${id}_layer)
       get_target_property(type ${target} TYPE)
       if(type STREQUAL "STATIC_LIBRARY")
         add_executable(${target}_link_check ${PROJECT_SOURCE_DIR}/cmake/link_check.cc)

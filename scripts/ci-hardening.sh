@@ -4,13 +4,16 @@
 # build directory (gitignored), all with clang:
 #
 #   asan  ASan+UBSan build (build-asan); the whole ctest suite
-#   tsan  TSan build (build-tsan); the service's unit and concurrency tests
+#   tsan  TSan build (build-tsan); the domain's unit tests and the service's unit and
+#         concurrency tests (the domain, server, client and end-to-end test binaries)
 #   fuzz  libFuzzer build (build-fuzz); every fuzz target (fuzz/README.md) for
 #         $FUZZ_SECONDS, side by side, each on a copy of its committed seed corpus
 #         (fuzz/corpus/<target>; the repo is never written), from seed $FUZZ_SEED
 #
 # Usage: scripts/ci-hardening.sh [asan] [tsan] [fuzz]   (no argument: all three)
-# Environment: JOBS (2), FUZZ_SECONDS (60 per target), FUZZ_SEED (1), CLANGXX (clang++-14).
+# Environment: JOBS (2, the builds' jobs), TEST_JOBS (4, ctest's: the tests mostly wait
+# on sockets and processes), FUZZ_SECONDS (60 per target), FUZZ_SEED (1), CLANGXX
+# (clang++-14).
 # A fixed seed makes CI's fuzzing repeatable: it runs a prefix of the same input
 # sequence every time, so a local run that got further has tried every input CI will,
 # and a crash CI finds reproduces. FUZZ_SEED=0 lets libFuzzer pick one, for exploring
@@ -24,6 +27,7 @@ cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 
 JOBS=${JOBS:-2}
+TEST_JOBS=${TEST_JOBS:-4}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_SEED=${FUZZ_SEED:-1}
 CLANGXX=${CLANGXX:-clang++-14}
@@ -46,7 +50,7 @@ stage_asan() {
   # qparams_test_programs (tests/CMakeLists.txt): every program a ctest entry runs.
   cmake -S . -B build-asan "${CONFIGURE[@]}" -DQPARAMS_SANITIZE=address,undefined &&
     cmake --build build-asan -j"$JOBS" --target qparams_test_programs &&
-    ctest --test-dir build-asan --output-on-failure -j"$JOBS"
+    ctest --test-dir build-asan --output-on-failure -j"$TEST_JOBS"
 }
 
 stage_tsan() {
@@ -58,14 +62,16 @@ stage_tsan() {
   # Archer tool.
   local archer
   archer=$(dpkg -L libomp-14-dev 2>/dev/null | grep '/libarcher\.so$' | head -n1)
-  # The service's unit and concurrency tests (ctest labels of tests/CMakeLists.txt);
-  # qparams_service_tests brings the server and CLI binaries they spawn.
-  local labels='^service_(unit|concurrency)$'
+  # The domain's unit tests and the service's unit and concurrency tests (ctest labels
+  # of tests/CMakeLists.txt): every case of the binaries built here but the conformance
+  # runs (ASan's). qparams_e2e_tests brings the server and CLI binaries it spawns.
+  local labels='^(domain_unit|service_unit|service_concurrency)$'
   cmake -S . -B build-tsan "${CONFIGURE[@]}" -DQPARAMS_SANITIZE=thread &&
-    cmake --build build-tsan -j"$JOBS" --target qparams_service_tests &&
+    cmake --build build-tsan -j"$JOBS" --target qparams_domain_tests qparams_server_tests \
+      qparams_client_tests qparams_e2e_tests &&
     OMP_TOOL_LIBRARIES="$archer" \
     TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$ROOT/sanitizers/tsan.supp" \
-    ctest --test-dir build-tsan --output-on-failure -j"$JOBS" -L "$labels"
+    ctest --test-dir build-tsan --output-on-failure -j"$TEST_JOBS" -L "$labels"
 }
 
 stage_fuzz() {

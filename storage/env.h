@@ -1,6 +1,6 @@
 // The file-system operations the journal and snapshots need, behind one interface
 // (LevelDB's Env): storage code never calls the OS itself, so tests can put a
-// fault-injecting Env in its place (tests/fault_injection_env.h).
+// fault-injecting Env in its place (tests/client/fault_injection_env.h).
 //
 // Errors carry errno's code (absl::ErrnoToStatus) and a message naming the
 // operation, the path and the OS error ("cannot fsync /d/journal-1: Input/output

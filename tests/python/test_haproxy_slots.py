@@ -193,7 +193,7 @@ SLOTS_TSV = pathlib.Path(__file__).resolve().parents[1] / "data" / "slots.tsv"
 
 
 def slot_table() -> list[tuple[str, str, int]]:
-    """tests/data/slots.tsv: (name, hashed part, slot) rows, as tests/slot_test.cc
+    """tests/data/slots.tsv: (name, hashed part, slot) rows, as tests/core/slot_test.cc
     checks them against qparams::HashedPart and qparams::SlotOf."""
     rows = []
     for line in SLOTS_TSV.read_text().splitlines():

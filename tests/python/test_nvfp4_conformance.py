@@ -8,7 +8,7 @@ runner (RUNNERS):
   reduce="auto", observe_many and observe_batch);
 - group cases: their sessions, forwards and scale groups (§4) through the client's
   session and scale-group calls, each case twice (observe with whole tensors, then
-  with block ranges), as tests/service_conformance_test.cc runs them;
+  with block ranges), as tests/server/service_conformance_test.cc runs them;
 - qdq cases: through qparams.nvfp4's quantize and dequantize (§5), on the host.
 
 Prints `nvfp4 conformance via <way>: N of M cases match` per way, then
@@ -198,7 +198,7 @@ GROUP_MODES = ("never", "always")
 def group_result_differs(expect: dict, r: qparams.GroupQParams, unprefixed: Callable[[str], str]
                          ) -> str:
     """What differs between a get_group_qparams expectation (§10) and r; "" if
-    nothing (the checks of GroupResultDifference in tests/conformance_vectors.cc)."""
+    nothing (the checks of GroupResultDifference in tests/support/conformance_vectors.cc)."""
     if expect["initialized"] != r.initialized:
         return f"initialized: expected {expect['initialized']}, got {r.initialized}"
     uncalibrated = [unprefixed(n) for n in r.uncalibrated]
