@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -51,6 +53,22 @@ absl::StatusOr<std::string> DecodePageToken(absl::string_view token, absl::strin
                      "\"; keep the filter across pages or start again without a token"));
   }
   return fields[2];
+}
+
+absl::StatusOr<PageStart> StartPage(
+    int page_size, absl::string_view page_token, absl::string_view filter,
+    absl::FunctionRef<absl::Status(absl::string_view filter)> check_filter) {
+  if (page_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "page_size is ", page_size, "; it must be >= 0 (0 means ", kDefaultPageSize, ")"));
+  }
+  if (!filter.empty()) {
+    if (absl::Status refused = check_filter(filter); !refused.ok()) return refused;
+  }
+  absl::StatusOr<std::string> after = DecodePageToken(page_token, filter);
+  if (!after.ok()) return after.status();
+  return PageStart{*std::move(after),
+                   page_size == 0 ? kDefaultPageSize : std::min(page_size, kMaxPageSize)};
 }
 
 }  // namespace qparams

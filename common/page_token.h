@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -20,6 +22,24 @@ std::string EncodePageToken(absl::string_view filter, absl::string_view last_nam
 // The last name encoded in `token` ("" for an empty token, the first page).
 // INVALID_ARGUMENT if the token is malformed or was issued for another filter.
 absl::StatusOr<std::string> DecodePageToken(absl::string_view token, absl::string_view filter);
+
+// A listing's page size when the request says 0, and the most it gives.
+inline constexpr int kDefaultPageSize = 50;
+inline constexpr int kMaxPageSize = 1000;
+
+// Where a page of a name-ordered listing starts, and how many names it holds at
+// most: the one reading of every List method's page_size, filter and page_token.
+struct PageStart {
+  std::string after;  // the last name of the previous page; "" for the first
+  int limit = kDefaultPageSize;
+};
+
+// In this order: INVALID_ARGUMENT for a negative page_size; `check_filter`'s
+// refusal of a non-empty filter; DecodePageToken's. page_size 0 is
+// kDefaultPageSize, and it is capped at kMaxPageSize.
+absl::StatusOr<PageStart> StartPage(
+    int page_size, absl::string_view page_token, absl::string_view filter,
+    absl::FunctionRef<absl::Status(absl::string_view filter)> check_filter);
 
 }  // namespace qparams
 

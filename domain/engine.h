@@ -2,12 +2,18 @@
 // the rules of the contract that are not about the wire (which calculators each
 // method takes, names, pagination, limits). It knows nothing of gRPC; the service
 // translates wire messages to these calls and back.
+//
+// An Engine composes a SessionStore, a ScaleGroupStore, a SlotOwnership (the slot
+// map and the move gates, which admit each call: slot_ownership.h) and a
+// SlotMigration (a move's copies and drops: slot_migration.h); its records, for the
+// journal and the tests, are EngineRecords' (recovery.h).
 
 #ifndef QPARAMS_DOMAIN_ENGINE_H_
 #define QPARAMS_DOMAIN_ENGINE_H_
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,10 +24,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/page_token.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
 #include "core/granularity.h"
@@ -34,7 +39,9 @@
 #include "domain/scale_group_store.h"
 #include "domain/session.h"
 #include "domain/session_store.h"
+#include "domain/slot_migration.h"
 #include "domain/slot_moves.h"
+#include "domain/slot_ownership.h"
 #include "domain/step_timer.h"
 #include "metrics/metrics.h"
 #include "storage/journal.h"
@@ -48,7 +55,10 @@ struct EngineOptions {
   // RESOURCE_EXHAUSTED naming --max_scale_groups. The server's flag is >= 1.
   int64_t max_scale_groups = 100000;
   // Sessions no call has named for this long are evicted; zero keeps them forever.
+  // Eviction starts once the engine is ready (after Open's restore).
   absl::Duration session_ttl = absl::ZeroDuration();
+  // The time idle eviction reads; null: absl::Now. A seam for tests.
+  std::function<absl::Time()> eviction_clock;
   // Sharding: with a slot map, this engine is replica `replica_id` and owns only
   // the sessions of the slots the map gives it (none, for a replica the map does
   // not name yet: a new one waiting for a move). Null: it owns every session. The
@@ -71,10 +81,6 @@ struct EngineOptions {
   // (storage/journal.h); with none, nothing is persisted.
   JournalOptions journal;
 };
-
-// The file in the data directory that holds the last slot map a replica took
-// (SlotMap::ToText), so that a restart does not fall back to an older --slot_map.
-inline constexpr absl::string_view kSlotMapFileName = "slot-map";
 
 // Engine::Observe's answer, failed or not: the responses of ObserveStream and
 // ObserveBatch report the session's count beside a failure too.
@@ -105,30 +111,23 @@ struct ScaleGroupPage {
   std::string next_page_token;  // empty on the last page
 };
 
-// What DropSlots removed.
-struct SlotDrop {
-  int64_t sessions = 0;
-  int64_t groups = 0;
-};
-
 class Engine {
  public:
-  // The data directory's file of the slot moves this replica takes part in
-  // (domain/slot_moves.h).
-  static constexpr absl::string_view kSlotMovesFile = "slot-moves";
+  // common/page_token.h's, which every List method pages by.
+  static constexpr int kDefaultPageSize = ::qparams::kDefaultPageSize;
+  static constexpr int kMaxPageSize = ::qparams::kMaxPageSize;
 
-  static constexpr int kDefaultPageSize = 50;
-  static constexpr int kMaxPageSize = 1000;
-
-  // A ready engine. With options.journal.data_dir: the directory opened and locked,
-  // a sharded engine's map chosen (the greater epoch of options.slot_map and the
-  // directory's kSlotMapFileName, options.slot_map on a tie, logged; that choice
-  // persisted; FAILED_PRECONDITION for a persisted map that does not parse), its
-  // sessions and scale groups restored (a record that does not restore, or a torn or corrupt
-  // piece of a file, is logged and set aside, and a snapshot then drops what was
-  // skipped), the journal started, and the restore logged. FAILED_PRECONDITION for
-  // a directory that cannot be opened, locked or read (Journal::Open, Recover),
-  // the journal's error if it cannot start. Without a data_dir, as the constructor.
+  // A ready engine: every startup decision is made here, in this order. With
+  // options.journal.data_dir: the directory opened and locked, a sharded engine's
+  // map chosen (SlotOwnership::ChooseSlotMap: the greater epoch of options.slot_map
+  // and the directory's kSlotMapFileName), its sessions and scale groups restored (a
+  // record that does not restore, or a torn or corrupt piece of a file, is logged and
+  // set aside, and a snapshot then drops what was skipped), the journal started, the
+  // restore logged, and the slot moves loaded (kSlotMovesFileName). Then, and only
+  // then, idle eviction starts. FAILED_PRECONDITION for a directory that cannot be
+  // opened, locked or read (Journal::Open, Recover), or a persisted map or moves file
+  // that does not parse; the journal's error if it cannot start. Without a data_dir,
+  // as the constructor.
   static absl::StatusOr<std::unique_ptr<Engine>> Open(EngineOptions options);
 
   // Memory only (options.journal is not used: Open persists). With a session_ttl, a
@@ -288,17 +287,6 @@ class Engine {
   absl::Status ResumeSteps(absl::string_view tenant, absl::string_view name, int64_t next_step,
                            absl::string_view checkpoint);
 
-  // The sessions and scale groups as records and back: the journal's snapshots and
-  // recovery (Open), the tests and fuzzers. EmitRecords emits the session store's
-  // records (SessionStore::EmitRecords), then every group's creation
-  // (ScaleGroupStore::EmitRecords); Records collects them. Replay gives a group's
-  // record to the group store and any other to the session store (each says what it
-  // does); Restore replays in order and returns the problems met.
-  absl::Status EmitRecords(const Journal::Emitter& emit) const;
-  std::vector<storage::v1::Record> Records() const;
-  std::optional<std::string> Replay(const storage::v1::Record& record);
-  std::vector<std::string> Restore(const std::vector<storage::v1::Record>& records);
-
   int64_t session_count() const { return store_.size(); }
   int64_t scale_group_count() const { return groups_.size(); }
   // SessionStore::SessionsPerTenant. Thread-safe.
@@ -318,26 +306,34 @@ class Engine {
   // target); they are evicted once the move is over, if still idle.
 
   // The slots in a state other than stable, as maximal runs in slot order.
-  std::vector<SlotMove> SlotMoves() const;
+  std::vector<SlotMove> SlotMoves() const { return ownership_.SlotMoves(); }
 
   // Sets slots [low, high] to `state` with `peer`, after every write in flight on
   // them has finished (it takes their gates exclusively), and makes it durable in
-  // the data directory's kSlotMovesFile before it takes effect (memory only without
+  // the data directory's kSlotMovesFileName before it takes effect (memory only without
   // one). Setting a slot to the state and peer it has is OK and changes nothing.
   // FAILED_PRECONDITION without a slot map, for migrating a slot this replica does
   // not own or importing one it owns, and for a slot in another state or with
   // another peer (stable is always allowed); INVALID_ARGUMENT for a range outside
   // [0, kSlotCount) or LOW above HIGH, and for a peer that is not a replica name or
   // is this replica; the file's error (UNAVAILABLE), which changes nothing.
-  absl::Status SetSlotState(int low, int high, SlotMoveState state, absl::string_view peer);
+  absl::Status SetSlotState(int low, int high, SlotMoveState state, absl::string_view peer) {
+    return ownership_.SetSlotState(low, high, state, peer);
+  }
 
   // What a move copies out of slots [low, high], owned or not, of every tenant: the
   // sessions' keys (read each with SessionRecord, whole under its lock) and the
   // scale groups' creation records, in key order. INVALID_ARGUMENT for a bad range.
-  absl::StatusOr<std::vector<SessionKey>> SlotSessionKeys(int low, int high) const;
-  absl::StatusOr<std::vector<storage::v1::Record>> SlotGroupRecords(int low, int high) const;
+  absl::StatusOr<std::vector<SessionKey>> SlotSessionKeys(int low, int high) const {
+    return migration_.SlotSessionKeys(low, high);
+  }
+  absl::StatusOr<std::vector<SlotRecord>> SlotGroupRecords(int low, int high) const {
+    return migration_.SlotGroupRecords(low, high);
+  }
   // The session's whole persisted state as a `put` record; NOT_FOUND once it is gone.
-  absl::StatusOr<storage::v1::Record> SessionRecord(const SessionKey& key) const;
+  absl::StatusOr<SlotRecord> SessionRecord(const SessionKey& key) const {
+    return migration_.SessionRecord(key);
+  }
 
   // Takes records a move copied (`put` and `group_create`) into slots this replica is
   // importing and does not own yet, each journaled in order, then all synced once (a
@@ -346,8 +342,12 @@ class Engine {
   // naming records[i], after syncing the ones before it (which stay imported):
   // INVALID_ARGUMENT for another kind of record or one that does not restore,
   // FAILED_PRECONDITION for a slot this replica is not importing or already owns,
-  // RESOURCE_EXHAUSTED at max_sessions, the journal's error.
-  absl::Status Import(const std::vector<storage::v1::Record>& records);
+  // RESOURCE_EXHAUSTED at max_sessions, the journal's error. Bytes that are not a
+  // record are INVALID_ARGUMENT ("records[i] is not a storage record") before any
+  // is imported. Returns how many sessions and groups it took.
+  absl::StatusOr<SlotImport> Import(const std::vector<SlotRecord>& records) {
+    return migration_.Import(records);
+  }
 
   // Deletes (journaled) every session and scale group of slots [low, high], of every
   // tenant: a move's source once the target owns them, the target when a move is
@@ -355,19 +355,21 @@ class Engine {
   // of the slots (its sessions there are the live ones), or has no slot map;
   // INVALID_ARGUMENT for a bad range; the journal's first error (what was deleted
   // before it stays deleted). The sessions' deletions are synced once.
-  absl::StatusOr<SlotDrop> DropSlots(int low, int high);
+  absl::StatusOr<SlotDrop> DropSlots(int low, int high) { return migration_.DropSlots(low, high); }
 
   // OK if a call addressed to `replica` (a client's x-qparams-replica) is for this
   // replica; else FAILED_PRECONDITION naming both, which a balancer that routed it
   // to the wrong replica, or a client pointed straight at one replica, gets instead
   // of another replica's answer.
-  absl::Status CheckAddressedTo(absl::string_view replica) const;
+  absl::Status CheckAddressedTo(absl::string_view replica) const {
+    return ownership_.CheckAddressedTo(replica);
+  }
 
   // The replica this engine is and the slot map it serves now; null and "" without
   // sharding. The map is a snapshot: SetSlotMap may replace it right after.
   // Thread-safe.
-  std::shared_ptr<const SlotMap> slot_map() const ABSL_LOCKS_EXCLUDED(map_mu_);
-  const std::string& replica_id() const { return options_.replica_id; }
+  std::shared_ptr<const SlotMap> slot_map() const { return ownership_.slot_map(); }
+  const std::string& replica_id() const { return ownership_.replica_id(); }
 
   // Replaces the slot map while serving (Redis Cluster's config epochs decide):
   // a map of a greater epoch than the current one is taken; one of the same epoch
@@ -381,82 +383,36 @@ class Engine {
   // former map has finished (each holds the map for its whole length), so that no
   // call admitted under the old map mutates a slot after this returns; the change is
   // logged.
-  absl::Status SetSlotMap(std::shared_ptr<const SlotMap> map) ABSL_LOCKS_EXCLUDED(map_mu_);
+  absl::Status SetSlotMap(std::shared_ptr<const SlotMap> map) {
+    return ownership_.SetSlotMap(std::move(map));
+  }
 
  private:
+  friend class EngineRecords;  // recovery.h: the stores' records
+
+  // Not yet serving: idle eviction waits for StartEviction.
   Engine(EngineOptions options, std::unique_ptr<SessionLog> log);
+  // With a session_ttl, the background thread that evicts idle sessions.
+  void StartEviction();
 
-  // Open's choice of a sharded engine's map (see Open) into options.slot_map.
-  static absl::Status ChooseSlotMap(EngineOptions& options);
-
-  // Open's restore from `journal` (this engine's log) and the journal's start.
-  absl::Status Recover(Journal& journal);
-
-  absl::StatusOr<std::shared_ptr<Session>> Find(absl::string_view tenant,
-                                                absl::string_view name) const
-      ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
-  // A valid name of a session this replica owns; INVALID_ARGUMENT or
-  // FAILED_PRECONDITION as the session methods say.
-  absl::Status CheckOwned(absl::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
-  // Whether this replica owns the session `name` (always, without a slot map).
-  bool Owns(absl::string_view name) const ABSL_SHARED_LOCKS_REQUIRED(map_mu_);
-
-  // One slot's move state, and the lock every write to the slot holds shared.
-  struct SlotGate {
-    mutable absl::Mutex mu;
-    SlotMoveState state ABSL_GUARDED_BY(mu) = SlotMoveState::kStable;
-    std::string peer ABSL_GUARDED_BY(mu);
-  };
-  // A write's checks of `name` under its slot's gate (held shared by the caller):
-  // CheckOwned, then UNAVAILABLE if the slot is migrating.
-  // (The lock is the caller's, through a reference the analysis cannot follow.)
-  absl::Status CheckWritable(absl::string_view name, const SlotGate& gate) const
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Gives slots [low, high] `state` and `peer`; the caller holds each one's gate
-  // exclusively (a run of locks the analysis cannot follow).
-  void SetGates(int low, int high, SlotMoveState state, absl::string_view peer)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // One record of Import, journaled: its sequence number for the Sync.
-  absl::StatusOr<uint64_t> ImportOne(const storage::v1::Record& record);
+  // The session `name` of `tenant`, once the admission's CheckOwned passes.
+  absl::StatusOr<std::shared_ptr<Session>> Find(const SlotOwnership::ReadAdmission& admission,
+                                                absl::string_view tenant) const;
   // The step timer's callback: closes the session's steps up to `step` if its slot
   // takes writes (else tries again after `timeout`), then arms its next open step.
   void ExpireStep(const SessionKey& key, int64_t step, absl::Duration timeout);
   void ArmFirstPending(const SessionKey& key, Session& session, absl::Duration timeout);
-  // INVALID_ARGUMENT unless 0 <= low <= high < kSlotCount.
-  static absl::Status CheckSlotRange(int low, int high);
-  // Open's restore of kSlotMovesFile; FAILED_PRECONDITION for a file that does not
-  // read or parse (a replica that cannot tell which slots it is moving must not
-  // serve them).
-  absl::Status LoadSlotMoves();
-  // Each slot's state and peer, and their maximal non-stable runs.
-  using SlotStates = std::array<std::pair<SlotMoveState, std::string>, kSlotCount>;
-  static std::vector<SlotMove> Runs(const SlotStates& moves);
 
   const EngineOptions options_;
-  // Where SetSlotMap persists the map: the data directory when Open made a journal,
-  // else "" (nothing persisted). Set by Open before the engine serves.
-  std::string map_dir_;
-  // Serializes SetSlotMap (epoch check, persistence, swap). Lock order: set_map_mu_,
-  // then map_mu_.
-  absl::Mutex set_map_mu_ ABSL_ACQUIRED_BEFORE(map_mu_);
-  // Every session method holds map_mu_ shared for its whole length, SetSlotMap
-  // exclusively to swap the map: a call sees one map, and a swap waits for the calls
-  // admitted under the former one. No method takes it twice (absl::Mutex is not
-  // reentrant, and a waiting writer would block the second reader).
-  mutable absl::Mutex map_mu_ ABSL_ACQUIRED_AFTER(set_map_mu_);
-  std::shared_ptr<const SlotMap> slot_map_ ABSL_GUARDED_BY(map_mu_);
-  // Before the store, whose sessions append to it: it outlives them.
+  // Every lock of the slot map and the move gates is its (slot_ownership.h).
+  SlotOwnership ownership_;
+  // Before the stores, whose sessions append to it: it outlives them.
   const std::unique_ptr<SessionLog> log_;
   SessionStore store_;
   ScaleGroupStore groups_;
+  SlotMigration migration_;
   absl::Notification stop_;
   std::thread evictor_;
-  std::array<SlotGate, kSlotCount> gates_;
-  // Serializes SetSlotState and its file. Lock order: moves_mu_, map_mu_ (shared),
-  // then the gates in slot order; a write holds map_mu_ shared, then its slot's gate.
-  mutable absl::Mutex moves_mu_;
-  // The gates' states, for SlotMoves and the file.
-  SlotStates moves_ ABSL_GUARDED_BY(moves_mu_);
   // Last, so that it stops (and its callbacks into the engine end) first.
   std::unique_ptr<StepTimer> step_timer_;
 };

@@ -26,11 +26,9 @@ absl::StatusOr<StepMerge::Outcome> Engine::Contribute(absl::string_view tenant,
   std::shared_ptr<Session> session;
   StepMerge::Outcome outcome;
   {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    const SlotGate& gate = gates_[SlotOf(name)];
-    absl::ReaderMutexLock hold(&gate.mu);
-    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
-    QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
+    const SlotOwnership::WriteAdmission admission(ownership_, name);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(admission.read(), tenant));
+    QPARAMS_RETURN_IF_ERROR(admission.CheckWritable());
     QPARAMS_ASSIGN_OR_RETURN(outcome, session->Contribute(step, rank, world_size, x));
   }
   if (!outcome.duplicate && options_.step_contributions != nullptr) {
@@ -46,8 +44,8 @@ absl::StatusOr<std::optional<Engine::StepWait>> Engine::WhenStepApplied(
     std::function<void()> ready) const {
   std::shared_ptr<Session> session;
   {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+    const SlotOwnership::ReadAdmission admission(ownership_, name);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(admission, tenant));
   }
   const std::optional<uint64_t> id = session->WhenApplied(step, std::move(ready));
   if (!id.has_value()) return std::nullopt;
@@ -58,8 +56,8 @@ absl::StatusOr<std::string> Engine::CheckpointStep(absl::string_view tenant,
                                                    absl::string_view name, int64_t step) const {
   std::shared_ptr<Session> session;
   {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+    const SlotOwnership::ReadAdmission admission(ownership_, name);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(admission, tenant));
   }
   return session->Checkpoint(step);
 }
@@ -68,11 +66,9 @@ absl::Status Engine::ResumeSteps(absl::string_view tenant, absl::string_view nam
                                  int64_t next_step, absl::string_view checkpoint) {
   std::shared_ptr<Session> session;
   {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    const SlotGate& gate = gates_[SlotOf(name)];
-    absl::ReaderMutexLock hold(&gate.mu);
-    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
-    QPARAMS_RETURN_IF_ERROR(CheckWritable(name, gate));
+    const SlotOwnership::WriteAdmission admission(ownership_, name);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(admission.read(), tenant));
+    QPARAMS_RETURN_IF_ERROR(admission.CheckWritable());
     QPARAMS_RETURN_IF_ERROR(session->Resume(next_step, checkpoint));
   }
   session->RunReadyWaits();
@@ -84,8 +80,8 @@ absl::StatusOr<Session::StepRead> Engine::ReadStep(absl::string_view tenant, abs
                                                    absl::Time deadline) const {
   std::shared_ptr<Session> session;
   {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    QPARAMS_ASSIGN_OR_RETURN(session, Find(tenant, name));
+    const SlotOwnership::ReadAdmission admission(ownership_, name);
+    QPARAMS_ASSIGN_OR_RETURN(session, Find(admission, tenant));
   }
   if (!step.has_value()) return session->ReadStep(std::nullopt);
   return session->AwaitStep(*step, deadline);
@@ -93,8 +89,8 @@ absl::StatusOr<Session::StepRead> Engine::ReadStep(absl::string_view tenant, abs
 
 absl::StatusOr<std::optional<StepState>> Engine::Steps(absl::string_view tenant,
                                                        absl::string_view name) const {
-  absl::ReaderMutexLock map_lock(&map_mu_);
-  QPARAMS_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(tenant, name));
+  const SlotOwnership::ReadAdmission admission(ownership_, name);
+  QPARAMS_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(admission, tenant));
   return session->Steps();
 }
 
@@ -113,13 +109,11 @@ void Engine::ExpireStep(const SessionKey& key, int64_t step, absl::Duration time
   std::shared_ptr<Session> session;
   absl::StatusOr<int> closed = 0;
   {
-    absl::ReaderMutexLock map_lock(&map_mu_);
-    const SlotGate& gate = gates_[SlotOf(key.name)];
-    absl::ReaderMutexLock hold(&gate.mu);
-    absl::StatusOr<std::shared_ptr<Session>> found = Find(key.tenant, key.name);
+    const SlotOwnership::WriteAdmission admission(ownership_, key.name);
+    absl::StatusOr<std::shared_ptr<Session>> found = Find(admission.read(), key.tenant);
     if (!found.ok()) return;  // deleted, evicted or moved away: nothing to close
     session = *std::move(found);
-    if (!CheckWritable(key.name, gate).ok()) {
+    if (!admission.CheckWritable().ok()) {
       // Its slot is moving: the target closes it once it owns it, if still open.
       step_timer_->Arm(key, step, timeout);
       return;

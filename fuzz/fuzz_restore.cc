@@ -18,7 +18,7 @@
 // restored session answers every method within the contract (fuzz_requests'
 // checks), its pages and their tokens work, a restored group's reads answer within the
 // contract, the store's records restore into the same store again
-// (Records() -> Restore -> Records() is a fixed point), and still restore once the sessions have
+// (EngineRecords::Of -> Restore -> Of is a fixed point), and still restore once the sessions have
 // been observed.
 
 #include <algorithm>
@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "domain/recovery.h"
 #include "export/exporter.h"
 #include "fuzz/service_harness.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -241,10 +242,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (records.empty()) return -1;
 
   Service s;
-  s.engine.Restore(records);
-  const std::vector<storage::v1::Record> saved = s.engine.Records();
+  EngineRecords::Restore(s.engine, records);
+  const std::vector<storage::v1::Record> saved = EngineRecords::Of(s.engine);
   Service again;
-  const std::vector<std::string> problems = again.engine.Restore(saved);
+  const std::vector<std::string> problems = EngineRecords::Restore(again.engine, saved);
   Check(problems.empty(), "the records of a restored store do not restore: " +
                               (problems.empty() ? std::string() : problems.front()));
   // The same records, in any order (evictions come from a hash map).
@@ -262,7 +263,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::sort(out.begin(), out.end());
     return out;
   };
-  Check(sorted(saved) == sorted(again.engine.Records()),
+  Check(sorted(saved) == sorted(EngineRecords::Of(again.engine)),
         "Records -> Restore -> Records changes the records");
   ExportAll(s);
   ExerciseGroups(s);
@@ -271,7 +272,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ExerciseGroups(s);
   // What the service did to the restored sessions must restore too.
   Service after;
-  const std::vector<std::string> later = after.engine.Restore(s.engine.Records());
+  const std::vector<std::string> later =
+      EngineRecords::Restore(after.engine, EngineRecords::Of(s.engine));
   Check(later.empty(), "a restored session, once exercised, does not restore: " +
                            (later.empty() ? std::string() : later.front()));
   return 0;

@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "core/tensor.h"
 #include "domain/engine.h"
+#include "domain/recovery.h"
 #include "fuzz/service_harness.h"
 #include "proto/convert.h"
 #include "qparams/storage/v1/storage.pb.h"
@@ -361,7 +362,7 @@ void RequestSeeds(const fs::path& dir) {
 // The records of `engine`, framed as fuzz_restore reads them.
 std::string RecordFrames(const Engine& engine) {
   std::vector<std::pair<uint8_t, std::string>> frames;
-  for (const storage::v1::Record& record : engine.Records()) {
+  for (const storage::v1::Record& record : EngineRecords::Of(engine)) {
     frames.emplace_back(0, record.SerializeAsString());
   }
   return fuzz::EncodeFrames(frames);

@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/slot_map.h"
 #include "core/status_macros.h"
-#include "qparams/storage/v1/storage.pb.h"
 #include "server/authorizer.h"
 #include "server/pull_write_reactor.h"
 #include "server/wire.h"
@@ -25,7 +24,7 @@ constexpr size_t kSlotRecordBytesPerMessage = size_t{4} << 20;
 // its message is produced (a session deleted since the listing is left out).
 absl::StatusOr<PullProducer<v1::SlotRecords>> SlotRecordsOf(Engine* engine, int low, int high) {
   struct Walk {
-    std::vector<storage::v1::Record> groups;
+    std::vector<SlotRecord> groups;
     std::vector<SessionKey> keys;
     size_t next_key = 0;
   };
@@ -34,19 +33,18 @@ absl::StatusOr<PullProducer<v1::SlotRecords>> SlotRecordsOf(Engine* engine, int 
   QPARAMS_ASSIGN_OR_RETURN(walk->keys, engine->SlotSessionKeys(low, high));
   return [walk, engine](v1::SlotRecords* batch) -> absl::StatusOr<bool> {
     size_t bytes = 0;
-    for (const storage::v1::Record& group : walk->groups) {
-      bytes += group.ByteSizeLong();
-      group.SerializeToString(batch->add_records());
+    for (SlotRecord& group : walk->groups) {
+      bytes += group.bytes.size();
+      batch->add_records(std::move(group.bytes));
     }
     walk->groups.clear();
     while (walk->next_key < walk->keys.size() && batch->records_size() < kSlotRecordsPerMessage &&
            bytes < kSlotRecordBytesPerMessage) {
-      absl::StatusOr<storage::v1::Record> record =
-          engine->SessionRecord(walk->keys[walk->next_key++]);
+      absl::StatusOr<SlotRecord> record = engine->SessionRecord(walk->keys[walk->next_key++]);
       if (absl::IsNotFound(record.status())) continue;  // deleted since the listing
       if (!record.ok()) return record.status();
-      bytes += record->ByteSizeLong();
-      record->SerializeToString(batch->add_records());
+      bytes += record->bytes.size();
+      batch->add_records(std::move(record->bytes));
     }
     return batch->records_size() > 0;
   };
@@ -176,25 +174,18 @@ class ClusterAdminServiceImpl::ImportReactor final
       End(absl::OkStatus());
       return;
     }
-    std::vector<storage::v1::Record> records(request_.records_size());
+    std::vector<SlotRecord> records(request_.records_size());
     for (int i = 0; i < request_.records_size(); ++i) {
-      if (!records[i].ParseFromString(request_.records(i))) {
-        End(absl::InvalidArgumentError(
-            absl::StrCat("message ", messages_, ": records[", i, "] is not a storage record")));
-        return;
-      }
+      records[i].bytes = std::move(*request_.mutable_records(i));
     }
-    if (absl::Status status = engine_->Import(records); !status.ok()) {
+    absl::StatusOr<SlotImport> imported = engine_->Import(records);
+    if (!imported.ok()) {
+      const absl::Status& status = imported.status();
       End(absl::Status(status.code(), absl::StrCat("message ", messages_, ": ", status.message())));
       return;
     }
-    for (const storage::v1::Record& record : records) {
-      if (record.kind_case() == storage::v1::Record::kPut) {
-        response_->set_sessions(response_->sessions() + 1);
-      } else {
-        response_->set_groups(response_->groups() + 1);
-      }
-    }
+    response_->set_sessions(response_->sessions() + imported->sessions);
+    response_->set_groups(response_->groups() + imported->groups);
     ++messages_;
     StartRead(&request_);
   }

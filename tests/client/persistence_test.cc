@@ -9,24 +9,31 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "core/histogram.h"
 #include "core/range.h"
 #include "core/registry.h"
+#include "domain/recovery.h"
 #include "domain/scale_group_store.h"
 #include "domain/session_store.h"
 #include "gtest/gtest.h"
 #include "proto/convert.h"
 #include "qparams/client.h"
+#include "storage/env.h"
 #include "storage/session_codec.h"
 #include "storage/session_log.h"
 #include "tests/server/service_test_util.h"
@@ -510,7 +517,7 @@ TEST_F(PersistenceTest, ScaleGroupsKeepTheirTenantsAndOutliveTheirMembers) {
     EXPECT_EQ(engine->scale_group_count(), 3);
     EXPECT_EQ(state(*engine), before);
     Engine again;
-    EXPECT_TRUE(again.Restore(engine->Records()).empty());
+    EXPECT_TRUE(EngineRecords::Restore(again, EngineRecords::Of(*engine)).empty());
     EXPECT_EQ(state(again), before);
     // Two hours on every session is idle: evicted, and the groups stay.
     EXPECT_EQ(engine->EvictIdle(absl::Now() + absl::Hours(2)), 3);
@@ -522,6 +529,72 @@ TEST_F(PersistenceTest, ScaleGroupsKeepTheirTenantsAndOutliveTheirMembers) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(options));
   EXPECT_EQ(engine->session_count(), 0);
   EXPECT_EQ(state(*engine), evicted);
+}
+
+// An Env that runs `on_read` as each file is opened for reading (a restore's).
+class ReadWatchEnv final : public Env {
+ public:
+  explicit ReadWatchEnv(std::function<void()> on_read) : on_read_(std::move(on_read)) {}
+  absl::Status CreateDir(const std::string& dir) override { return base_->CreateDir(dir); }
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    return base_->LockFile(path);
+  }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir) override {
+    return base_->ListDir(dir);
+  }
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
+      const std::string& path) override {
+    on_read_();
+    return base_->NewSequentialFile(path);
+  }
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return base_->NewWritableFile(path);
+  }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return base_->RenameFile(from, to);
+  }
+  absl::Status RemoveFile(const std::string& path) override { return base_->RemoveFile(path); }
+  absl::Status SyncDir(const std::string& dir) override { return base_->SyncDir(dir); }
+
+ private:
+  Env* const base_ = Env::Posix();
+  const std::function<void()> on_read_;
+};
+
+// Idle eviction starts once Open has restored everything (and not while it reads
+// the directory): a --session_ttl shorter than a restore evicts nothing it brings
+// back. The evictor's clock tells when it first runs; no file is read after that.
+TEST_F(PersistenceTest, IdleEvictionStartsAfterTheRestore) {
+  EngineOptions options;
+  options.journal.data_dir = dir_;
+  options.journal.durability = Durability::kAlways;
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(options));
+    QuantSpec spec;
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_OK(engine->CreateSession("", absl::StrCat("s", i), "static", spec, {}));
+    }
+  }
+  std::atomic<int> clock_reads{0}, file_reads{0};
+  absl::Notification evictor_ran;
+  ReadWatchEnv env([&] {
+    EXPECT_EQ(clock_reads.load(), 0) << "idle eviction ran during the restore";
+    ++file_reads;
+  });
+  options.journal.env = &env;
+  // So short that the evictor does not wait between rounds (a tenth of it rounds to
+  // zero): started too early, it would read the clock before the restore's reads.
+  options.session_ttl = absl::Nanoseconds(1);
+  options.eviction_clock = [&] {
+    if (clock_reads++ == 0) evictor_ran.Notify();
+    return absl::InfinitePast();  // nothing is idle: the sessions stay to be counted
+  };
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Engine> engine, Engine::Open(options));
+  EXPECT_GT(file_reads.load(), 0);
+  EXPECT_EQ(engine->session_count(), 20);
+  evictor_ran.WaitForNotification();
+  EXPECT_EQ(engine->session_count(), 20);
+  ASSERT_OK(engine->Close());
 }
 
 // A snapshot's group records come in batches: every group of every tenant, once, in

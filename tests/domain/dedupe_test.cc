@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dedupe_window.h"
 #include "domain/engine.h"
+#include "domain/recovery.h"
 #include "gtest/gtest.h"
 #include "storage/session_codec.h"
 #include "tests/support/test_util.h"
@@ -227,13 +228,13 @@ TEST_F(EngineDedupe, TheWindowTravelsInTheSessionsRecordsAndASnapshot) {
   ASSERT_OK(Observe(engine, 1, Key(1)).status);
   ASSERT_OK(Observe(engine, 1, std::nullopt).status);
   ASSERT_OK(Observe(engine, 1, Key(2)).status);
-  const std::vector<storage::v1::Record> records = engine.Records();
+  const std::vector<storage::v1::Record> records = EngineRecords::Of(engine);
   ASSERT_EQ(records.size(), 1u);
   ASSERT_EQ(records[0].put().observe_clients_size(), 1);
   EXPECT_EQ(records[0].put().observe_clients(0).sequences_size(), 2);
 
   Engine restored;  // as a snapshot or a moved session's state restores
-  EXPECT_TRUE(restored.Restore(records).empty());
+  EXPECT_TRUE(EngineRecords::Restore(restored, records).empty());
   ObserveOutcome retry = Observe(restored, 1, Key(2));
   ASSERT_OK(retry.status);
   EXPECT_TRUE(retry.result.duplicate);
@@ -243,7 +244,7 @@ TEST_F(EngineDedupe, TheWindowTravelsInTheSessionsRecordsAndASnapshot) {
   storage::v1::Record old = records[0];
   old.mutable_put()->clear_observe_clients();
   Engine older;
-  EXPECT_TRUE(older.Restore({old}).empty());
+  EXPECT_TRUE(EngineRecords::Restore(older, {old}).empty());
   ObserveOutcome applied = Observe(older, 1, Key(2));
   ASSERT_OK(applied.status);
   EXPECT_FALSE(applied.result.duplicate);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "core/nvfp4.h"
 #include "domain/engine.h"
+#include "domain/recovery.h"
 #include "gtest/gtest.h"
 #include "tests/support/conformance_vectors.h"
 
@@ -76,7 +77,7 @@ class EngineDriver final : public GroupCaseDriver {
   }
   std::string StateFingerprint() override {
     std::string out;
-    for (const storage::v1::Record& r : engine_.Records()) {
+    for (const storage::v1::Record& r : EngineRecords::Of(engine_)) {
       storage::v1::Record copy = r;
       copy.mutable_put()->clear_update_time();  // reads touch nothing else
       out += copy.SerializeAsString();

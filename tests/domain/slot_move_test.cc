@@ -20,6 +20,7 @@
 #include "common/slot_map.h"
 #include "core/status_macros.h"
 #include "domain/engine.h"
+#include "domain/recovery.h"
 #include "domain/slot_moves.h"
 #include "gtest/gtest.h"
 #include "tests/support/test_util.h"
@@ -59,7 +60,9 @@ Observation Obs(uint32_t seed) {
 // Every record of the engine's, as bytes, in order.
 std::string State(const Engine& engine) {
   std::string out;
-  for (const storage::v1::Record& record : engine.Records()) out += record.SerializeAsString();
+  for (const storage::v1::Record& record : EngineRecords::Of(engine)) {
+    out += record.SerializeAsString();
+  }
   return out;
 }
 
@@ -177,7 +180,7 @@ TEST(SlotMoves, EvictionSkipsSlotsBeingMoved) {
   ASSERT_OK(r0.CreateSession("", idle, "global_minmax", spec, {}));
   ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kMigrating, "r1"));
   ASSERT_OK(r1.SetSlotState(10, 20, SlotMoveState::kImporting, "r0"));
-  ASSERT_OK_AND_ASSIGN(storage::v1::Record record, r0.SessionRecord({"", moving}));
+  ASSERT_OK_AND_ASSIGN(SlotRecord record, r0.SessionRecord({"", moving}));
   ASSERT_OK(r1.Import({record}));
   ASSERT_EQ(r1.session_count(), 1);
 
@@ -218,10 +221,12 @@ TEST(SlotMoves, AWriteInFlightIsAppliedBeforeTheStateChangesOrRefused) {
   }
   while (acknowledged.load() < 200) std::this_thread::yield();
   ASSERT_OK(r0.SetSlotState(15, 15, SlotMoveState::kMigrating, "r1"));
-  ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, r0.SessionRecord({"", name}));
+  ASSERT_OK_AND_ASSIGN(const SlotRecord record, r0.SessionRecord({"", name}));
   for (std::thread& w : writers) w.join();
   EXPECT_TRUE(refused);
-  EXPECT_EQ(record.put().observation_count(), acknowledged.load());
+  storage::v1::Record parsed;
+  ASSERT_TRUE(parsed.ParseFromString(record.bytes));
+  EXPECT_EQ(parsed.put().observation_count(), acknowledged.load());
 }
 
 TEST(SlotMoves, StatesSurviveARestart) {
@@ -282,13 +287,13 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
   ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kMigrating, "r1"));
 
   auto copy = [&](Engine& into) -> absl::Status {
-    QPARAMS_ASSIGN_OR_RETURN(std::vector<storage::v1::Record> records, r0.SlotGroupRecords(10, 20));
+    QPARAMS_ASSIGN_OR_RETURN(std::vector<SlotRecord> records, r0.SlotGroupRecords(10, 20));
     QPARAMS_ASSIGN_OR_RETURN(const std::vector<SessionKey> keys, r0.SlotSessionKeys(10, 20));
     for (const SessionKey& key : keys) {
-      QPARAMS_ASSIGN_OR_RETURN(storage::v1::Record record, r0.SessionRecord(key));
+      QPARAMS_ASSIGN_OR_RETURN(SlotRecord record, r0.SessionRecord(key));
       records.push_back(std::move(record));
     }
-    return into.Import(records);
+    return into.Import(records).status();
   };
   auto record_of = [&](const std::string& name) { return *r0.SessionRecord({"", name}); };
   std::string imported;
@@ -308,7 +313,8 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
     EXPECT_CODE(r1->GetSession("", names[0]), kFailed);
     storage::v1::Record erase;
     erase.mutable_erase()->set_name(names[0]);
-    const absl::Status wrong_kind = r1->Import({record_of(names[0]), erase});
+    const absl::Status wrong_kind =
+        r1->Import({record_of(names[0]), {erase.SerializeAsString()}}).status();
     EXPECT_CODE(wrong_kind, kInvalid);
     EXPECT_TRUE(absl::StrContains(wrong_kind.message(), "records[1]: ")) << wrong_kind;
     EXPECT_EQ(State(*r1), imported);
@@ -329,8 +335,8 @@ TEST(SlotMoves, ImportIsIdempotentAndServedOnceOwned) {
   }
   EXPECT_OK(r1->GetGroupQParams("", group));
   // Owned now: imports are refused, writes taken.
-  ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, r0.SessionRecord({"", names[0]}));
-  const absl::Status owned = r1->Import({record});
+  ASSERT_OK_AND_ASSIGN(const SlotRecord record, r0.SessionRecord({"", names[0]}));
+  const absl::Status owned = r1->Import({record}).status();
   EXPECT_CODE(owned, kFailed);
   EXPECT_TRUE(absl::StrContains(owned.message(), "owns already")) << owned;
   ASSERT_OK(r1->SetSlotState(10, 20, SlotMoveState::kStable, ""));
@@ -347,7 +353,7 @@ TEST(SlotMoves, TheSwitchHandsTheSlotsOverWhileServing) {
   ASSERT_OK(r0.Observe("", name, Obs(7)).status);
   ASSERT_OK(r1.SetSlotState(10, 20, SlotMoveState::kImporting, "r0"));
   ASSERT_OK(r0.SetSlotState(10, 20, SlotMoveState::kMigrating, "r1"));
-  ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, r0.SessionRecord({"", name}));
+  ASSERT_OK_AND_ASSIGN(const SlotRecord record, r0.SessionRecord({"", name}));
   ASSERT_OK(r1.Import({record}));
   const auto moved =
       std::make_shared<const SlotMap>(*SlotMap::Parse(absl::StrCat("# epoch 1\n", kMovedMap)));
@@ -374,7 +380,7 @@ TEST(SlotMoves, DropRemovesOnlySlotsNotOwned) {
   // r1 holds a copy (imported), r0 owns nothing of 10:20 under its map.
   Engine source(Options("r0", kMap));
   ASSERT_OK(source.CreateSession("team-a", name, "global_minmax", spec, {}));
-  ASSERT_OK_AND_ASSIGN(const storage::v1::Record record, source.SessionRecord({"team-a", name}));
+  ASSERT_OK_AND_ASSIGN(const SlotRecord record, source.SessionRecord({"team-a", name}));
   ASSERT_OK(r1.Import({record}));
   EXPECT_CODE(source.DropSlots(10, 20), kFailed);  // its own: the live ones
   EXPECT_CODE(r1.DropSlots(100, 200), kFailed);

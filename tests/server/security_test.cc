@@ -34,6 +34,7 @@
 #include "absl/strings/substitute.h"
 #include "common/slot.h"
 #include "common/slot_map.h"
+#include "domain/recovery.h"
 #include "domain/slot_moves.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/text_format.h"
@@ -338,7 +339,7 @@ class Security : public ::testing::Test {
       }
     }
     std::string records;
-    for (const storage::v1::Record& r : server.server().engine().Records()) {
+    for (const storage::v1::Record& r : EngineRecords::Of(server.server().engine())) {
       records += r.SerializeAsString();
     }
     parts.emplace_back("the engine's records", records);
@@ -419,7 +420,7 @@ TEST_F(Security, EveryRequestIsServedWithTheRightCredential) {
 TEST_F(Security, EveryRpcRefusesBadCredentialsAndChangesNothing) {
   ASSERT_NO_FATAL_FAILURE(StartTableServer());
   const auto before = Snapshot(*server_, channel_.get());
-  ASSERT_EQ(server_->server().engine().Records().size(), 6u);  // 4 sessions, 2 groups
+  ASSERT_EQ(EngineRecords::Of(server_->server().engine()).size(), 6u);  // 4 sessions, 2 groups
   const std::map<std::string, Case> cases = Cases();
   const std::vector<Row> rows = Table();
   for (const Row& row : rows) {
@@ -522,7 +523,7 @@ TEST_F(Security, ForgedImportsAreRefused) {
   ASSERT_NO_FATAL_FAILURE(StartTableServer());
   // A real record of a-s, made into forgeries.
   storage::v1::Record real;
-  for (const storage::v1::Record& r : server_->server().engine().Records()) {
+  for (const storage::v1::Record& r : EngineRecords::Of(server_->server().engine())) {
     if (r.has_put() && r.put().key().name() == Name("a-s")) real = r;
   }
   ASSERT_TRUE(real.has_put());
@@ -568,7 +569,7 @@ TEST_F(Security, ForgedImportsAreRefused) {
   const Reply taken =
       CallRaw(channel_.get(), Path("ImportSessions"), {forged("b", importing)}, Bearer(kAdmin));
   EXPECT_TRUE(taken.status.ok()) << taken.status.error_message();
-  EXPECT_EQ(server_->server().engine().Records().size(), 7u);
+  EXPECT_EQ(EngineRecords::Of(server_->server().engine()).size(), 7u);
 }
 
 }  // namespace
