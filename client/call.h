@@ -1,4 +1,4 @@
-// The pieces a Client's calls (client/client.h) are made of, shared by its source
+// The pieces a Client's calls (include/qparams/client.h) are made of, shared by its source
 // files (client.cc, steps.cc): a call's deadline and token, a unary call that follows
 // a refusal naming the session's owner, which failures may be retried, and the waits
 // between attempts.

@@ -1,4 +1,4 @@
-// The replica routing of a Client (client/client.h) across sharded replicas behind
+// The replica routing of a Client (include/qparams/client.h) across sharded replicas behind
 // a balancer (docs/sharding.md): which headers a call carries, and how a call over
 // many sessions is split into one call per owning replica and put back together.
 // (Calls over all sessions, listings, reads and exports, are one call: the

@@ -1,5 +1,5 @@
 // The Client's calls for step-merged sessions (docs/qat.md): Step and ResumeSteps,
-// and the routing they share (SendItems). See client/client.h for the contracts.
+// and the routing they share (SendItems). See include/qparams/client.h for the contracts.
 
 #include <algorithm>
 #include <functional>

@@ -28,8 +28,8 @@
 // `replica` never retries elsewhere. The routing is a ReplicaRouter (client/replica_router.h) the
 // Client composes.
 
-#ifndef QPARAMS_CLIENT_CLIENT_H_
-#define QPARAMS_CLIENT_CLIENT_H_
+#ifndef QPARAMS_QPARAMS_CLIENT_H_
+#define QPARAMS_QPARAMS_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
@@ -471,4 +471,4 @@ class Client {
 
 }  // namespace qparams
 
-#endif  // QPARAMS_CLIENT_CLIENT_H_
+#endif  // QPARAMS_QPARAMS_CLIENT_H_
