@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import grpc
 
 from qparams._background import ObserveQueue
 from qparams._channel import channel_settings, open_channel
-from qparams._errors import FailedPrecondition, NotFound, QParamsError, error_from_rpc
+from qparams._errors import (FailedPrecondition, IncompleteListing, NotFound, QParamsError,
+                             error_from_rpc)
 from qparams._fork_proxy import ForkProxy, needs_proxy
 from qparams._health.v1 import health_pb2_grpc
 from qparams._retry import Keys, RetryPolicy, retryable_error
@@ -227,6 +228,25 @@ class ClientCore:
         if isinstance(retried, FailedPrecondition) and not retried.owner:
             raise error
         raise retried
+
+    def _pages(self, method: str, request_of: Callable[[str], Any],
+               items_of: Callable[[Any], Sequence[Any]], timeout: float | None,
+               metadata: Metadata) -> Iterator[Any]:
+        """The items of a listing's pages (ListSessions, ListScaleGroups), fetched page
+        after page: `request_of(token)` is the request of the page after `token` ("" for
+        the first), `items_of(page)` its items. Raises IncompleteListing, after every
+        page's items, when some page names replicas the deployment could not read."""
+        missing: list[str] = []
+        token = ""
+        while True:
+            page = self._call(method, request_of(token), timeout, metadata)
+            yield from items_of(page)
+            missing += page.unreachable_replicas
+            token = page.next_page_token
+            if not token:
+                break
+        if missing:
+            raise IncompleteListing.of(missing)
 
     def _owner_to_retry(self, error: QParamsError, session: str) -> str | None:
         """The replica to retry a call naming `session` at, after `error`: the owner a

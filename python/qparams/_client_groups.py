@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from qparams._client_core import ClientCore, Metadata
-from qparams._errors import IncompleteListing
 from qparams._results import SHARES, GroupQParams, ScaleGroup
 from qparams.v1 import qparams_pb2 as pb
 
@@ -79,19 +78,10 @@ class ScaleGroupCalls(ClientCore):
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
                 DeadlineExceeded, Unknown): raised after the groups of the others.
         """
-        missing: list[str] = []  # replicas a page could not read
-        token = ""
-        while True:
-            page = self._call("ListScaleGroups", pb.ListScaleGroupsRequest(
-                page_size=page_size, page_token=token, filter=prefix), timeout, metadata)
-            for group in page.groups:
-                yield ScaleGroup.from_proto(group)
-            missing += page.unreachable_replicas
-            token = page.next_page_token
-            if not token:
-                break
-        if missing:
-            raise IncompleteListing.of(missing)
+        pages = self._pages("ListScaleGroups", lambda token: pb.ListScaleGroupsRequest(
+            page_size=page_size, page_token=token, filter=prefix),
+            lambda page: page.groups, timeout, metadata)
+        return (ScaleGroup.from_proto(group) for group in pages)
 
     def delete_scale_group(self, name: str, *,
                            timeout: float | None = None, metadata: Metadata = None) -> None:

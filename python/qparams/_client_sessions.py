@@ -9,7 +9,7 @@ from typing import Any
 import grpc
 
 from qparams._client_core import ClientCore, Metadata
-from qparams._errors import IncompleteListing, error_from_rpc
+from qparams._errors import error_from_rpc
 from qparams._histogram import Histogram, HistogramParamsLike, histogram_params
 from qparams._results import QParams
 from qparams._spec import GranularityLike, SpecLike, granularity, quant_spec
@@ -119,18 +119,9 @@ class SessionCalls(ClientCore):
             IncompleteListing: sharded, some replicas could not be read (Unavailable,
                 DeadlineExceeded, Unknown): raised after the sessions of the others.
         """
-        missing: list[str] = []  # replicas a page could not read
-        token = ""
-        while True:
-            page = self._call("ListSessions", pb.ListSessionsRequest(
-                page_size=page_size, page_token=token, filter=prefix), timeout, metadata)
-            yield from page.sessions
-            missing += page.unreachable_replicas
-            token = page.next_page_token
-            if not token:
-                break
-        if missing:
-            raise IncompleteListing.of(missing)
+        return self._pages("ListSessions", lambda token: pb.ListSessionsRequest(
+            page_size=page_size, page_token=token, filter=prefix),
+            lambda page: page.sessions, timeout, metadata)
 
     def read_sessions(self, prefix: str = "", *,
 
